@@ -1,0 +1,65 @@
+"""Kafka's offset checkpoint files (cleaner-offset, log-start-offset, recovery-point, ...).
+
+Text: version ``0``, the entry count, then ``topic partition offset`` lines. A
+file that breaks any of that is reported with the byte position of the bad
+line, never guessed at.
+"""
+
+from __future__ import annotations
+
+from readers.errors import FormatError
+
+VERSION = 0
+
+
+def parse(path: str, text: bytes) -> dict[tuple[str, int], int]:
+    lines, pos = [], 0
+    for raw in text.split(b"\n"):
+        lines.append((pos, raw))
+        pos += len(raw) + 1
+    if lines and lines[-1][1] == b"":
+        lines.pop()
+    else:
+        raise FormatError(path, max(len(text) - 1, 0), "checkpoint does not end with a newline")
+
+    def line(i: int) -> tuple[int, str]:
+        if i >= len(lines):
+            raise FormatError(path, len(text), f"checkpoint ends before line {i + 1}")
+        at, raw = lines[i]
+        try:
+            return at, raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FormatError(path, at, f"line {i + 1} is not UTF-8") from None
+
+    at, version = line(0)
+    if version.strip() != str(VERSION):
+        raise FormatError(path, at, f"unsupported checkpoint version {version!r} (expected {VERSION})")
+    at, count_text = line(1)
+    try:
+        count = int(count_text.strip())
+    except ValueError:
+        raise FormatError(path, at, f"entry count {count_text!r} is not a number") from None
+    if count != len(lines) - 2:
+        raise FormatError(path, at, f"entry count {count} does not match the {len(lines) - 2} entry lines")
+    entries: dict[tuple[str, int], int] = {}
+    for i in range(2, len(lines)):
+        at, entry = line(i)
+        fields = entry.split(" ")
+        if len(fields) != 3:
+            raise FormatError(path, at, f"line {i + 1} {entry!r} is not 'topic partition offset'")
+        topic, partition, offset = fields
+        try:
+            key, value = (topic, int(partition)), int(offset)
+        except ValueError:
+            raise FormatError(path, at, f"line {i + 1} {entry!r} has a non-numeric partition or offset") from None
+        if not topic or key[1] < 0:
+            raise FormatError(path, at, f"line {i + 1} {entry!r} names no valid topic-partition")
+        if key in entries:
+            raise FormatError(path, at, f"line {i + 1} repeats {topic}-{partition}")
+        entries[key] = value
+    return entries
+
+
+def render(entries: dict[tuple[str, int], int]) -> bytes:
+    body = "".join(f"{topic} {partition} {offset}\n" for (topic, partition), offset in sorted(entries.items()))
+    return f"{VERSION}\n{len(entries)}\n{body}".encode()

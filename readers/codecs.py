@@ -1,0 +1,125 @@
+"""Kafka's compression codecs, framed the way Kafka's Java client frames them.
+
+Decoders accept whatever a conforming producer may write (several gzip members,
+several lz4 frames, lz4 frames with or without checksums, zstd frames without a
+content size, snappy with or without xerial framing). Encoders write what Kafka's
+Java client writes. Both directions live here so reader and writer share one
+definition; ``writers`` imports it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import zlib
+
+import cramjam
+import lz4.frame
+import xxhash
+
+NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
+NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
+BY_NAME = {name: code for code, name in NAMES.items()}
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = struct.Struct(">8sii")
+_XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size, as Kafka uses it
+_INT32 = struct.Struct(">i")
+
+
+class CodecError(ValueError):
+    """Compressed bytes that the codec cannot decode (the caller adds file and position)."""
+
+
+def name(codec: int) -> str:
+    return NAMES.get(codec, f"unknown({codec})")
+
+
+def decompress(codec: int, data: bytes | memoryview) -> bytes:
+    try:
+        if codec == GZIP:
+            return gzip.decompress(data)
+        if codec == SNAPPY:
+            return _snappy_decode(data)
+        if codec == LZ4:
+            return _lz4_decode(data)
+        if codec == ZSTD:
+            return bytes(cramjam.zstd.decompress(data))
+    except CodecError:
+        raise
+    except (OSError, EOFError, RuntimeError, ValueError, zlib.error, struct.error) as exc:
+        raise CodecError(f"{name(codec)} data does not decompress: {exc}") from None
+    if codec == NONE:
+        return bytes(data)
+    raise CodecError(f"unknown compression codec {codec}")
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    if codec == NONE:
+        return bytes(data)
+    if codec == GZIP:
+        return gzip.compress(data, compresslevel=6, mtime=0)
+    if codec == SNAPPY:
+        return _snappy_encode(data)
+    if codec == LZ4:
+        # Kafka's KafkaLZ4BlockOutputStream: independent 64 KiB blocks, no checksums, no size.
+        return lz4.frame.compress(
+            data,
+            block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+            block_linked=False,
+            content_checksum=False,
+            store_size=False,
+        )
+    if codec == ZSTD:
+        return bytes(cramjam.zstd.compress(data, level=3))
+    raise CodecError(f"unknown compression codec {codec}")
+
+
+def _snappy_encode(data: bytes) -> bytes:
+    out = [_XERIAL_HEADER.pack(_XERIAL_MAGIC, 1, 1)]
+    view = memoryview(data)
+    for start in range(0, len(data), _XERIAL_BLOCK):
+        block = bytes(cramjam.snappy.compress_raw(view[start : start + _XERIAL_BLOCK]))
+        out.append(_INT32.pack(len(block)))
+        out.append(block)
+    return b"".join(out)
+
+
+def _snappy_decode(data: bytes | memoryview) -> bytes:
+    view = memoryview(data)
+    if bytes(view[:8]) != _XERIAL_MAGIC:
+        return bytes(cramjam.snappy.decompress_raw(view))
+    pos, out = _XERIAL_HEADER.size, []
+    while pos < len(view):
+        if pos + 4 > len(view):
+            raise CodecError(f"snappy chunk header cut short at byte {pos} of the payload")
+        (size,) = _INT32.unpack_from(view, pos)
+        pos += 4
+        if size < 0 or pos + size > len(view):
+            raise CodecError(f"snappy chunk of {size} bytes at byte {pos} runs past the payload")
+        out.append(bytes(cramjam.snappy.decompress_raw(view[pos : pos + size])))
+        pos += size
+    return b"".join(out)
+
+
+def _lz4_decode(data: bytes | memoryview) -> bytes:
+    view = memoryview(data)
+    pos, out = 0, []
+    while pos < len(view):
+        chunk, used = lz4.frame.decompress(view[pos:], return_bytes_read=True)
+        if used <= 0:
+            raise CodecError(f"lz4 frame at byte {pos} of the payload does not decode")
+        out.append(chunk)
+        pos += used
+    return b"".join(out)
+
+
+def fix_legacy_lz4_header(data: bytes) -> bytes:
+    """Magic-0 messages carry Kafka's pre-0.10 lz4 frames, whose header checksum
+    was computed over the magic bytes too (KAFKA-3160). Recompute it the standard way."""
+    if len(data) < 7:
+        return bytes(data)
+    flags = data[4]
+    end = 4 + 2 + (8 if flags & 0x08 else 0)
+    checksum = (xxhash.xxh32(data[4:end]).intdigest() >> 8) & 0xFF
+    return data[:end] + bytes([checksum]) + data[end + 1 :]

@@ -1,0 +1,116 @@
+"""Iterate the entries of a ``.log`` file from any seekable binary file object.
+
+Memory stays bounded by the chunk size (or one batch, when a batch is larger):
+a 1 GiB segment is never loaded whole. Framing problems (a torn or zero-filled
+tail, a length past the end of the file, an unknown magic) end the iteration
+with a ``FormatError`` naming the file and position, after every earlier valid
+batch has been yielded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from readers import codecs
+from readers.batch import (
+    ENTRY_PREFIX,
+    LEGACY_MIN_SIZE,
+    LOG_OVERHEAD,
+    V2_HEADER_SIZE,
+    Batch,
+)
+from readers.errors import FormatError
+
+DEFAULT_CHUNK = 8 << 20
+_PREFIX = ENTRY_PREFIX.size  # 17 bytes: enough to know the magic and the length
+_MAX_CODEC = {0: codecs.LZ4, 1: codecs.LZ4, 2: codecs.ZSTD}
+
+
+def problems(batch: Batch) -> list[str]:
+    """What is wrong inside an entry whose framing is sound (CRC, codec, counts)."""
+    found = []
+    computed = batch.compute_crc()
+    if computed != batch.crc:
+        found.append(f"CRC mismatch: stored {batch.crc:#010x}, computed {computed:#010x}")
+    if batch.codec > _MAX_CODEC[batch.magic]:
+        found.append(f"unknown compression codec {batch.codec} for magic {batch.magic}")
+    if batch.magic == 2:
+        if batch.records_count < 0:
+            found.append(f"negative record count {batch.records_count}")
+        if batch.last_offset_delta < 0:
+            found.append(f"negative lastOffsetDelta {batch.last_offset_delta}")
+        elif batch.records_count > batch.last_offset_delta + 1:
+            found.append(f"{batch.records_count} records cannot fit in {batch.last_offset_delta + 1} offsets")
+    return found
+
+
+def iter_batches(
+    f: BinaryIO,
+    path: str,
+    start: int = 0,
+    end: int | None = None,
+    chunk_size: int = DEFAULT_CHUNK,
+    strict: bool = True,
+) -> Iterator[Batch]:
+    """Yield the entries that start in [start, end) of the file.
+
+    With ``strict`` an entry with a bad CRC or unknown codec raises; without it,
+    such entries are yielded too (framing is intact) so that callers such as
+    ``verify`` can list every problem with ``problems()``.
+    """
+    f.seek(start)
+    buf, off, buf_pos, eof = b"", 0, start, False
+
+    def refill(need: int) -> None:
+        nonlocal buf, off, buf_pos, eof
+        rest = buf[off:]
+        want = max(chunk_size, need - len(rest))
+        data = f.read(want)
+        if len(data) < want:
+            eof = True
+        buf_pos += off
+        buf, off = rest + data, 0
+
+    while True:
+        pos = buf_pos + off
+        if end is not None and pos >= end:
+            return
+        avail = len(buf) - off
+        if avail < _PREFIX and not eof:
+            refill(_PREFIX)
+            continue
+        if avail == 0:
+            return
+        if avail < _PREFIX:
+            raise _tail_error(path, pos, buf[off:], f"{avail} bytes left, fewer than an entry header")
+        offset, length, _, magic = ENTRY_PREFIX.unpack_from(buf, off)
+        if length == 0 and offset == 0 and magic == 0 and not any(buf[off : off + _PREFIX]):
+            raise _tail_error(path, pos, buf[off:], "zero-filled entry header")
+        if magic not in (0, 1, 2):
+            raise FormatError(path, pos, f"unknown magic {magic} (entry at offset {offset}, length {length})")
+        minimum = V2_HEADER_SIZE - LOG_OVERHEAD if magic == 2 else LEGACY_MIN_SIZE[magic]
+        if length < minimum:
+            raise FormatError(path, pos, f"entry length {length} is below the magic-{magic} minimum of {minimum}")
+        total = length + LOG_OVERHEAD
+        if avail < total:
+            if eof:
+                raise FormatError(
+                    path, pos,
+                    f"torn batch: entry at offset {offset} needs {total} bytes, the file ends after {avail}",
+                )
+            refill(total)
+            continue
+        batch = Batch(path, buf, off, off + total, pos)
+        if strict:
+            found = problems(batch)
+            if found:
+                raise FormatError(path, pos, f"batch at offset {offset}: {'; '.join(found)}")
+        yield batch
+        off += total
+
+
+def _tail_error(path: str, pos: int, rest: bytes, what: str) -> FormatError:
+    if not any(rest):
+        return FormatError(path, pos, "zero-filled bytes start here (a preallocated or torn tail)")
+    return FormatError(path, pos, f"torn tail: {what}")
