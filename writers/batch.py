@@ -1,0 +1,145 @@
+"""Encode magic-v2 record batches, byte for byte as Kafka's Java client lays them out.
+
+Varints are minimal, record attributes are 0, the CRC-32C covers bytes
+[21, end). Re-encoding a decoded uncompressed batch gives its original bytes;
+compressed ones decode to the same records (codec output may differ).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import crc32c
+
+from readers import codecs
+from readers.batch import (
+    ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    NO_TIMESTAMP,
+    V2_CRC_START,
+    V2_HEADER,
+    Batch,
+)
+from readers.records import Record
+
+
+def varint(value: int) -> bytes:
+    """Zigzag LEB128, as Kafka's ByteUtils.writeVarlong (covers varint too)."""
+    z = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _sized(data: bytes | None) -> bytes:
+    return varint(-1) if data is None else varint(len(data)) + data
+
+
+def encode_record(record: Record, base_offset: int, base_timestamp: int) -> bytes:
+    body = [
+        b"\x00",
+        varint(record.timestamp - base_timestamp),
+        varint(record.offset - base_offset),
+        _sized(record.key),
+        _sized(record.value),
+        varint(len(record.headers)),
+    ]
+    for hkey, hvalue in record.headers:
+        body.append(_sized(hkey.encode("utf-8", "surrogateescape")))
+        body.append(_sized(hvalue))
+    encoded = b"".join(body)
+    return varint(len(encoded)) + encoded
+
+
+def encode_batch(
+    records: Sequence[Record],
+    *,
+    base_offset: int,
+    codec: int = codecs.NONE,
+    timestamp_type: int = 0,
+    partition_leader_epoch: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+    delete_horizon_ms: int | None = None,
+    last_offset_delta: int | None = None,
+    first_timestamp: int | None = None,
+    max_timestamp: int | None = None,
+) -> bytes:
+    """One v2 batch holding ``records`` (absolute offsets and timestamps).
+
+    ``last_offset_delta`` keeps an original batch's offset span after records
+    were removed (Kafka keeps it so producer sequences survive cleaning);
+    ``first_timestamp``/``max_timestamp`` carry an empty batch's header values
+    and, for LogAppendTime, the append time. With ``delete_horizon_ms`` the base
+    timestamp field holds the horizon and record deltas are relative to it.
+    """
+    if first_timestamp is None:
+        first_timestamp = records[0].timestamp if records else NO_TIMESTAMP
+    if max_timestamp is None:
+        max_timestamp = max((r.timestamp for r in records), default=NO_TIMESTAMP)
+    if last_offset_delta is None:
+        last_offset_delta = records[-1].offset - base_offset if records else 0
+    base_timestamp = first_timestamp if delete_horizon_ms is None else delete_horizon_ms
+    attributes = codec
+    if timestamp_type == LOG_APPEND_TIME:
+        attributes |= ATTR_TIMESTAMP_TYPE
+    if transactional:
+        attributes |= ATTR_TRANSACTIONAL
+    if control:
+        attributes |= ATTR_CONTROL
+    if delete_horizon_ms is not None:
+        attributes |= ATTR_DELETE_HORIZON
+    body = b"".join(encode_record(r, base_offset, base_timestamp) for r in records)
+    body = codecs.compress(codec, body)
+    header = V2_HEADER.pack(
+        base_offset, V2_HEADER.size - LOG_OVERHEAD + len(body), partition_leader_epoch, 2, 0,
+        attributes, last_offset_delta, base_timestamp, max_timestamp,
+        producer_id, producer_epoch, base_sequence, len(records),
+    )
+    out = bytearray(header)
+    out += body
+    crc = crc32c.crc32c(memoryview(out)[V2_CRC_START:])
+    out[17:21] = crc.to_bytes(4, "big")
+    return bytes(out)
+
+
+def encode_like(batch: Batch, records: Sequence[Record], delete_horizon_ms: int | None = None) -> bytes:
+    """Re-encode ``batch`` keeping only ``records``, as Kafka's cleaner rebuilds a batch.
+
+    Kept: base and last offset, codec, producer fields, timestamp type, leader
+    epoch, an existing delete horizon (``delete_horizon_ms`` stamps a new one).
+    The max timestamp is recomputed from the kept records (LogAppendTime keeps
+    the append time). With no record left, the result is Kafka's empty batch
+    header: uncompressed, no first timestamp, the original max timestamp.
+    """
+    if batch.magic != 2:
+        raise ValueError("only magic-v2 batches are re-encoded; legacy entries are kept as they are")
+    fields = dict(
+        base_offset=batch.base_offset_field,
+        timestamp_type=batch.timestamp_type,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        transactional=batch.is_transactional,
+        control=batch.is_control,
+        last_offset_delta=batch.last_offset_delta,
+    )
+    if not records:
+        return encode_batch((), codec=codecs.NONE, first_timestamp=NO_TIMESTAMP, max_timestamp=batch.max_timestamp, **fields)
+    if delete_horizon_ms is None and batch.has_delete_horizon:
+        delete_horizon_ms = batch.delete_horizon_ms
+    append_time = batch.max_timestamp if batch.timestamp_type == LOG_APPEND_TIME else None
+    return encode_batch(
+        records, codec=batch.codec, delete_horizon_ms=delete_horizon_ms, max_timestamp=append_time, **fields
+    )
