@@ -1,0 +1,1 @@
+"""Entry points: the ``kcompact`` command line and the spark-submit jobs (thin wrappers)."""

@@ -1,0 +1,133 @@
+"""List what a Kafka log dir holds: partitions, their segments, leftovers and checkpoints.
+
+Listing only: no segment is opened. Directories of partitions being deleted,
+moved or left stray (``-delete``, ``-future``, ``-stray``) are not live and are
+skipped; names that follow no Kafka convention are reported, not guessed.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+
+import storage
+from storage import FileInfo
+
+NOT_LIVE_SUFFIXES = ("-delete", "-future", "-stray")
+LEFTOVER_SUFFIXES = (".cleaned", ".swap", ".deleted")
+SEGMENT_KINDS = ("log", "index", "timeindex", "txnindex")
+BROKER_FILES = {"leader-epoch-checkpoint", "partition.metadata"}
+CHECKPOINTS = (
+    "cleaner-offset-checkpoint",
+    "log-start-offset-checkpoint",
+    "recovery-point-offset-checkpoint",
+    "replication-offset-checkpoint",
+)
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex|snapshot)((?:\.cleaned|\.swap|\.deleted)?)$")
+
+
+def segment_name(base_offset: int, kind: str) -> str:
+    return f"{base_offset:020d}.{kind}"
+
+
+@dataclass(slots=True)
+class Segment:
+    base_offset: int
+    log: FileInfo | None = None
+    index: FileInfo | None = None
+    timeindex: FileInfo | None = None
+    txnindex: FileInfo | None = None
+
+    @property
+    def size(self) -> int:
+        return self.log.size if self.log else 0
+
+
+@dataclass(slots=True)
+class Partition:
+    topic: str
+    partition: int
+    path: str
+    segments: list[Segment] = field(default_factory=list)
+    leftovers: list[FileInfo] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def active(self) -> Segment | None:
+        """The segment the broker appends to: the one with the highest base offset."""
+        return self.segments[-1] if self.segments else None
+
+
+@dataclass(slots=True)
+class LogDir:
+    path: str
+    partitions: list[Partition] = field(default_factory=list)
+    checkpoints: dict[str, str] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``orders-7`` -> ("orders", 7); the partition follows the LAST '-'."""
+    topic, sep, number = name.rpartition("-")
+    if not sep or not topic or not number.isdigit():
+        return None
+    return topic, int(number)
+
+
+def is_live_partition_dir(name: str) -> bool:
+    return not name.endswith(NOT_LIVE_SUFFIXES)
+
+
+def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] | None = None) -> Partition:
+    """Group a partition dir's files into segments; ``files`` skips the listing when known."""
+    if files is None:
+        files, _ = storage.list_dir(path)
+    part = Partition(topic, partition, path)
+    by_base: dict[int, Segment] = {}
+    for info in files:
+        name = posixpath.basename(info.path)
+        match = _SEGMENT_FILE.match(name)
+        if match is None:
+            if name not in BROKER_FILES and not name.endswith(".tmp"):
+                part.problems.append(f"{info.path}: not a Kafka segment file name")
+            continue
+        base, kind, suffix = int(match.group(1)), match.group(2), match.group(3)
+        if suffix:
+            part.leftovers.append(info)
+        elif kind in SEGMENT_KINDS:
+            setattr(by_base.setdefault(base, Segment(base)), kind, info)
+    for base in sorted(by_base):
+        seg = by_base[base]
+        if seg.log is None:
+            part.problems.append(f"{path}: index files for base offset {base} but no {segment_name(base, 'log')}")
+            continue
+        part.segments.append(seg)
+    return part
+
+
+def scan_log_dir(path: str) -> LogDir:
+    path = path.rstrip("/")
+    files, dirs = storage.list_dir(path)
+    logdir = LogDir(path)
+    for info in files:
+        name = posixpath.basename(info.path)
+        if name in CHECKPOINTS:
+            logdir.checkpoints[name] = info.path
+    for sub in sorted(dirs):
+        name = posixpath.basename(sub.rstrip("/"))
+        if not is_live_partition_dir(name):
+            logdir.skipped.append(sub)
+            continue
+        parsed = parse_partition_dir(name)
+        if parsed is None:
+            logdir.problems.append(f"{sub}: directory name is not <topic>-<partition>")
+            continue
+        logdir.partitions.append(scan_partition(sub, *parsed))
+    logdir.partitions.sort(key=lambda p: (p.topic, p.partition))
+    return logdir
