@@ -28,6 +28,7 @@ demo: $(STAMP)
 	$(BIN)/kcompact verify $(DEMO_DIR)
 
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 
 bench-format: $(STAMP)

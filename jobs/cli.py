@@ -83,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        # The reader went away (``kcompact dump ... | head``): stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except FormatError as exc:
         print(f"kcompact: {exc}", file=sys.stderr)
         return EXIT_PROBLEMS

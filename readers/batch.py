@@ -11,10 +11,11 @@ import struct
 import zlib
 
 import crc32c
+import numpy as np
 
-from readers import codecs
+from readers import codecs, scan
 from readers.errors import FormatError
-from readers.records import Record, RecordsError, control_type, decode_section
+from readers.records import Record, build_records, control_type
 
 LOG_OVERHEAD = 12  # baseOffset int64 + batchLength int32, not counted in batchLength
 ENTRY_PREFIX = struct.Struct(">qiib")  # offset, length, (leader epoch | crc), magic
@@ -158,25 +159,40 @@ class Batch:
         except codecs.CodecError as exc:
             raise FormatError(self.path, self.position, f"batch at offset {self.base_offset_field}: {exc}") from None
 
+    def scan_records(self) -> tuple[bytes, np.ndarray, np.ndarray]:
+        """The v2 records section located by the compiled scanner: (bytes holding the
+        section, their uint8 view, position matrix with positions absolute in those bytes).
+        An uncompressed section is scanned where it lies, without a copy."""
+        if self.codec == codecs.NONE:
+            data, start, end = self.buf, self.start + V2_HEADER_SIZE, self.end
+        else:
+            data = self.payload()
+            start, end = 0, len(data)
+        if self.records_count < 0:
+            raise self._records_error(0, f"negative record count {self.records_count}")
+        buf = np.frombuffer(data, dtype=np.uint8)
+        cols, err, pos = scan.scan_records(buf, start, end, self.records_count)
+        if err != scan.OK:
+            raise self._records_error(int(pos) - start, scan.MESSAGES[err])
+        return data, buf, cols
+
     def records(self) -> list[Record]:
         if self.magic != 2:
             if self._legacy_records is None:
                 self._legacy_records = _legacy_records(self)
             return self._legacy_records
-        payload = self.payload()
+        data, buf, cols = self.scan_records()
         append_time = self.max_timestamp if self.timestamp_type == LOG_APPEND_TIME else None
-        try:
-            return decode_section(payload, self.records_count, self.base_offset_field, self.base_timestamp, append_time)
-        except RecordsError as exc:
-            raise FormatError(self.path, *self._records_error_at(exc)) from None
+        return build_records(data, buf, cols, self.base_offset_field, self.base_timestamp, append_time)
 
-    def _records_error_at(self, exc: RecordsError) -> tuple[int, str]:
+    def _records_error(self, section_pos: int, what: str) -> FormatError:
+        """A malformed records section, at its file position when uncompressed."""
+        prefix = f"batch at offset {self.base_offset_field}"
         if self.codec == codecs.NONE:
-            return self.position + V2_HEADER_SIZE + exc.position, f"batch at offset {self.base_offset_field}: {exc}"
-        return self.position, (
-            f"batch at offset {self.base_offset_field}: byte {exc.position} of its "
-            f"decompressed {codecs.name(self.codec)} records: {exc}"
-        )
+            return FormatError(self.path, self.position + V2_HEADER_SIZE + section_pos, f"{prefix}: {what}")
+        return FormatError(self.path, self.position, (
+            f"{prefix}: byte {section_pos} of its decompressed {codecs.name(self.codec)} records: {what}"
+        ))
 
     def control_type(self) -> int | None:
         """ABORT (0) or COMMIT (1) for a control batch, else None."""
@@ -220,8 +236,9 @@ def _legacy_records(batch: Batch) -> list[Record]:
         pos = end
     if not entries:
         return []
-    # v1 wrappers carry relative inner offsets ending at the wrapper's own offset.
-    shift = batch.base_offset_field - entries[-1][0] if batch.magic >= 1 else 0
+    # v1 wrappers carry relative inner offsets ending at the wrapper's own offset; like
+    # Kafka, a shift that would go negative is not applied (the inner offsets stand).
+    shift = max(batch.base_offset_field - entries[-1][0], 0) if batch.magic >= 1 else 0
     append_time = batch.timestamp_type == LOG_APPEND_TIME
     return [
         Record(offset + shift, batch.max_timestamp if append_time else ts, k, v)

@@ -7,9 +7,18 @@ line, never guessed at.
 
 from __future__ import annotations
 
+import re
+
 from readers.errors import FormatError
 
 VERSION = 0
+_NUMBER = re.compile(r"-?[0-9]+")  # what Java's Long.parseLong accepts (no '+', '_' or spaces)
+
+
+def _number(text: str) -> int:
+    if not _NUMBER.fullmatch(text):
+        raise ValueError(text)
+    return int(text)
 
 
 def parse(path: str, text: bytes) -> dict[tuple[str, int], int]:
@@ -20,7 +29,7 @@ def parse(path: str, text: bytes) -> dict[tuple[str, int], int]:
     if lines and lines[-1][1] == b"":
         lines.pop()
     else:
-        raise FormatError(path, max(len(text) - 1, 0), "checkpoint does not end with a newline")
+        raise FormatError(path, lines[-1][0], "checkpoint does not end with a newline (its last line is cut short)")
 
     def line(i: int) -> tuple[int, str]:
         if i >= len(lines):
@@ -32,11 +41,11 @@ def parse(path: str, text: bytes) -> dict[tuple[str, int], int]:
             raise FormatError(path, at, f"line {i + 1} is not UTF-8") from None
 
     at, version = line(0)
-    if version.strip() != str(VERSION):
+    if version != str(VERSION):
         raise FormatError(path, at, f"unsupported checkpoint version {version!r} (expected {VERSION})")
     at, count_text = line(1)
     try:
-        count = int(count_text.strip())
+        count = _number(count_text)
     except ValueError:
         raise FormatError(path, at, f"entry count {count_text!r} is not a number") from None
     if count != len(lines) - 2:
@@ -49,7 +58,7 @@ def parse(path: str, text: bytes) -> dict[tuple[str, int], int]:
             raise FormatError(path, at, f"line {i + 1} {entry!r} is not 'topic partition offset'")
         topic, partition, offset = fields
         try:
-            key, value = (topic, int(partition)), int(offset)
+            key, value = (topic, _number(partition)), _number(offset)
         except ValueError:
             raise FormatError(path, at, f"line {i + 1} {entry!r} has a non-numeric partition or offset") from None
         if not topic or key[1] < 0:

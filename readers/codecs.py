@@ -47,7 +47,7 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
             return bytes(cramjam.zstd.decompress(data))
     except CodecError:
         raise
-    except (OSError, EOFError, RuntimeError, ValueError, zlib.error, struct.error) as exc:
+    except (OSError, EOFError, RuntimeError, ValueError, zlib.error, struct.error, cramjam.DecompressionError) as exc:
         raise CodecError(f"{name(codec)} data does not decompress: {exc}") from None
     if codec == NONE:
         return bytes(data)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 class FormatError(ValueError):
     """Input that does not follow Kafka's on-disk format.
@@ -16,3 +18,21 @@ class FormatError(ValueError):
         self.what = what
         where = path if position is None else f"{path}: byte {position}"
         super().__init__(f"{where}: {what}")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One fault found while listing or checking: the file, the byte position in it
+    (None: the file or directory as a whole), what is wrong."""
+
+    path: str
+    position: int | None
+    what: str
+
+    def __str__(self) -> str:
+        where = self.path if self.position is None else f"{self.path}: byte {self.position}"
+        return f"{where}: {self.what}"
+
+    @classmethod
+    def of(cls, exc: FormatError) -> Problem:
+        return cls(exc.path, exc.position, exc.what)

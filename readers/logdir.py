@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 import storage
+from readers.errors import Problem
 from storage import FileInfo
 
 NOT_LIVE_SUFFIXES = ("-delete", "-future", "-stray")
@@ -51,7 +52,7 @@ class Partition:
     path: str
     segments: list[Segment] = field(default_factory=list)
     leftovers: list[FileInfo] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -69,7 +70,7 @@ class LogDir:
     partitions: list[Partition] = field(default_factory=list)
     checkpoints: dict[str, str] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -95,7 +96,7 @@ def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] 
         match = _SEGMENT_FILE.match(name)
         if match is None:
             if name not in BROKER_FILES and not name.endswith(".tmp"):
-                part.problems.append(f"{info.path}: not a Kafka segment file name")
+                part.problems.append(Problem(info.path, None, "not a Kafka segment file name"))
             continue
         base, kind, suffix = int(match.group(1)), match.group(2), match.group(3)
         if suffix:
@@ -105,7 +106,7 @@ def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] 
     for base in sorted(by_base):
         seg = by_base[base]
         if seg.log is None:
-            part.problems.append(f"{path}: index files for base offset {base} but no {segment_name(base, 'log')}")
+            part.problems.append(Problem(path, None, f"index files for base offset {base} but no {segment_name(base, 'log')}"))
             continue
         part.segments.append(seg)
     return part
@@ -126,7 +127,7 @@ def scan_log_dir(path: str) -> LogDir:
             continue
         parsed = parse_partition_dir(name)
         if parsed is None:
-            logdir.problems.append(f"{sub}: directory name is not <topic>-<partition>")
+            logdir.problems.append(Problem(sub, None, "directory name is not <topic>-<partition>"))
             continue
         logdir.partitions.append(scan_partition(sub, *parsed))
     logdir.partitions.sort(key=lambda p: (p.topic, p.partition))

@@ -32,41 +32,21 @@ class Record:
     headers: tuple[Header, ...] = ()
 
 
-class RecordsError(ValueError):
-    """A malformed records section; ``position`` is relative to the section's start."""
-
-    def __init__(self, position: int, what: str):
-        self.position = position
-        super().__init__(what)
-
-
-def scan_section(payload: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """The uint8 view of ``payload`` and its record position matrix (see ``scan``)."""
-    buf = np.frombuffer(payload, dtype=np.uint8)
-    if count < 0:
-        raise RecordsError(0, f"negative record count {count}")
-    columns, err, pos = scan.scan_records(buf, 0, len(buf), count)
-    if err != scan.OK:
-        raise RecordsError(int(pos), scan.MESSAGES[err])
-    return buf, columns
-
-
-def decode_section(
-    payload: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
+def build_records(
+    data: bytes, buf: np.ndarray, cols: np.ndarray, base_offset: int, base_timestamp: int, log_append_time: int | None
 ) -> list[Record]:
-    """Decode ``count`` records. ``log_append_time`` replaces every timestamp when set."""
-    buf, cols = scan_section(payload, count)
+    """Records from a scanned section: ``buf`` is the uint8 view of ``data`` and ``cols``
+    the scanner's position matrix. ``log_append_time`` replaces every timestamp when set."""
     records = []
-    for row in cols.tolist():
-        off_delta, ts_delta, kpos, klen, vpos, vlen, hpos, hcount, _ = row
-        key = payload[kpos : kpos + klen] if kpos >= 0 else None
-        value = payload[vpos : vpos + vlen] if vpos >= 0 else None
+    for off_delta, ts_delta, kpos, klen, vpos, vlen, hpos, hcount, _ in cols.tolist():
+        key = data[kpos : kpos + klen] if kpos >= 0 else None
+        value = data[vpos : vpos + vlen] if vpos >= 0 else None
         headers: tuple[Header, ...] = ()
         if hcount:
             headers = tuple(
                 (
-                    payload[hk : hk + hkl].decode("utf-8", "surrogateescape"),
-                    payload[hv : hv + hvl] if hv >= 0 else None,
+                    data[hk : hk + hkl].decode("utf-8", "surrogateescape"),
+                    data[hv : hv + hvl] if hv >= 0 else None,
                 )
                 for hk, hkl, hv, hvl in scan.scan_headers(buf, hpos, hcount).tolist()
             )

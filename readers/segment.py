@@ -60,33 +60,44 @@ def iter_batches(
     ``verify`` can list every problem with ``problems()``.
     """
     f.seek(start)
-    buf, off, buf_pos, eof = b"", 0, start, False
+    # The bytes read and not yet consumed are buf[off:] followed by ``more``. ``more`` is only
+    # set while the entry at ``off`` straddles two reads: then that entry alone is copied,
+    # instead of joining whole chunks (a copy into fresh memory costs more than the read).
+    buf, off, buf_pos, eof, more = b"", 0, start, False, b""
 
     def refill(need: int) -> None:
-        nonlocal buf, off, buf_pos, eof
-        rest = buf[off:]
-        want = max(chunk_size, need - len(rest))
+        nonlocal buf, off, buf_pos, eof, more
+        rest = len(buf) - off + len(more)
+        want = max(chunk_size, need - rest)
         data = f.read(want)
         if len(data) < want:
             eof = True
-        buf_pos += off
-        buf, off = rest + data, 0
+        if more:  # an entry longer than what two reads held: join (rare)
+            buf_pos += off
+            buf, off, more = buf[off:] + more + data, 0, b""
+        elif rest:
+            more = data
+        else:
+            buf_pos += off
+            buf, off = data, 0
 
     while True:
         pos = buf_pos + off
         if end is not None and pos >= end:
             return
-        avail = len(buf) - off
+        in_buf = len(buf) - off
+        avail = in_buf + len(more)
         if avail < _PREFIX and not eof:
             refill(_PREFIX)
             continue
         if avail == 0:
             return
         if avail < _PREFIX:
-            raise _tail_error(path, pos, buf[off:], f"{avail} bytes left, fewer than an entry header")
-        offset, length, _, magic = ENTRY_PREFIX.unpack_from(buf, off)
-        if length == 0 and offset == 0 and magic == 0 and not any(buf[off : off + _PREFIX]):
-            raise _tail_error(path, pos, buf[off:], "zero-filled entry header")
+            raise _tail_error(path, pos, buf[off:] + more, f"{avail} bytes left, fewer than an entry header")
+        head, at = (buf, off) if in_buf >= _PREFIX else (buf[off:] + more[:_PREFIX], 0)
+        offset, length, _, magic = ENTRY_PREFIX.unpack_from(head, at)
+        if length == 0 and offset == 0 and magic == 0 and not any(head[at : at + _PREFIX]):
+            raise _tail_error(path, pos, buf[off:] + more, "zero-filled entry header")
         if magic not in (0, 1, 2):
             raise FormatError(path, pos, f"unknown magic {magic} (entry at offset {offset}, length {length})")
         minimum = V2_HEADER_SIZE - LOG_OVERHEAD if magic == 2 else LEGACY_MIN_SIZE[magic]
@@ -101,13 +112,18 @@ def iter_batches(
                 )
             refill(total)
             continue
-        batch = Batch(path, buf, off, off + total, pos)
+        if in_buf >= total:
+            batch = Batch(path, buf, off, off + total, pos)
+            off += total
+        else:  # the entry straddles two reads: copy it alone, then go on in the newer read
+            used = total - in_buf
+            batch = Batch(path, buf[off:] + more[:used], 0, total, pos)
+            buf, off, buf_pos, more = more, used, pos + in_buf, b""
         if strict:
             found = problems(batch)
             if found:
                 raise FormatError(path, pos, f"batch at offset {offset}: {'; '.join(found)}")
         yield batch
-        off += total
 
 
 def _tail_error(path: str, pos: int, rest: bytes, what: str) -> FormatError:

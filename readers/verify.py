@@ -1,0 +1,286 @@
+"""``kcompact verify``: check a log dir against every invariant a broker relies on.
+
+Nothing is repaired and nothing stops at the first fault: each problem is listed
+with its file and, wherever one exists, the byte position, so a bad segment can
+be found with a hex editor. Framing errors end the reading of one ``.log`` (its
+entries cannot be located past them); CRC and codec errors do not, since the
+framing around them is intact.
+"""
+
+from __future__ import annotations
+
+import bisect
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+import storage
+from readers import checkpoint, codecs
+from readers.batch import NO_TIMESTAMP, Batch
+from readers.errors import FormatError, Problem
+from readers.indexes import (
+    OFFSET_ENTRY,
+    TIME_ENTRY,
+    TXN_ENTRY,
+    parse_offset_index,
+    parse_time_index,
+    parse_txn_index,
+)
+from readers.logdir import LogDir, Partition, Segment, scan_log_dir, segment_name
+from readers.records import Record
+from readers.segment import iter_batches, problems
+
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+MAX_RELATIVE_OFFSET = 0x7FFFFFFF  # index entries store offset - base offset as an int32
+LEFTOVER_MEANING = {
+    ".cleaned": "leftover of an unfinished segment rewrite (.cleaned): a broker deletes it on load",
+    ".swap": "leftover of an unfinished segment replacement (.swap): a broker completes or drops it on load",
+    ".deleted": "leftover of a replaced segment (.deleted): a broker deletes it on load",
+}
+
+
+@dataclass(slots=True)
+class SegmentSummary:
+    """What the index checks need from a ``.log``: where batches start and which offsets they end at."""
+
+    base_offset: int
+    last_offset: int  # base_offset - 1 while no batch was read
+    max_timestamp: int = NO_TIMESTAMP
+    positions: list[int] = field(default_factory=list)
+    last_offsets: list[int] = field(default_factory=list)
+
+
+def verify_log_dir(path: str) -> list[Problem]:
+    logdir = scan_log_dir(path)
+    found = list(logdir.problems)
+    for part in logdir.partitions:
+        found += check_partition(part)
+    found += check_checkpoints(logdir)
+    return found
+
+
+def check_partition(part: Partition) -> list[Problem]:
+    found = list(part.problems)
+    for info in part.leftovers:
+        suffix = posixpath.splitext(info.path)[1]
+        found.append(Problem(info.path, None, LEFTOVER_MEANING[suffix]))
+    prev_last = -1
+    for i, seg in enumerate(part.segments):
+        active = seg is part.active
+        next_base = None if active else part.segments[i + 1].base_offset
+        summary, seg_found = check_log(seg, prev_last, next_base)
+        found += seg_found
+        found += check_indexes(part, seg, summary, active)
+        prev_last = max(prev_last, summary.last_offset)
+    return found
+
+
+# -- the .log -------------------------------------------------------------------------
+def check_log(seg: Segment, prev_last: int, next_base: int | None) -> tuple[SegmentSummary, list[Problem]]:
+    """Read every entry of the segment; ``prev_last`` is the last offset of earlier segments."""
+    path = seg.log.path
+    summary = SegmentSummary(seg.base_offset, seg.base_offset - 1)
+    found = []
+    if seg.size == 0 and next_base is not None:
+        found.append(Problem(path, None, "empty segment that is not the active one"))
+    with storage.open_read(path) as f:
+        try:
+            for batch in iter_batches(f, path, strict=False):
+                records, batch_found = check_batch(batch)
+                first = _first_offset(batch, records)
+                found += batch_found
+                found += _check_offsets(batch, first, prev_last, seg.base_offset, next_base)
+                prev_last = batch.last_offset
+                _summarize(summary, batch)
+        except FormatError as exc:
+            found.append(Problem.of(exc))
+    return summary, found
+
+
+def check_batch(batch: Batch) -> tuple[list[Record] | None, list[Problem]]:
+    """CRC, codec and header counts, then the records themselves (decompressed and walked)."""
+    found = [Problem(batch.path, batch.position, f"batch at offset {batch.base_offset_field}: {what}")
+             for what in problems(batch)]
+    if batch.codec not in codecs.NAMES:
+        return None, found  # already reported; nothing to decode with
+    try:
+        records = batch.records()
+    except FormatError as exc:
+        return None, found + [Problem.of(exc)]
+    return records, found + _check_record_offsets(batch, records)
+
+
+def _check_record_offsets(batch: Batch, records: list[Record]) -> list[Problem]:
+    """Record offsets strictly increase and stay inside the batch's [base, last] range."""
+    low, high = _first_offset(batch, records), batch.last_offset
+    prev = low - 1
+    for record in records:
+        if not prev < record.offset <= high:
+            return [Problem(batch.path, batch.position,
+                            f"batch at offset {batch.base_offset_field}: record offset {record.offset} "
+                            f"breaks the batch's increasing range {low}..{high} (previous {prev})")]
+        prev = record.offset
+    return []
+
+
+def _first_offset(batch: Batch, records: list[Record] | None) -> int:
+    """v2: the header's base offset; a legacy wrapper's header holds its LAST inner offset."""
+    if batch.magic == 2 or not records:
+        return batch.base_offset_field
+    return records[0].offset
+
+
+def _check_offsets(batch: Batch, first: int, prev_last: int, base: int, next_base: int | None) -> list[Problem]:
+    last = batch.last_offset
+    where = f"batch at offset {batch.base_offset_field}"
+    checks = [
+        (first > prev_last, f"{where}: offsets {first}..{last} do not follow the previous last offset {prev_last}"),
+        (first >= base, f"{where}: offset {first} is below the segment's base offset {base} (from its name)"),
+        (last - base <= MAX_RELATIVE_OFFSET,
+         f"{where}: last offset {last} is too far past base offset {base} for the indexes"),
+        (next_base is None or last < next_base,
+         f"{where}: last offset {last} reaches the next segment's base offset {next_base}"),
+    ]
+    return [Problem(batch.path, batch.position, what) for ok, what in checks if not ok]
+
+
+def _summarize(summary: SegmentSummary, batch: Batch) -> None:
+    summary.positions.append(batch.position)
+    summary.last_offsets.append(batch.last_offset)
+    summary.last_offset = max(summary.last_offset, batch.last_offset)
+    summary.max_timestamp = max(summary.max_timestamp, batch.max_timestamp)
+
+
+# -- the three indexes -----------------------------------------------------------------
+IndexCheck = Callable[[str, bytes, SegmentSummary], list[Problem]]
+
+
+def check_indexes(part: Partition, seg: Segment, summary: SegmentSummary, active: bool) -> list[Problem]:
+    """A closed segment must have its offset and time index; a txnindex is optional."""
+    checks: dict[str, IndexCheck] = {
+        "index": check_offset_index,
+        "timeindex": partial(check_time_index, closed=not active),
+        "txnindex": check_txn_index,
+    }
+    found = []
+    for kind, check in checks.items():
+        info = getattr(seg, kind)
+        if info is not None:
+            found += _parsed(info.path, check, summary)
+        elif kind != "txnindex" and not active:
+            found.append(Problem(storage.join(part.path, segment_name(seg.base_offset, kind)), None,
+                                 "missing for a closed segment (Kafka rebuilds it, but it should be there)"))
+    return found
+
+
+def _parsed(path: str, check: IndexCheck, summary: SegmentSummary) -> list[Problem]:
+    try:
+        return check(path, storage.read_bytes(path), summary)
+    except FormatError as exc:
+        return [Problem.of(exc)]
+
+
+def check_offset_index(path: str, data: bytes, summary: SegmentSummary) -> list[Problem]:
+    """Entries strictly increase, lie in the segment, point at batch starts, and at or before their offset."""
+    found = []
+    prev = None
+    for i, entry in enumerate(parse_offset_index(path, data)):
+        at, offset = i * OFFSET_ENTRY.size, summary.base_offset + entry.relative_offset
+        if prev is not None and (entry.relative_offset <= prev.relative_offset or entry.position <= prev.position):
+            found.append(Problem(path, at, f"entry (offset {offset}, position {entry.position}) does not strictly "
+                                           f"follow (offset {summary.base_offset + prev.relative_offset}, "
+                                           f"position {prev.position})"))
+        prev = entry
+        if not _in_segment(entry.relative_offset, offset, summary):
+            found.append(Problem(path, at, _outside(offset, summary)))
+            continue
+        k = bisect.bisect_left(summary.positions, entry.position)
+        if k == len(summary.positions) or summary.positions[k] != entry.position:
+            found.append(Problem(path, at, f"position {entry.position} (offset {offset}) is not the start of a batch"))
+            continue
+        holder = bisect.bisect_left(summary.last_offsets, offset)
+        if holder < len(summary.positions) and summary.positions[holder] < entry.position:
+            found.append(Problem(path, at, f"offset {offset} is in the batch at position {summary.positions[holder]}, "
+                                           f"before the entry's position {entry.position}"))
+    return found
+
+
+def check_time_index(path: str, data: bytes, summary: SegmentSummary, closed: bool) -> list[Problem]:
+    """Timestamps strictly increase, offsets never decrease; a closed segment's last entry
+    holds its largest timestamp (time-based retention reads it there)."""
+    found = []
+    entries = parse_time_index(path, data)
+    prev = None
+    for i, entry in enumerate(entries):
+        at, offset = i * TIME_ENTRY.size, summary.base_offset + entry.relative_offset
+        if prev is not None and entry.timestamp <= prev.timestamp:
+            found.append(Problem(path, at, f"timestamp {entry.timestamp} does not increase on {prev.timestamp}"))
+        if prev is not None and entry.relative_offset < prev.relative_offset:
+            found.append(Problem(path, at, f"offset {offset} decreases from "
+                                           f"{summary.base_offset + prev.relative_offset}"))
+        if not _in_segment(entry.relative_offset, offset, summary):
+            found.append(Problem(path, at, _outside(offset, summary)))
+        prev = entry
+    if not closed or summary.max_timestamp == NO_TIMESTAMP:
+        return found
+    if not entries:
+        found.append(Problem(path, None, f"no entry for the segment's largest timestamp {summary.max_timestamp}"))
+    elif entries[-1].timestamp != summary.max_timestamp:
+        found.append(Problem(path, (len(entries) - 1) * TIME_ENTRY.size,
+                             f"last entry's timestamp {entries[-1].timestamp} is not the segment's largest "
+                             f"timestamp {summary.max_timestamp}"))
+    return found
+
+
+def check_txn_index(path: str, data: bytes, summary: SegmentSummary) -> list[Problem]:
+    """An aborted transaction ends (its ABORT marker) within or before the segment."""
+    found = []
+    for i, txn in enumerate(parse_txn_index(path, data)):
+        at = i * TXN_ENTRY.size
+        if txn.first_offset > txn.last_offset:
+            found.append(Problem(path, at, f"producer {txn.producer_id}: first offset {txn.first_offset} "
+                                           f"is after last offset {txn.last_offset}"))
+        if txn.last_offset > summary.last_offset:
+            found.append(Problem(path, at, f"producer {txn.producer_id}: last offset {txn.last_offset} is after "
+                                           f"the segment's last offset {summary.last_offset}"))
+    return found
+
+
+def _in_segment(relative: int, offset: int, summary: SegmentSummary) -> bool:
+    return relative >= 0 and offset <= summary.last_offset
+
+
+def _outside(offset: int, summary: SegmentSummary) -> str:
+    return f"offset {offset} lies outside the segment's offsets {summary.base_offset}..{summary.last_offset}"
+
+
+# -- checkpoints -------------------------------------------------------------------------
+def check_checkpoints(logdir: LogDir) -> list[Problem]:
+    """Each checkpoint parses; the cleaner's names only partitions that exist."""
+    live = {(p.topic, p.partition) for p in logdir.partitions}
+    found = []
+    for name, path in sorted(logdir.checkpoints.items()):
+        text = storage.read_bytes(path)
+        try:
+            entries = checkpoint.parse(path, text)
+        except FormatError as exc:
+            found.append(Problem.of(exc))
+            continue
+        if name != CLEANER_CHECKPOINT:
+            continue
+        lines = _line_positions(text)
+        found += [Problem(path, lines[key], f"entry for {key[0]}-{key[1]}, which has no partition directory")
+                  for key in entries if key not in live]
+    return found
+
+
+def _line_positions(text: bytes) -> dict[tuple[str, int], int]:
+    """Byte position of each entry line of a checkpoint that already parsed."""
+    positions, at = {}, 0
+    for i, line in enumerate(text.split(b"\n")):
+        if i >= 2 and line:
+            topic, partition, _ = line.decode("utf-8").split(" ")
+            positions[(topic, int(partition))] = at
+        at += len(line) + 1
+    return positions

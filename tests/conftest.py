@@ -1,0 +1,32 @@
+"""Session fixtures shared by the tests; builders and readers are in tests/support.py."""
+
+from __future__ import annotations
+
+import pytest
+
+
+# -- S3 through moto's server mode --------------------------------------------------------
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A moto S3 server on 127.0.0.1 that every ``s3://`` path of this session talks to."""
+    import fsspec
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)  # 0: the OS picks a free port
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    saved = fsspec.config.conf.get("s3")
+    fsspec.config.conf["s3"] = {"client_kwargs": {"endpoint_url": endpoint},
+                                "key": "testing", "secret": "testing"}
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        yield endpoint
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+        if saved is None:
+            fsspec.config.conf.pop("s3", None)
+        else:
+            fsspec.config.conf["s3"] = saved
+        server.stop()

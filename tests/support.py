@@ -1,0 +1,221 @@
+"""Builders and readers shared by the tests (fixtures live in conftest.py).
+
+Truth comes from outside the code under test: kafka-python builds and reads
+batches, struct/crc32c/zlib build bytes by hand, and Kafka wrote the golden
+fixture log dir. The helpers here only patch what a broker patches (base
+offset, leader epoch, LogAppendTime) and recompute the CRC with crc32c.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from pathlib import Path
+
+import crc32c
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords
+
+from readers.records import Record
+from readers.segment import DEFAULT_CHUNK, iter_batches
+
+FIXTURE_DIR = Path(os.environ.get(
+    "KCOMPACT_FIXTURES", Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kafka-written"))
+FIXTURE_INPUT = FIXTURE_DIR / "input"
+
+V2_HEADER = struct.Struct(">qiibIhiqqqhii")  # Kafka's v2 batch header, written out again here
+ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL, ATTR_CONTROL = 0x08, 0x10, 0x20
+
+
+# -- our reader -----------------------------------------------------------------------
+def read_batches(data: bytes, chunk_size: int = DEFAULT_CHUNK, **kwargs) -> list:
+    """Every entry our segment reader finds in ``data``."""
+    return list(iter_batches(io.BytesIO(data), "mem.log", chunk_size=chunk_size, **kwargs))
+
+
+def read_one(data: bytes):
+    (batch,) = read_batches(data)
+    return batch
+
+
+# -- kafka-python as the independent reader/builder ------------------------------------
+def kp_record(r) -> Record:
+    """A kafka-python record as one of ours, for comparisons."""
+    return Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
+
+
+def kp_batches(data: bytes) -> list:
+    """kafka-python's view of a log byte string: every batch, CRC checked."""
+    out = []
+    for batch in MemoryRecords(bytes(data)):
+        assert batch.validate_crc(), f"kafka-python rejects the CRC of {batch}"
+        out.append(batch)
+    return out
+
+
+def kp_decode_v2(data: bytes) -> tuple[DefaultRecordBatch, list[Record]]:
+    """One v2 batch read by kafka-python (CRC validated) and its records."""
+    batch = DefaultRecordBatch(bytes(data))
+    assert batch.size_in_bytes == len(data), "batchLength does not cover the batch"
+    assert batch.validate_crc(), "kafka-python rejects the CRC"
+    return batch, [kp_record(r) for r in batch]
+
+
+def recompute_crc32c(buf: bytearray) -> bytearray:
+    struct.pack_into(">I", buf, 17, crc32c.crc32c(bytes(buf[21:])))
+    return buf
+
+
+def kp_build(
+    records,
+    *,
+    codec: int = 0,
+    base_offset: int = 0,
+    leader_epoch: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    log_append_time: int | None = None,
+    extra_attributes: int = 0,
+    require_codec: bool = True,
+) -> bytes:
+    """A v2 batch built by kafka-python's producer-side builder, then given a base
+    offset, leader epoch and (optionally) LogAppendTime the way a broker stamps them:
+    header fields only, records untouched, CRC-32C recomputed.
+
+    ``records`` hold absolute offsets; kafka-python writes them as deltas. kafka-python sends a
+    batch uncompressed when compression does not pay; ``require_codec`` turns that into an error."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=codec, is_transactional=transactional,
+        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+        batch_size=1 << 30,
+    )
+    for r in records:
+        meta = builder.append(r.offset - base_offset, timestamp=r.timestamp, key=r.key, value=r.value,
+                              headers=list(r.headers))
+        assert meta is not None
+    buf = bytearray(builder.build())
+    fields = list(V2_HEADER.unpack_from(buf))
+    if require_codec:
+        assert fields[5] & 0x07 == codec, "kafka-python fell back to no compression: use compressible values"
+    fields[0], fields[2] = base_offset, leader_epoch
+    fields[5] |= extra_attributes
+    if log_append_time is not None:
+        fields[5] |= ATTR_LOG_APPEND_TIME
+        fields[8] = log_append_time
+    V2_HEADER.pack_into(buf, 0, *fields)
+    return bytes(recompute_crc32c(buf))
+
+
+def hand_varint(value: int) -> bytes:
+    """Zigzag LEB128 written out independently of writers.batch.varint."""
+    z = (value << 1) ^ (value >> 63)
+    z &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte, z = z & 0x7F, z >> 7
+        out.append(byte | (0x80 if z else 0))
+        if not z:
+            return bytes(out)
+
+
+def hand_v2_batch(
+    records_section: bytes,
+    *,
+    base_offset: int,
+    count: int,
+    last_offset_delta: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    attributes: int = 0,
+    leader_epoch: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """A v2 batch assembled with struct from an already encoded records section."""
+    buf = bytearray(V2_HEADER.pack(
+        base_offset, V2_HEADER.size - 12 + len(records_section), leader_epoch, 2, 0, attributes,
+        last_offset_delta, first_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count,
+    ))
+    buf += records_section
+    return bytes(recompute_crc32c(buf))
+
+
+def hand_control_batch(
+    kind: int, *, offset: int, timestamp: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+    leader_epoch: int = 0,
+) -> bytes:
+    """A transaction marker exactly as Kafka writes it (EndTransactionMarker): one record,
+    key = int16 version 0 + int16 type, value = int16 version 0 + int32 coordinator epoch."""
+    key = struct.pack(">hh", 0, kind)
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    body = b"\x00" + hand_varint(0) + hand_varint(0) + hand_varint(len(key)) + key + hand_varint(len(value)) + value
+    body += hand_varint(0)
+    record = hand_varint(len(body)) + body
+    return hand_v2_batch(
+        record, base_offset=offset, count=1, last_offset_delta=0, first_timestamp=timestamp,
+        max_timestamp=timestamp, attributes=ATTR_TRANSACTIONAL | ATTR_CONTROL, leader_epoch=leader_epoch,
+        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=-1,
+    )
+
+
+# -- partitions laid out as a broker lays them out ---------------------------------------
+TS0 = 1_720_000_000_000
+INTERVAL = 200  # index.interval.bytes, small so that segments get several index entries
+OFFSET_ENTRY, TIME_ENTRY, TXN_ENTRY = struct.Struct(">ii"), struct.Struct(">qi"), struct.Struct(">hqqqq")
+
+
+def make_batches(first: int, n_batches: int, per_batch: int = 5, codecs: tuple[int, ...] = (0,), **kw) -> list[bytes]:
+    """kafka-python batches of ``per_batch`` records from offset ``first``; timestamps grow by 10 ms."""
+    out = []
+    for b in range(n_batches):
+        base = first + b * per_batch
+        records = [Record(o, TS0 + 10 * o, b"key-%d" % (o % 7), b"value %d " % o * 6) for o in range(base, base + per_batch)]
+        out.append(kp_build(records, codec=codecs[b % len(codecs)], base_offset=base, **kw))
+    return out
+
+
+def broker_indexes(batches: list[bytes], base: int, closed: bool, interval: int = INTERVAL) -> tuple[bytes, bytes]:
+    """``.index`` and ``.timeindex`` as LogSegment.append builds them, batch fields read by kafka-python."""
+    index, timeindex = [], []
+    position = since = 0
+    max_ts, max_off, last_ts = -1, base, -1
+    for data in batches:
+        batch = DefaultRecordBatch(data)
+        if batch.max_timestamp > max_ts:
+            max_ts, max_off = batch.max_timestamp, batch.last_offset
+        if since > interval:
+            index.append(OFFSET_ENTRY.pack(batch.last_offset - base, position))
+            if max_ts > last_ts:
+                timeindex.append(TIME_ENTRY.pack(max_ts, max_off - base))
+                last_ts = max_ts
+            since = 0
+        position += len(data)
+        since += len(data)
+    if closed and max_ts > last_ts:
+        timeindex.append(TIME_ENTRY.pack(max_ts, max_off - base))
+    return b"".join(index), b"".join(timeindex)
+
+
+def seg_path(part: Path, base: int, kind: str) -> Path:
+    return part / f"{base:020d}.{kind}"
+
+
+def write_partition(part: Path, segments: list[tuple[int, list[bytes]]], txns: dict[int, bytes] | None = None) -> Path:
+    """Segments (base offset, batches); the last one is active (no closing time-index entry)."""
+    part.mkdir(parents=True, exist_ok=True)
+    for i, (base, batches) in enumerate(segments):
+        index, timeindex = broker_indexes(batches, base, closed=i < len(segments) - 1)
+        seg_path(part, base, "log").write_bytes(b"".join(batches))
+        seg_path(part, base, "index").write_bytes(index)
+        seg_path(part, base, "timeindex").write_bytes(timeindex)
+    for base, data in (txns or {}).items():
+        seg_path(part, base, "txnindex").write_bytes(data)
+    return part
+
+
+def checkpoint_text(entries: list[tuple[str, int, int]]) -> bytes:
+    return ("0\n%d\n" % len(entries) + "".join(f"{t} {p} {o}\n" for t, p, o in entries)).encode()
