@@ -23,6 +23,9 @@ from readers.segment import DEFAULT_CHUNK, iter_batches
 FIXTURE_DIR = Path(os.environ.get(
     "KCOMPACT_FIXTURES", Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kafka-written"))
 FIXTURE_INPUT = FIXTURE_DIR / "input"
+if not FIXTURE_INPUT.is_dir():  # an acceptance test that cannot find its truth must not pass quietly
+    raise RuntimeError(f"Kafka-written fixture missing at {FIXTURE_DIR}: shared/ must sit beside the repo "
+                       "(or point KCOMPACT_FIXTURES at shared/fixtures/kafka-written)")
 
 V2_HEADER = struct.Struct(">qiibIhiqqqhii")  # Kafka's v2 batch header, written out again here
 ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL, ATTR_CONTROL = 0x08, 0x10, 0x20
@@ -219,3 +222,55 @@ def write_partition(part: Path, segments: list[tuple[int, list[bytes]]], txns: d
 
 def checkpoint_text(entries: list[tuple[str, int, int]]) -> bytes:
     return ("0\n%d\n" % len(entries) + "".join(f"{t} {p} {o}\n" for t, p, o in entries)).encode()
+
+
+# -- a log dir of empty files, for listing tests -------------------------------------------
+MTIME_MS = 1_720_000_123_457
+
+# relative path -> size (bytes of zeros); directories come from the paths
+TREE = {
+    "cleaner-offset-checkpoint": 20,
+    "log-start-offset-checkpoint": 12,
+    "recovery-point-offset-checkpoint": 12,
+    "replication-offset-checkpoint": 12,
+    "meta.properties": 90,
+    "orders-7/00000000000000001200.log": 700,
+    "orders-7/00000000000000001200.index": 16,
+    "orders-7/00000000000000001200.timeindex": 24,
+    "orders-7/00000000000000001200.txnindex": 34,
+    "orders-7/00000000000000001200.snapshot": 10,
+    "orders-7/00000000000000000000.log": 1000,
+    "orders-7/00000000000000000000.index": 8,
+    "orders-7/00000000000000000000.timeindex": 12,
+    "orders-7/00000000000000000200.log": 900,
+    "orders-7/leader-epoch-checkpoint": 8,
+    "orders-7/partition.metadata": 44,
+    "orders-10/00000000000000000000.log": 5,
+    "my-topic.v2-12/00000000000000000000.log": 300,
+    "my-topic.v2-12/00000000000000000500.log.cleaned": 100,
+    "my-topic.v2-12/00000000000000000500.index.swap": 8,
+    "my-topic.v2-12/00000000000000000000.timeindex.deleted": 12,
+    "my-topic.v2-12/123.log": 3,
+    "my-topic.v2-12/notes.txt": 3,
+    "my-topic.v2-12/leader-epoch-checkpoint.tmp": 3,
+    "a.b-c-0/00000000000000000042.log": 61,
+    "orphan-1/00000000000000000100.index": 8,
+    "orders-3.0f1e2dc3b4a5-delete/00000000000000000000.log": 50,
+    "orders-4.9a8b7c6d5e4f-future/00000000000000000000.log": 50,
+    "orders-5.1234abcd-stray/00000000000000000000.log": 50,
+    "lost+found/something": 1,
+    "orders-x/00000000000000000000.log": 1,
+}
+EMPTY_DIRS = ["empty-partition-5"]
+
+
+def make_log_dir(root: Path, empty_dirs: bool = True) -> Path:
+    for rel, size in TREE.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(bytes(size))
+        os.utime(path, ns=(MTIME_MS * 1_000_000,) * 2)
+    if empty_dirs:
+        for rel in EMPTY_DIRS:
+            (root / rel).mkdir()
+    return root

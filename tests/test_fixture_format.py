@@ -24,8 +24,6 @@ from tests.support import FIXTURE_DIR, FIXTURE_INPUT, kp_decode_v2
 from writers.batch import encode_like
 from writers.segment import SegmentWriter
 
-pytestmark = pytest.mark.skipif(not FIXTURE_INPUT.is_dir(), reason="Kafka-written fixture not present")
-
 SEGMENTS = sorted(FIXTURE_INPUT.glob("*-*/*.log"), key=lambda p: (p.parent.name.rsplit("-", 1)[0],
                                                                      int(p.parent.name.rsplit("-", 1)[1]), p.name))
 

@@ -18,10 +18,10 @@ from kafka.record.memory_records import MemoryRecords
 from jobs.cli import main
 from readers import checkpoint
 from readers.indexes import AbortedTxn, parse_offset_index, parse_time_index, parse_txn_index
+from tests.support import FIXTURE_DIR
 from writers import generator
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-FIXTURE_SPEC = SHARED / "fixtures" / "kafka-written" / "generator-spec.json"
+FIXTURE_SPEC = FIXTURE_DIR / "generator-spec.json"
 COMPACTED = {"orders", "users"}
 
 
@@ -384,8 +384,6 @@ def test_bad_spec_raises_naming_the_key(change: Callable[[dict], None], key: str
 
 
 def test_load_spec_reads_the_fixture_spec() -> None:
-    if not FIXTURE_SPEC.exists():
-        pytest.skip("shared fixtures are not beside the repo")
     spec = generator.load_spec(str(FIXTURE_SPEC))
     assert spec["seed"] == 99173
     assert [t["name"] for t in spec["topics"]] == ["accounts", "clicks"]
@@ -425,28 +423,15 @@ def test_cli_gen_writes_a_log_dir(tmp_path: Path, capsys: pytest.CaptureFixture)
     assert main(argv) == 2, "a second run into the same dir is refused"
 
 
-def test_writes_to_s3_the_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_writes_to_s3_the_same_bytes(tmp_path: Path, s3_endpoint: str) -> None:
     """Everything goes through the storage seam: an s3:// target gets the local bytes."""
-    moto_server = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
     import storage
 
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        for name, value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test"),
-                            ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL", f"http://{host}:{port}")):
-            monkeypatch.setenv(name, value)
-        s3fs.S3FileSystem.clear_instance_cache()
-        storage.resolve("s3://gen")[0].mkdir("gen")
-        spec = generator.override(small_spec(), partitions=1)
-        generator.generate("s3://gen/logs", spec, seed=5)
-        generator.generate(str(tmp_path), spec, seed=5)
-        for f in sorted(tmp_path.rglob("*")):
-            if f.is_file():
-                remote = "s3://gen/logs/" + str(f.relative_to(tmp_path))
-                assert storage.read_bytes(remote) == f.read_bytes(), remote
-    finally:
-        s3fs.S3FileSystem.clear_instance_cache()
-        server.stop()
+    storage.resolve("s3://gen")[0].call_s3("create_bucket", Bucket="gen")
+    spec = generator.override(small_spec(), partitions=1)
+    generator.generate("s3://gen/logs", spec, seed=5)
+    generator.generate(str(tmp_path), spec, seed=5)
+    for f in sorted(tmp_path.rglob("*")):
+        if f.is_file():
+            remote = "s3://gen/logs/" + str(f.relative_to(tmp_path))
+            assert storage.read_bytes(remote) == f.read_bytes(), remote

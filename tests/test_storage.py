@@ -12,10 +12,9 @@ import storage
 from readers.logdir import scan_log_dir
 from readers.segment import iter_batches
 from tests.support import FIXTURE_INPUT
-from tests.test_logdir import TREE, make_log_dir
+from tests.support import TREE, make_log_dir
 
 BUCKET = "kcompact-test"
-needs_fixture = pytest.mark.skipif(not FIXTURE_INPUT.is_dir(), reason="Kafka-written fixture not present")
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -77,7 +76,6 @@ def root(request, tmp_path):
 
 
 # -- log dirs over S3 --------------------------------------------------------------------------
-@needs_fixture
 def test_s3_fixture_listing_equals_local(s3_input):
     local, remote = scan_log_dir(str(FIXTURE_INPUT)), scan_log_dir(s3_input)
     assert listing(remote) == listing(local)
@@ -96,7 +94,6 @@ def test_s3_synthetic_listing_equals_local(s3, tmp_path):
     assert sum(len(p.leftovers) for p in remote.partitions) == 3
 
 
-@needs_fixture
 def test_s3_batches_equal_local(s3_input):
     local = scan_log_dir(str(FIXTURE_INPUT))
     remote = scan_log_dir(s3_input)
@@ -105,7 +102,6 @@ def test_s3_batches_equal_local(s3_input):
             assert batches_of(rs.log.path) == batches_of(ls.log.path), rs.log.path
 
 
-@needs_fixture
 def test_s3_small_chunks_and_byte_ranges(s3_input):
     rel_path = "accounts-0/00000000000000000000.log"
     local = batches_of(str(FIXTURE_INPUT / rel_path))
