@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 
+from conf.settings import ConfigError
 from readers.errors import FormatError
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -52,6 +53,45 @@ def _gen(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _config(args: argparse.Namespace):
+    """The configuration every job takes: KRaft metadata < --config files < command line."""
+    from conf import kraft, resolve
+
+    return resolve.build(
+        files=args.config, topic_args=args.topic_config, broker_args=args.broker_config,
+        metadata=kraft.metadata_sources(args.paths),
+    )
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from jobs.spark import session
+    from planner import output, plan
+
+    config = _config(args)
+    spark = session("kcompact plan")
+    table = plan(spark, args.paths, conf=config, now=args.now, top=args.top, max_bytes=args.max_bytes).toArrow()
+    print(output.describe(table))
+    if args.output:
+        output.write(table, args.output)
+        print(f"plan written to {args.output}")
+    if args.plot:
+        from planner.plot import plot_plan
+
+        plot_plan(table, args.plot)
+        print(f"plot written to {args.plot}")
+    return EXIT_OK
+
+
+def add_config_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", action="append", default=[], metavar="FILE",
+                   help="properties file: broker-level keys, topic overrides as topic[NAME].KEY=VALUE")
+    p.add_argument("--topic-config", action="append", default=[], metavar="TOPIC:KEY=VALUE[,KEY=VALUE...]",
+                   help="topic override, as kafka-configs --add-config (lists in brackets); repeatable")
+    p.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE...]",
+                   help="broker-level default by its broker name; repeatable")
+    p.add_argument("--now", type=int, metavar="MS", help="the current time in ms (default: the clock)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kcompact", description="Spark-native compaction for Kafka log dirs.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -65,6 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="check CRCs, offsets, names, indexes and checkpoints of a log dir")
     p.add_argument("logdir")
     p.set_defaults(func=_verify)
+
+    p = sub.add_parser("plan", help="Kafka's choice of what to clean, for every partition of the log dirs")
+    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
+    add_config_options(p)
+    p.add_argument("--top", type=int, metavar="N", help="select at most N partitions (highest ratio first)")
+    p.add_argument("--max-bytes", type=int, metavar="N", help="select partitions while their dirty bytes fit N")
+    p.add_argument("--output", metavar="FILE", help="write the plan as plan.parquet or plan.json")
+    p.add_argument("--plot", metavar="PNG", help="draw the ratio distribution and the top partitions")
+    p.set_defaults(func=_plan)
 
     p = sub.add_parser("gen", help="generate a realistic sample log dir")
     p.add_argument("--out", required=True, help="directory to create (must not exist or be empty)")
@@ -90,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     except FormatError as exc:
         print(f"kcompact: {exc}", file=sys.stderr)
         return EXIT_PROBLEMS
+    except ConfigError as exc:
+        print(f"kcompact: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except (OSError, ValueError) as exc:
         print(f"kcompact: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

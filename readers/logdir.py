@@ -16,6 +16,7 @@ from readers.errors import Problem
 from storage import FileInfo
 
 NOT_LIVE_SUFFIXES = ("-delete", "-future", "-stray")
+METADATA_TOPIC = "__cluster_metadata"  # KRaft's own log: configuration, not data to clean
 LEFTOVER_SUFFIXES = (".cleaned", ".swap", ".deleted")
 SEGMENT_KINDS = ("log", "index", "timeindex", "txnindex")
 BROKER_FILES = {"leader-epoch-checkpoint", "partition.metadata"}
@@ -69,6 +70,7 @@ class LogDir:
     path: str
     partitions: list[Partition] = field(default_factory=list)
     checkpoints: dict[str, str] = field(default_factory=dict)
+    metadata: str | None = None  # the KRaft metadata partition dir, when the log dir holds one
     skipped: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
 
@@ -128,6 +130,9 @@ def scan_log_dir(path: str) -> LogDir:
         parsed = parse_partition_dir(name)
         if parsed is None:
             logdir.problems.append(Problem(sub, None, "directory name is not <topic>-<partition>"))
+            continue
+        if parsed[0] == METADATA_TOPIC:
+            logdir.metadata = sub
             continue
         logdir.partitions.append(scan_partition(sub, *parsed))
     logdir.partitions.sort(key=lambda p: (p.topic, p.partition))

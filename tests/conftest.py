@@ -30,3 +30,25 @@ def s3_endpoint():
         else:
             fsspec.config.conf["s3"] = saved
         server.stop()
+
+
+# -- one SparkSession for the whole run ------------------------------------------------------------
+@pytest.fixture(scope="session")
+def spark():
+    """Local Spark on 2 cores, started once: each start costs seconds. Executors run this
+    interpreter (PYSPARK_PYTHON), which has the project installed."""
+    import os
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("kcompact-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -1,0 +1,143 @@
+"""Topic configurations recorded in a log dir's KRaft metadata log (``__cluster_metadata-0``),
+so that a broker's own log dir needs no hand-written configuration.
+
+The controller keeps the metadata log as segments (``<base offset>.log``) and snapshots
+(``<end offset>-<epoch>.checkpoint``, record batches too) whose records describe the state
+of every offset below the end offset; older segments may already be deleted. The state is
+rebuilt as a broker rebuilds it: the latest snapshot, then the log from its end offset.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+
+import storage
+from readers import metadata
+from readers.batch import Batch
+from readers.errors import FormatError
+from readers.logdir import METADATA_TOPIC
+from readers.records import Record
+from readers.segment import iter_batches
+
+METADATA_DIR = f"{METADATA_TOPIC}-0"
+
+_SEGMENT = re.compile(r"^(\d{20})\.log$")
+_SNAPSHOT = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
+
+MetadataSource = tuple[dict[str, str], dict[str, dict[str, str]], str]
+
+
+@dataclass(slots=True)
+class MetadataConfigs:
+    """Configurations as of the end of the metadata log.
+
+    ``broker_defaults`` are the cluster-wide broker configs (empty resource name);
+    ``per_broker`` holds the configs of single brokers by id, which are not defaults of anything.
+    """
+
+    source: str
+    broker_defaults: dict[str, str] = field(default_factory=dict)
+    topics: dict[str, dict[str, str]] = field(default_factory=dict)
+    topic_ids: dict[str, str] = field(default_factory=dict)
+    per_broker: dict[str, dict[str, str]] = field(default_factory=dict)
+    _names: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)  # id -> name
+
+    def as_source(self) -> MetadataSource:
+        """What ``conf.resolve.build(metadata=[...])`` takes."""
+        return self.broker_defaults, self.topics, self.source
+
+    def apply(self, record: metadata.MetadataRecord) -> None:
+        if isinstance(record, metadata.TopicRecord):
+            self.topic_ids[record.name] = record.topic_id
+            self._names[record.topic_id] = record.name
+            self.topics.setdefault(record.name, {})
+        elif isinstance(record, metadata.RemoveTopicRecord):
+            name = self._names.pop(record.topic_id, None)
+            if name is not None:  # a removal of an unknown id changes nothing, as in Kafka
+                self.topic_ids.pop(name, None)
+                self.topics.pop(name, None)
+        elif isinstance(record, metadata.ConfigRecord):
+            self._apply_config(record)
+
+    def _apply_config(self, record: metadata.ConfigRecord) -> None:
+        if record.resource_type == metadata.RESOURCE_TOPIC:
+            values = self.topics.setdefault(record.resource_name, {})
+        elif record.resource_type == metadata.RESOURCE_BROKER and not record.resource_name:
+            values = self.broker_defaults
+        elif record.resource_type == metadata.RESOURCE_BROKER:
+            values = self.per_broker.setdefault(record.resource_name, {})
+        else:  # loggers, client metrics, groups: nothing cleaning reads
+            return
+        if record.value is None:
+            values.pop(record.name, None)
+        else:
+            values[record.name] = record.value
+
+
+def _listing(metadata_dir: str) -> tuple[list[tuple[int, str]], list[tuple[int, int, str]]]:
+    """Segments (base offset, path) and snapshots (end offset, epoch, path), sorted."""
+    files, _ = storage.list_dir(metadata_dir)
+    segments, snapshots = [], []
+    for info in files:
+        name = posixpath.basename(info.path)
+        if match := _SEGMENT.match(name):
+            segments.append((int(match[1]), info.path))
+        elif match := _SNAPSHOT.match(name):
+            snapshots.append((int(match[1]), int(match[2]), info.path))
+    return sorted(segments), sorted(snapshots)
+
+
+def _segments_from(segments: list[tuple[int, str]], start: int) -> list[str]:
+    """Paths of the segments that may hold offsets >= ``start`` (a segment ends where the next begins)."""
+    return [path for i, (_, path) in enumerate(segments) if i + 1 == len(segments) or segments[i + 1][0] > start]
+
+
+def _decode(batch: Batch, record: Record) -> metadata.MetadataRecord:
+    where = f"batch at offset {batch.base_offset_field}: metadata record at offset {record.offset}"
+    if record.value is None:
+        raise FormatError(batch.path, batch.position, f"{where} has no value")
+    try:
+        return metadata.decode(record.value)
+    except metadata.MetadataError as exc:
+        raise FormatError(batch.path, batch.position, f"{where}: byte {exc.position} of its value: {exc.what}") from None
+
+
+def _replay(state: MetadataConfigs, path: str, start: int) -> None:
+    """Apply the records at offsets >= ``start`` of one file; control batches (leader changes,
+    snapshot headers and footers, voter sets) carry no configuration."""
+    with storage.open_read(path) as f:
+        for batch in iter_batches(f, path):
+            if batch.is_control or batch.last_offset < start:
+                continue
+            for record in batch.records():
+                if record.offset >= start:
+                    state.apply(_decode(batch, record))
+
+
+def read_metadata(metadata_dir: str) -> MetadataConfigs | None:
+    """The configurations a metadata partition dir records; None when it holds no log or snapshot."""
+    segments, snapshots = _listing(metadata_dir)
+    if not segments and not snapshots:
+        return None
+    state = MetadataConfigs(f"kraft-metadata {metadata_dir}")
+    start = 0
+    if snapshots:
+        start, _, snapshot = snapshots[-1]
+        _replay(state, snapshot, 0)
+    for path in _segments_from(segments, start):
+        _replay(state, path, start)
+    return state
+
+
+def metadata_sources(logdir_paths: list[str]) -> list[MetadataSource]:
+    """The ``conf.resolve.build(metadata=...)`` sources of those log dirs that hold a metadata log."""
+    sources = []
+    for path in logdir_paths:
+        _, dirs = storage.list_dir(path)  # the root listing only: partition dirs need not be listed
+        metadata_dir = next((d for d in dirs if posixpath.basename(d.rstrip("/")) == METADATA_DIR), None)
+        configs = read_metadata(metadata_dir) if metadata_dir else None
+        if configs is not None:
+            sources.append(configs.as_source())
+    return sources

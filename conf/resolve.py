@@ -1,0 +1,231 @@
+"""The effective configuration of each topic, and where every value came from.
+
+Sources, weakest first: Kafka's defaults, the log dir's KRaft metadata
+(cluster-wide broker defaults and topic configs), ``--config`` files, then the
+command line (``--broker-config`` / ``--topic-config``). A topic-level value
+always beats a broker-level one, as in Kafka; at one level the later source
+wins, and within a source an exact topic name beats a glob pattern.
+
+Properties files hold broker-level keys by their broker names
+(``log.cleaner.min.cleanable.ratio=0.3``) and topic overrides as
+``topic[<name or glob>].<topic-level key>=<value>``
+(``topic[orders].cleanup.policy=compact,delete``, ``topic[logs-*].retention.ms=3600000``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import javaproperties
+
+import storage
+from conf.settings import (
+    BY_BROKER_NAME,
+    BY_TOPIC_NAME,
+    OTHER_TOPIC_SETTINGS,
+    RETENTION_ALIASES,
+    SETTINGS,
+    ConfigError,
+    Setting,
+    parse_value,
+)
+
+DEFAULT_SOURCE = "default"
+_TOPIC_KEY = re.compile(r"^topic\[(?P<topic>[^\]]+)\]\.(?P<key>.+)$")
+_TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9._\-*?\[\]]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One configured value: parsed, with its source and, for topic entries, the pattern."""
+
+    value: object
+    source: str
+    pattern: str | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.pattern is not None and not any(c in self.pattern for c in "*?[")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """Effective values by topic-level name (broker-only settings by their broker name)."""
+
+    topic: str
+    values: Mapping[str, object]
+    sources: Mapping[str, str]
+
+    def __getitem__(self, name: str) -> object:
+        return self.values[name]
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.values["cleanup.policy"]
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.values["cleanup.policy"]
+
+    def as_strings(self) -> dict[str, str]:
+        """Values as Kafka's tools print them (lists comma-separated)."""
+        return {name: ",".join(v) if isinstance(v, tuple) else str(v) for name, v in self.values.items()}
+
+
+@dataclass(slots=True)
+class Config:
+    """All sources, in the order they were added within each level (later wins)."""
+
+    broker: dict[str, list[Entry]] = field(default_factory=dict)
+    topics: dict[str, list[Entry]] = field(default_factory=dict)
+
+    def add_broker(self, key: str, raw: str, source: str) -> None:
+        setting, value = _broker_value(key, raw, source)
+        self.broker.setdefault(setting.name, []).append(Entry(value, source))
+
+    def add_topic(self, pattern: str, key: str, raw: str, source: str) -> None:
+        if not _TOPIC_PATTERN.match(pattern):
+            raise ConfigError(f"{source}: {pattern!r} is not a topic name or glob pattern")
+        setting = BY_TOPIC_NAME.get(key)
+        if setting is None:
+            if key in OTHER_TOPIC_SETTINGS:
+                return
+            hint = f" (the topic-level name is {BY_BROKER_NAME[key].topic_name})" if key in BY_BROKER_NAME else ""
+            raise ConfigError(f"{source}: unknown topic-level key {key!r} for topic {pattern!r}{hint}")
+        value = parse_value(setting, raw, key, source)
+        self.topics.setdefault(setting.name, []).append(Entry(value, source, pattern))
+
+    def for_topic(self, topic: str) -> TopicConfig:
+        values, sources = {}, {}
+        for setting in SETTINGS:
+            entry = _topic_entry(self.topics.get(setting.name, []), topic) if setting.topic_name else None
+            if entry is None:
+                entries = self.broker.get(setting.name)
+                entry = entries[-1] if entries else Entry(setting.default, DEFAULT_SOURCE)
+            values[setting.name] = entry.value
+            sources[setting.name] = entry.source + (f" topic[{entry.pattern}]" if entry.pattern else "")
+        return TopicConfig(topic, values, sources)
+
+
+def _topic_entry(entries: list[Entry], topic: str) -> Entry | None:
+    """The last matching entry, exact names beating patterns within the same source."""
+    best: Entry | None = None
+    for entry in entries:
+        if not (entry.pattern == topic or fnmatch.fnmatchcase(topic, entry.pattern)):
+            continue
+        same_source_exact = best is not None and best.source == entry.source and best.exact and not entry.exact
+        if not same_source_exact:
+            best = entry
+    return best
+
+
+def _broker_value(key: str, raw: str, source: str) -> tuple[Setting, object]:
+    if key in RETENTION_ALIASES:
+        setting = BY_BROKER_NAME["log.retention.ms"]
+        value = parse_value(setting, raw, key, source)
+        return setting, value if value == -1 else value * RETENTION_ALIASES[key]
+    setting = BY_BROKER_NAME.get(key)
+    if setting is None:
+        if key in BY_TOPIC_NAME:
+            raise ConfigError(
+                f"{source}: {key!r} is a topic-level name; set it for all topics as "
+                f"{BY_TOPIC_NAME[key].broker_name} or for some as topic[<name>].{key}"
+            )
+        raise ConfigError(f"{source}: unknown broker-level key {key!r}")
+    return setting, parse_value(setting, raw, key, source)
+
+
+# -- sources -------------------------------------------------------------------------------------
+def add_properties_file(config: Config, path: str) -> None:
+    """A ``--config`` file; retention aliases apply in Kafka's precedence (ms > minutes > hours)."""
+    try:
+        props = javaproperties.loads(storage.read_bytes(path).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a readable properties file: {exc}") from None
+    aliases = sorted((k for k in props if k in RETENTION_ALIASES), key=lambda k: -RETENTION_ALIASES[k])
+    if "log.retention.ms" in props:
+        aliases = []
+    for key in aliases[-1:]:
+        config.add_broker(key, props[key], path)
+    for key, raw in props.items():
+        match = _TOPIC_KEY.match(key)
+        if match:
+            config.add_topic(match["topic"], match["key"], raw, path)
+        elif key not in RETENTION_ALIASES:
+            config.add_broker(key, raw, path)
+
+
+def split_assignments(text: str, source: str) -> list[tuple[str, str]]:
+    """``a=1,b=[x,y]`` -> [("a", "1"), ("b", "[x,y]")]; commas inside brackets stay."""
+    parts, depth, current = [], 0, []
+    for ch in text:
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if depth < 0:
+            raise ConfigError(f"{source}: unbalanced ']' in {text!r}")
+        current.append(ch)
+    if depth:
+        raise ConfigError(f"{source}: unbalanced '[' in {text!r}")
+    parts.append("".join(current))
+    pairs = []
+    for part in parts:
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"{source}: {part!r} is not KEY=VALUE")
+        pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+def add_topic_arg(config: Config, arg: str) -> None:
+    """``--topic-config TOPIC:KEY=VALUE[,KEY=VALUE...]``, as kafka-configs' --add-config."""
+    source = "--topic-config"
+    topic, colon, rest = arg.partition(":")
+    if not colon or not topic:
+        raise ConfigError(f"{source}: {arg!r} is not TOPIC:KEY=VALUE[,KEY=VALUE...]")
+    for key, raw in split_assignments(rest, source):
+        config.add_topic(topic, key, raw, source)
+
+
+def add_broker_arg(config: Config, arg: str) -> None:
+    """``--broker-config KEY=VALUE[,KEY=VALUE...]`` with broker-level names."""
+    for key, raw in split_assignments(arg, "--broker-config"):
+        config.add_broker(key, raw, "--broker-config")
+
+
+def add_metadata(config: Config, broker_defaults: Mapping[str, str], topics: Mapping[str, Mapping[str, str]],
+                 source: str) -> None:
+    """Configs a KRaft controller recorded: cluster-wide broker defaults and per-topic values.
+    Kafka validated every key it recorded, so keys cleaning does not use are passed over
+    (a newer broker's settings must not stop the plan); values of the keys used are checked."""
+    for key, raw in broker_defaults.items():
+        if key in BY_BROKER_NAME or key in RETENTION_ALIASES:
+            config.add_broker(key, raw, f"{source} (cluster default)")
+    for topic, values in topics.items():
+        for key, raw in values.items():
+            if key in BY_TOPIC_NAME:
+                config.add_topic(topic, key, raw, source)
+
+
+def build(
+    files: Iterable[str] = (),
+    topic_args: Iterable[str] = (),
+    broker_args: Iterable[str] = (),
+    metadata: Iterable[tuple[Mapping[str, str], Mapping[str, Mapping[str, str]], str]] = (),
+) -> Config:
+    """A configuration from every source, weakest first."""
+    config = Config()
+    for broker_defaults, topics, source in metadata:
+        add_metadata(config, broker_defaults, topics, source)
+    for path in files:
+        add_properties_file(config, path)
+    for arg in broker_args:
+        add_broker_arg(config, arg)
+    for arg in topic_args:
+        add_topic_arg(config, arg)
+    return config

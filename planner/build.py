@@ -1,0 +1,245 @@
+"""The plan of every partition of one or many log dirs, computed on Spark.
+
+The driver lists each log dir's root once (partition dirs, checkpoints, cleaning
+states) and resolves each topic's configuration; executors list every partition
+dir and make the few small reads the rules need (``planner.scan``), then apply
+Kafka's rules (``planner.rules``). A plan has one row per partition, so ranking
+and budgets run on the driver over the collected rows. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+import storage
+from compaction import states
+from conf import kraft, resolve
+from conf.resolve import Config, TopicConfig
+from planner import rules, scan
+from readers import checkpoint
+from readers.errors import FormatError
+from readers.logdir import METADATA_TOPIC, is_live_partition_dir, parse_partition_dir
+
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+
+SEGMENT_TYPE = pa.struct([
+    ("base_offset", pa.int64()), ("size", pa.int64()), ("mtime_ms", pa.int64()),
+    ("largest_timestamp", pa.int64()), ("first_batch_timestamp", pa.int64()),
+])
+PLAN_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("log_dir", pa.string()), ("path", pa.string()),
+    ("cleanup_policy", pa.string()), ("state", pa.string()),
+    ("log_start_offset", pa.int64()), ("log_end_offset", pa.int64()), ("checkpoint_offset", pa.int64()),
+    ("first_dirty_offset", pa.int64()), ("checkpoint_reset", pa.string()),
+    ("last_stable_offset", pa.int64()), ("active_base_offset", pa.int64()),
+    ("first_uncleanable_dirty_offset", pa.int64()), ("uncleanable_bound", pa.string()),
+    ("clean_bytes", pa.int64()), ("cleanable_bytes", pa.int64()), ("total_bytes", pa.int64()),
+    ("cleanable_ratio", pa.float64()), ("min_cleanable_ratio", pa.float64()),
+    ("need_compaction_now", pa.bool_()), ("max_compaction_delay_ms", pa.int64()),
+    ("selected", pa.bool_()), ("skip_reason", pa.string()), ("rank", pa.int32()),
+    ("config", pa.map_(pa.string(), pa.string())), ("config_sources", pa.map_(pa.string(), pa.string())),
+    ("segments", pa.list_(SEGMENT_TYPE)), ("problems", pa.list_(pa.string())),
+])
+TASK_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("log_dir", pa.string()), ("path", pa.string()),
+    ("checkpoint", pa.int64()), ("log_start_checkpoint", pa.int64()), ("state", pa.string()),
+    ("config", pa.string()), ("problem", pa.string()),
+])
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One partition to plan, with what the driver already knows about it."""
+
+    topic: str | None
+    partition: int | None
+    log_dir: str
+    path: str
+    checkpoint: int | None
+    log_start_checkpoint: int | None
+    state: str  # JSON of CleaningState fields
+    config: str  # JSON of {"values": ..., "sources": ...}
+    problem: str | None
+
+
+# -- driver: what each log dir's root says --------------------------------------------------------
+def tasks_for(log_dir: str, config: Config) -> list[Task]:
+    log_dir = log_dir.rstrip("/")
+    files, dirs = storage.list_dir(log_dir)
+    by_name = {posixpath.basename(f.path): f.path for f in files}
+    cleaner, cleaner_problem = _checkpoint(by_name.get(CLEANER_CHECKPOINT))
+    log_start, log_start_problem = _checkpoint(by_name.get(LOG_START_CHECKPOINT))
+    root_problem = cleaner_problem or log_start_problem
+    cleaning = _states(by_name)
+    configs: dict[str, str] = {}
+    out = []
+    for sub in sorted(dirs):
+        name = posixpath.basename(sub.rstrip("/"))
+        if not is_live_partition_dir(name):
+            continue
+        parsed = parse_partition_dir(name)
+        if parsed is None:
+            out.append(Task(None, None, log_dir, sub, None, None, "{}", "{}",
+                            f"{sub}: directory name is not <topic>-<partition>"))
+            continue
+        topic, number = parsed
+        if topic == METADATA_TOPIC:
+            continue
+        if topic not in configs:
+            configs[topic] = _config_json(config.for_topic(topic))
+        state = cleaning.get((topic, number), states.CleaningState())
+        out.append(Task(topic, number, log_dir, sub, cleaner.get((topic, number)), log_start.get((topic, number)),
+                        json.dumps({k: getattr(state, k) for k in state.__slots__}), configs[topic], root_problem))
+    return out
+
+
+def _checkpoint(path: str | None) -> tuple[dict[tuple[str, int], int], str | None]:
+    if path is None:
+        return {}, None
+    try:
+        return checkpoint.parse(path, storage.read_bytes(path)), None
+    except FormatError as exc:
+        return {}, str(exc)
+
+
+def _states(by_name: dict[str, str]) -> dict[tuple[str, int], states.CleaningState]:
+    out = {}
+    for name, path in by_name.items():
+        key = states.parse_file_name(name)
+        if key is not None:
+            try:
+                out[key] = states.parse(path, storage.read_bytes(path))
+            except FormatError as exc:  # an unreadable state must not look idle
+                out[key] = states.CleaningState(states.UNCLEANABLE, reason=str(exc))
+    return out
+
+
+def _config_json(tc: TopicConfig) -> str:
+    return json.dumps({"values": {k: list(v) if isinstance(v, tuple) else v for k, v in tc.values.items()},
+                       "strings": tc.as_strings(), "sources": dict(tc.sources)})
+
+
+# -- executors: one partition at a time ----------------------------------------------------------
+def plan_task(task: Task, now: int) -> dict:
+    """One plan row (before ranking): facts, Kafka's decision, and why it would be skipped."""
+    cfg = json.loads(task.config)
+    values = cfg.get("values", {})
+    state = states.CleaningState(**json.loads(task.state)) if task.state != "{}" else states.CleaningState()
+    row = {
+        "topic": task.topic, "partition": task.partition, "log_dir": task.log_dir, "path": task.path,
+        "cleanup_policy": ",".join(values.get("cleanup.policy", [])) or None, "state": state.state,
+        "checkpoint_offset": task.checkpoint, "min_cleanable_ratio": values.get("min.cleanable.dirty.ratio"),
+        "config": cfg.get("strings"), "config_sources": cfg.get("sources"),
+        "selected": False, "rank": None, "segments": [], "problems": [],
+    }
+    if task.problem is not None:
+        row["problems"] = [task.problem]
+        row["skip_reason"] = f"bad input: {task.problem}"
+        return row
+    compact = "compact" in values["cleanup.policy"]
+    facts = scan.gather(task.path, task.topic, task.partition, checkpoint=task.checkpoint,
+                        log_start_checkpoint=task.log_start_checkpoint,
+                        min_lag_ms=values["min.compaction.lag.ms"], replay=compact)
+    row["problems"] = facts.problems
+    row["segments"] = [
+        {"base_offset": s.base_offset, "size": s.size, "mtime_ms": s.mtime_ms,
+         "largest_timestamp": s.largest_timestamp, "first_batch_timestamp": s.first_batch_timestamp}
+        for s in facts.segments
+    ]
+    row["skip_reason"] = _skip_before_rules(facts, compact, state)
+    if not facts.segments or not compact or facts.problems:
+        return row
+    decision = rules.decide(
+        facts.segments, log_start=facts.log_start, log_end=facts.log_end, checkpoint=task.checkpoint,
+        last_stable=facts.last_stable, min_lag_ms=values["min.compaction.lag.ms"],
+        max_lag_ms=values["max.compaction.lag.ms"], min_cleanable_ratio=values["min.cleanable.dirty.ratio"], now=now,
+    )
+    row.update(
+        log_start_offset=facts.log_start, log_end_offset=facts.log_end, last_stable_offset=facts.last_stable,
+        active_base_offset=facts.segments[-1].base_offset,
+        first_dirty_offset=decision.first_dirty_offset, checkpoint_reset=decision.checkpoint_reset,
+        first_uncleanable_dirty_offset=decision.first_uncleanable_dirty_offset,
+        uncleanable_bound=decision.uncleanable_bound, clean_bytes=decision.clean_bytes,
+        cleanable_bytes=decision.cleanable_bytes, total_bytes=decision.total_bytes,
+        cleanable_ratio=decision.cleanable_ratio, need_compaction_now=decision.need_compaction_now,
+        max_compaction_delay_ms=decision.max_compaction_delay_ms,
+    )
+    if row["skip_reason"] is None:
+        if decision.total_bytes == 0:
+            row["skip_reason"] = "empty"
+        elif not decision.cleanable:
+            row["skip_reason"] = (f"below ratio: {decision.cleanable_ratio:.3f} <= "
+                                  f"min.cleanable.dirty.ratio {values['min.cleanable.dirty.ratio']}")
+    return row
+
+
+def _skip_before_rules(facts: scan.PartitionFacts, compact: bool, state: states.CleaningState) -> str | None:
+    if facts.problems:
+        more = f" (+{len(facts.problems) - 1} more)" if len(facts.problems) > 1 else ""
+        return f"bad input: {facts.problems[0]}{more}"
+    if not compact:
+        return "not compacted (cleanup.policy has no compact)"
+    if state.skip_reason:
+        return state.skip_reason
+    if not facts.segments:
+        return "empty"
+    return None
+
+
+def _plan_batches(now: int):
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            rows = [plan_task(Task(**task), now) for task in batch.to_pylist()]
+            yield pa.RecordBatch.from_pylist(rows, schema=PLAN_SCHEMA)
+    return run
+
+
+# -- the whole plan ------------------------------------------------------------------------------
+def build_config(paths: Sequence[str], config: Config | None) -> Config:
+    """The given configuration, or one from the log dirs' KRaft metadata and Kafka's defaults."""
+    if config is not None:
+        return config
+    return resolve.build(metadata=kraft.metadata_sources(list(paths)))
+
+
+def plan(spark, paths: Sequence[str], conf: Config | None = None, now: int | None = None,
+         top: int | None = None, max_bytes: int | None = None):
+    """Kafka's cleaning decision for every partition under ``paths``, as a Spark DataFrame."""
+    now = int(time.time() * 1000) if now is None else now
+    config = build_config(paths, conf)
+    tasks = [t for path in paths for t in tasks_for(path, config)]
+    if tasks:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        table = pa.Table.from_pylist([_task_dict(t) for t in tasks], schema=TASK_SCHEMA)
+        slices = max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 4))
+        planned = (spark.createDataFrame(table).repartition(slices)
+                   .mapInArrow(_plan_batches(now), from_arrow_schema(PLAN_SCHEMA)).toArrow())
+    else:
+        planned = PLAN_SCHEMA.empty_table()
+    return spark.createDataFrame(ranked(planned, top, max_bytes))
+
+
+def _task_dict(task: Task) -> dict:
+    return {name: getattr(task, name) for name in Task.__slots__}
+
+
+def ranked(planned: pa.Table, top: int | None, max_bytes: int | None) -> pa.Table:
+    """Ranks and budgets applied to the executors' rows, sorted by rank then name."""
+    rows = planned.to_pylist()
+    candidates = [rules.Candidate(r["path"], r["cleanable_ratio"], r["cleanable_bytes"], r["topic"], r["partition"])
+                  for r in rows if r["skip_reason"] is None]
+    ranks = rules.rank(candidates, top, max_bytes)
+    for r in rows:
+        if r["path"] in ranks:
+            r["rank"], r["skip_reason"] = ranks[r["path"]]
+            r["selected"] = r["skip_reason"] is None
+    rows.sort(key=lambda r: (r["rank"] is None, r["rank"] or 0, r["topic"] or "", r["partition"] or 0, r["path"]))
+    return pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)

@@ -1,0 +1,74 @@
+"""A plan for people (a table) and for jobs (Parquet or JSON, local or ``s3://``)."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import storage
+
+TABLE_COLUMNS = ("rank", "partition", "ratio", "dirty MB", "total MB", "dirty range", "bound", "decision")
+
+
+def describe(table: pa.Table) -> str:
+    """One line per partition, selected first by rank, then the rest with their skip reason."""
+    rows = [_line(r) for r in table.to_pylist()]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(TABLE_COLUMNS)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(TABLE_COLUMNS, widths)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    selected = sum(1 for r in table.column("selected").to_pylist() if r)
+    dirty = sum(b or 0 for b, s in zip(table.column("cleanable_bytes").to_pylist(),
+                                       table.column("selected").to_pylist()) if s)
+    lines.append(f"{table.num_rows} partitions, {selected} selected, {dirty / 1e6:.1f} MB to clean")
+    return "\n".join(lines)
+
+
+def _line(r: dict) -> list[str]:
+    name = f"{r['topic']}-{r['partition']}" if r["topic"] is not None else r["path"]
+    ratio = "" if r["cleanable_ratio"] is None else f"{r['cleanable_ratio']:.3f}"
+    dirty = "" if r["cleanable_bytes"] is None else f"{r['cleanable_bytes'] / 1e6:.2f}"
+    total = "" if r["total_bytes"] is None else f"{r['total_bytes'] / 1e6:.2f}"
+    span = ("" if r["first_dirty_offset"] is None
+            else f"[{r['first_dirty_offset']}, {r['first_uncleanable_dirty_offset']})")
+    decision = "clean" if r["selected"] else f"skip: {r['skip_reason']}"
+    return [str(r["rank"] or ""), name, ratio, dirty, total, span, r["uncleanable_bound"] or "", decision]
+
+
+def write(table: pa.Table, path: str) -> None:
+    """``.parquet`` as Parquet, ``.json`` as a JSON array of one object per partition."""
+    if path.endswith(".parquet"):
+        fs, fs_path = storage.resolve(path)
+        pq.write_table(table, fs_path, filesystem=fs)
+    elif path.endswith(".json"):
+        storage.write_durable(path, json.dumps(to_json(table), indent=1).encode())
+    else:
+        raise ValueError(f"{path}: the plan is written as .parquet or .json")
+
+
+def to_json(table: pa.Table) -> list[dict]:
+    """Rows with maps as JSON objects (Arrow gives them as lists of pairs)."""
+    rows = table.to_pylist()
+    for row in rows:
+        for name in ("config", "config_sources"):
+            if row[name] is not None:
+                row[name] = dict(row[name])
+    return rows
+
+
+def read(path: str) -> pa.Table:
+    """A plan written by ``write`` (the compaction job takes one with ``--plan``)."""
+    if path.endswith(".parquet"):
+        fs, fs_path = storage.resolve(path)
+        return pq.read_table(fs_path, filesystem=fs)
+    if path.endswith(".json"):
+        from planner.build import PLAN_SCHEMA
+
+        rows = json.loads(storage.read_bytes(path))
+        for row in rows:
+            for name in ("config", "config_sources"):
+                if row.get(name) is not None:
+                    row[name] = list(row[name].items())
+        return pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
+    raise ValueError(f"{path}: a plan is read from .parquet or .json")

@@ -1,0 +1,150 @@
+"""Gather one partition's facts for the rules, reading no more than the rules need.
+
+Per partition: one listing; the last stable offset and log end offset from the
+batch headers after the latest producer snapshot (the whole log when there is
+none: Kafka replays the same way); the first batch of each dirty non-active
+segment (max.compaction.lag.ms); the last time-index entry of dirty non-active
+segments when min.compaction.lag.ms is set. Anything malformed becomes a
+problem on the partition's row, never an exception.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import storage
+from readers import snapshot
+from readers.batch import Batch
+from readers.errors import FormatError
+from readers.indexes import TIME_ENTRY, parse_time_index
+from readers.logdir import Partition, Segment, scan_partition
+from readers.segment import iter_batches
+from planner.rules import SegmentFacts, dirty_non_active, first_dirty_offset
+
+_SNAPSHOT = re.compile(r"^(\d{20})\.snapshot$")
+_SMALL_CHUNK = 64 << 10  # first batches are small; do not fetch 8 MiB of an object to read one
+
+
+@dataclass(slots=True)
+class PartitionFacts:
+    """Everything the rules need about one partition, plus what went wrong reading it."""
+
+    partition: Partition
+    segments: list[SegmentFacts] = field(default_factory=list)
+    log_start: int = 0
+    log_end: int = 0
+    last_stable: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_start_checkpoint: int | None,
+           min_lag_ms: int, replay: bool = True) -> PartitionFacts:
+    """``replay=False`` stops after the listing (topics that are not compacted need no reads)."""
+    files, _ = storage.list_dir(path)
+    part = scan_partition(path, topic, number, files)
+    facts = PartitionFacts(part)
+    facts.problems += [str(p) for p in part.problems]
+    facts.problems += [f"{info.path}: leftover of an interrupted swap (run kcompact recover)" for info in part.leftovers]
+    facts.problems += _missing_indexes(part)
+    if not part.segments:
+        return facts
+    first = part.segments[0].base_offset
+    facts.log_start = max(log_start_checkpoint, first) if log_start_checkpoint is not None else first
+    if not replay:
+        facts.segments = _bare(part.segments)
+        return facts
+    snapshots = sorted((int(m[1]), info.path) for info in files if (m := _SNAPSHOT.match(posixpath.basename(info.path))))
+    try:
+        first_stamps = _replay(facts, snapshots)
+        first_dirty, _ = first_dirty_offset(checkpoint, facts.log_start, facts.log_end)
+        dirty = {s.base_offset for s in dirty_non_active(_bare(part.segments), first_dirty)}
+        facts.segments = [
+            SegmentFacts(
+                seg.base_offset, seg.size, seg.log.mtime_ms,
+                largest_timestamp=_largest_timestamp(seg) if seg.base_offset in dirty and min_lag_ms > 0 else None,
+                first_batch_timestamp=_first_batch_timestamp(seg, first_stamps) if seg.base_offset in dirty else None,
+            )
+            for seg in part.segments
+        ]
+    except FormatError as exc:
+        facts.problems.append(str(exc))
+    return facts
+
+
+def _bare(segments: Iterable[Segment]) -> list[SegmentFacts]:
+    return [SegmentFacts(s.base_offset, s.size, s.log.mtime_ms) for s in segments]
+
+
+def _missing_indexes(part: Partition) -> list[str]:
+    """Kafka would rebuild them; a plan reports them, since a cleaner reads them."""
+    return [
+        f"{seg.log.path}: missing {', '.join(k for k in ('index', 'timeindex') if getattr(seg, k) is None)} file"
+        for seg in part.segments[:-1]
+        if seg.index is None or seg.timeindex is None
+    ]
+
+
+def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int, int]:
+    """Replay batch headers after the latest snapshot: open transactions and the log end.
+    Returns the max timestamp of each replayed segment's first batch (saves a re-read)."""
+    segments = facts.partition.segments
+    start_offset, open_txns = _from_snapshot(snapshots, segments[-1].base_offset)
+    first_stamps: dict[int, int] = {}
+    facts.log_end = segments[-1].base_offset
+    for i, seg in enumerate(segments):
+        if i + 1 < len(segments) and segments[i + 1].base_offset <= start_offset:
+            continue
+        with storage.open_read(seg.log.path) as f:
+            for n, batch in enumerate(iter_batches(f, seg.log.path)):
+                if n == 0:
+                    first_stamps[seg.base_offset] = batch.max_timestamp
+                if batch.last_offset < start_offset:
+                    continue
+                _track(open_txns, batch)
+                facts.log_end = batch.next_offset
+    facts.last_stable = min(open_txns.values(), default=facts.log_end)
+    return first_stamps
+
+
+def _from_snapshot(snapshots: list[tuple[int, str]], active_base: int) -> tuple[int, dict[int, int]]:
+    """Where replay starts and the transactions open there (from the latest usable snapshot)."""
+    for offset, path in reversed(snapshots):
+        if offset > active_base:
+            continue  # a snapshot inside the active segment: replay from the segment start anyway
+        entries = snapshot.parse(path, storage.read_bytes(path))
+        return offset, {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
+    return -1, {}
+
+
+def _track(open_txns: dict[int, int], batch: Batch) -> None:
+    """A transactional data batch opens (or continues) its producer's transaction; a marker ends it."""
+    if not batch.is_transactional:
+        return
+    if batch.is_control:
+        open_txns.pop(batch.producer_id, None)
+    else:
+        open_txns.setdefault(batch.producer_id, batch.base_offset_field)
+
+
+def _first_batch_timestamp(seg: Segment, known: dict[int, int]) -> int | None:
+    if seg.base_offset in known:
+        return known[seg.base_offset]
+    with storage.open_read(seg.log.path) as f:
+        for batch in iter_batches(f, seg.log.path, end=1, chunk_size=_SMALL_CHUNK):
+            return batch.max_timestamp
+    return None
+
+
+def _largest_timestamp(seg: Segment) -> int | None:
+    """The last time-index entry; a zero-filled tail (preallocation) means reading the whole file."""
+    info = seg.timeindex
+    if info is None or info.size < TIME_ENTRY.size:
+        return None
+    tail = storage.read_range(info.path, info.size - TIME_ENTRY.size, info.size)
+    if any(tail):
+        return TIME_ENTRY.unpack(tail)[0]
+    entries = parse_time_index(info.path, storage.read_bytes(info.path))
+    return entries[-1].timestamp if entries else None
