@@ -22,10 +22,11 @@ $(STAMP): setup.cfg constraints.txt pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	rm -rf $(DEMO_DIR)
+	rm -rf $(DEMO_DIR) $(DEMO_DIR)-plan.json $(DEMO_DIR)-plan.png
 	$(BIN)/kcompact gen --out $(DEMO_DIR) --seed 7
 	$(BIN)/kcompact dump $(DEMO_DIR)/orders-0 | head -n 12
 	$(BIN)/kcompact verify $(DEMO_DIR)
+	$(BIN)/kcompact plan $(DEMO_DIR) --now 1720001000000 --output $(DEMO_DIR)-plan.json --plot $(DEMO_DIR)-plan.png
 
 test: $(STAMP)
 	$(BIN)/ruff check .

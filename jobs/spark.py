@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+
+LOG4J = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
 
 
 def session(app_name: str):
@@ -18,8 +21,11 @@ def session(app_name: str):
 
     builder = SparkSession.builder.appName(app_name)
     if not SparkConf().contains("spark.master"):  # not under spark-submit: embedded local Spark
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = (builder.master("local[*]")
+                   .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J.as_uri()}")
                    .config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.debug.maxToStringFields", "200")
                    .config("spark.sql.shuffle.partitions", str(max(2, (os.cpu_count() or 2) * 2))))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("KCOMPACT_SPARK_LOG_LEVEL", "WARN"))

@@ -4,6 +4,7 @@ and checkpoints are restated here rather than taken from the writers."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import re
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import crc32c
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
@@ -19,6 +21,7 @@ from jobs.cli import main
 from readers import checkpoint
 from readers.indexes import AbortedTxn, parse_offset_index, parse_time_index, parse_txn_index
 from tests.support import FIXTURE_DIR
+from conf.kraft import METADATA_DIR
 from writers import generator
 
 FIXTURE_SPEC = FIXTURE_DIR / "generator-spec.json"
@@ -85,7 +88,7 @@ def read_segment(path: Path) -> ReadSegment:
 
 def read_log_dir(path: Path) -> dict[tuple[str, int], list[ReadSegment]]:
     logs = {}
-    for pdir in sorted(p for p in path.iterdir() if p.is_dir()):
+    for pdir in sorted(p for p in path.iterdir() if p.is_dir() and p.name != METADATA_DIR):
         topic, _, partition = pdir.name.rpartition("-")
         logs[topic, int(partition)] = [read_segment(f) for f in sorted(pdir.glob("*.log"))]
     return logs
@@ -243,7 +246,38 @@ def test_segment_files_carry_the_segment_max_timestamp_as_mtime(demo: Demo) -> N
         for seg in segments:
             max_ts = max(b.max_timestamp for b in seg.batches)
             for f in seg.path.parent.glob(f"{seg.path.stem}.*"):
-                assert f.stat().st_mtime_ns // 1_000_000 == max_ts, f
+                if f.suffix != ".snapshot":  # taken at the previous roll: see the snapshot test
+                    assert f.stat().st_mtime_ns // 1_000_000 == max_ts, f
+
+
+def test_producer_snapshots_at_every_roll_and_the_log_end(demo: Demo) -> None:
+    """As a broker: `<offset>.snapshot` at each segment roll and at shutdown, listing each
+    producer's last data batch and open transaction as of that offset (parsed by hand here)."""
+    header, entry = struct.Struct(">hIi"), struct.Struct(">qhiqiqiq")
+    for (topic, partition), truth in demo.result.partitions.items():
+        pdir = demo.path / f"{topic}-{partition}"
+        expected = [s.base_offset for s in truth.segments[1:]] + [truth.log_end_offset]
+        assert sorted(int(p.stem) for p in pdir.glob("*.snapshot")) == expected
+        for offset in expected:
+            data = (pdir / f"{offset:020d}.snapshot").read_bytes()
+            version, crc, count = header.unpack_from(data)
+            assert version == 1 and crc == crc32c.crc32c(data[6:]) and len(data) == 10 + 46 * count
+            entries = {e[0]: e for e in entry.iter_unpack(data[10:])}
+            below = [b for b in truth.batches if b.last_offset < offset]
+            assert set(entries) == {b.producer_id for b in below if b.producer_id >= 0}
+            for pid, (_, epoch, last_seq, last_offset, _, _, _, txn_first) in entries.items():
+                data_batches = [b for b in below if b.producer_id == pid and not b.control]
+                last = data_batches[-1]
+                assert (last_offset, epoch) == (last.last_offset, last.producer_epoch)
+                assert last_seq == last.base_sequence + last.last_offset - last.base_offset
+                markers = [b.base_offset for b in below if b.producer_id == pid and b.control]
+                open_from = [b.base_offset for b in data_batches if b.transactional
+                             and all(m < b.base_offset for m in markers)]
+                assert txn_first == (open_from[0] if open_from else -1)
+        open_at_end = [e for e in entry.iter_unpack((pdir / f"{truth.log_end_offset:020d}.snapshot").read_bytes()[10:])
+                       if e[7] >= 0]
+        assert [e[7] for e in open_at_end] == ([truth.open_txn_first_offset] if truth.open_txn_first_offset is not None
+                                               else [])
 
 
 # -- transactions ----------------------------------------------------------------------
@@ -302,6 +336,41 @@ def test_checkpoints_are_what_a_broker_leaves(demo: Demo) -> None:
         batches = batches_of(demo.logs[tp])
         holding = next(b for b in batches if b.last_offset >= int(wanted[tp] * ends[tp]))
         assert offset == holding.base_offset
+
+
+def _compact_string(data: bytes, pos: int) -> tuple[str | None, int]:
+    n, shift, length = 0, 0, 0
+    while True:
+        b = data[pos + n]
+        length |= (b & 0x7F) << shift
+        n, shift = n + 1, shift + 7
+        if b < 0x80:
+            break
+    pos += n
+    return (None, pos) if length == 0 else (data[pos : pos + length - 1].decode(), pos + length - 1)
+
+
+def test_metadata_log_carries_the_topic_configs(demo: Demo) -> None:
+    """A KRaft controller's records, decoded here by hand (kafka-python reads the batches):
+    frame 1, TopicRecord (api key 2) and one ConfigRecord (api key 4, resource type 2 = topic)
+    per configured key, so the log dir needs no hand-written configuration."""
+    data = (demo.path / METADATA_DIR / "00000000000000000000.log").read_bytes()
+    topics, configs = {}, {}
+    for batch in iter(MemoryRecords(data).next_batch, None):
+        for record in batch:
+            value = record.value
+            assert record.key is None and value[0] == 1 and value[2] == 0  # frame 1, version 0
+            if value[1] == 2:
+                name, pos = _compact_string(value, 3)
+                topics[name] = base64.urlsafe_b64encode(value[pos : pos + 16]).rstrip(b"=").decode()
+            else:
+                assert value[1] == 4 and value[3] == 2
+                topic, pos = _compact_string(value, 4)
+                key, pos = _compact_string(value, pos)
+                text, pos = _compact_string(value, pos)
+                configs.setdefault(topic, {})[key] = text
+    assert topics == demo.result.topic_ids
+    assert configs == {t["name"]: {k: str(v) for k, v in t["config"].items()} for t in demo.spec["topics"]}
 
 
 def test_partition_files(demo: Demo) -> None:
@@ -417,7 +486,7 @@ def test_cli_gen_writes_a_log_dir(tmp_path: Path, capsys: pytest.CaptureFixture)
             "--segment-bytes", "16384", "--start-ms", "1700000000000"]
     assert main(argv) == 0
     assert "3 topics, 3 partitions" in capsys.readouterr().out
-    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["clicks-0", "orders-0", "users-0"]
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [METADATA_DIR, "clicks-0", "orders-0", "users-0"]
     first = read_segment(out / "orders-0" / "00000000000000000000.log")
     assert first.batches[0].records[0][1] == 1700000000000
     assert main(argv) == 2, "a second run into the same dir is refused"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import bisect
 import copy
+import dataclasses
 import hashlib
 import io
 import json
@@ -28,10 +29,12 @@ from itertools import accumulate
 from typing import Any
 
 import storage
-from readers import checkpoint, codecs
+from conf.kraft import METADATA_DIR
+from readers import checkpoint, codecs, snapshot
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name
 from readers.records import ABORT, COMMIT, Header, Record, control_key, control_value
+from writers import metadata
 from writers.batch import encode_batch
 from writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentFiles, SegmentWriter
 
@@ -645,6 +648,33 @@ def _write_segment(pdir: str, log: bytes, files: SegmentFiles) -> tuple[WrittenS
     return segment, sum(len(d) for d in contents.values())
 
 
+def _producer_snapshots(encoded: list[_Encoded], offsets: list[int]) -> dict[int, bytes]:
+    """Producer-state snapshots at each of ``offsets`` (segment rolls and the log end), as a
+    broker takes them: per producer its last data batch, coordinator epoch and open
+    transaction, counting the batches below the offset."""
+    state: dict[int, snapshot.ProducerEntry] = {}
+    out, pending = {}, sorted(offsets)
+    for item in [*encoded, None]:
+        while pending and (item is None or item.batch.last_offset >= pending[0]):
+            out[pending.pop(0)] = snapshot.render([state[pid] for pid in sorted(state)])
+        if item is None or item.batch.producer_id < 0:
+            continue
+        b, prev = item.batch, state.get(item.batch.producer_id)
+        if b.control:
+            state[b.producer_id] = dataclasses.replace(
+                prev, producer_epoch=b.producer_epoch, timestamp=b.max_timestamp,
+                coordinator_epoch=COORDINATOR_EPOCH, current_txn_first_offset=-1)
+            continue
+        delta = b.last_offset - b.base_offset
+        open_txn = prev.current_txn_first_offset if prev is not None else -1
+        if b.transactional and open_txn < 0:
+            open_txn = b.base_offset
+        state[b.producer_id] = snapshot.ProducerEntry(
+            b.producer_id, b.producer_epoch, (b.base_sequence + delta) % (_INT32_MAX + 1), b.last_offset, delta,
+            b.max_timestamp, prev.coordinator_epoch if prev is not None else -1, open_txn)
+    return out
+
+
 def topic_id(seed: int, topic: str) -> str:
     """A Kafka-style topic id (a v4 UUID in unpadded URL-safe base64) that depends only on seed and topic."""
     attempt = 0
@@ -675,6 +705,12 @@ def _write_partition(out: str, topic: dict[str, Any], partition: int, seed: int,
         segment, size = _write_segment(pdir, log, files)
         segments.append(segment)
         written += size
+    rolls = [files.base_offset for _, files in laid_out[1:]] + [producer.offset]
+    for offset, data in _producer_snapshots(producer.encoded, rolls).items():
+        path = storage.join(pdir, segment_name(offset, "snapshot"))
+        storage.write_durable(path, data)
+        storage.set_mtime(path, max(b.batch.max_timestamp for b in producer.encoded if b.batch.last_offset < offset))
+        written += len(data)
     metadata = f"version: 0\ntopic_id: {tid}\n".encode()
     storage.write_atomic(storage.join(pdir, "leader-epoch-checkpoint"), LEADER_EPOCH_CHECKPOINT)
     storage.write_atomic(storage.join(pdir, "partition.metadata"), metadata)
@@ -722,6 +758,34 @@ def _refuse_non_empty(out: str) -> None:
         raise ValueError(f"{out}: exists and is not an empty directory; choose a new --out")
 
 
+def _write_metadata_log(out: str, spec: dict[str, Any], ids: dict[str, str]) -> int:
+    """``__cluster_metadata-0`` as a KRaft controller leaves it: per topic a TopicRecord and
+    a ConfigRecord per override, so the log dir carries its own topic configuration."""
+    pdir = storage.join(out, METADATA_DIR)
+    storage.makedirs(pdir)
+    log, offset, ts = io.BytesIO(), 0, spec["start_ms"] - 60_000
+    writer = SegmentWriter(log, 0)
+    for topic in spec["topics"]:
+        values = [metadata.topic_record(topic["name"], ids[topic["name"]])]
+        values += [metadata.topic_config_record(topic["name"], key, _config_text(value))
+                   for key, value in sorted(topic["config"].items())]
+        data = encode_batch([Record(offset + i, ts, None, v) for i, v in enumerate(values)], base_offset=offset)
+        writer.append(data, offset + len(values) - 1, ts, offset + len(values) - 1)
+        offset += len(values)
+    files = writer.close()
+    contents = {"log": log.getvalue(), "index": files.offset_index, "timeindex": files.time_index}
+    for kind, data in contents.items():
+        path = storage.join(pdir, segment_name(0, kind))
+        storage.write_durable(path, data)
+        storage.set_mtime(path, ts)
+    return sum(len(d) for d in contents.values())
+
+
+def _config_text(value: Any) -> str:
+    """A config value as Kafka stores it (lists comma-separated)."""
+    return ",".join(value) if isinstance(value, (list, tuple)) else str(value)
+
+
 def generate(out: str, spec: dict[str, Any], seed: int) -> GenResult:
     """Write a Kafka log dir at ``out`` (must not exist or be empty) and return its truth."""
     spec = validate(spec)
@@ -736,6 +800,7 @@ def generate(out: str, spec: dict[str, Any], seed: int) -> GenResult:
             truth, size = _write_partition(out, topic, partition, seed, ids[topic["name"]])
             parts[topic["name"], partition] = truth
             written += size
+    written += _write_metadata_log(out, spec, ids)
     files = _checkpoints(spec["topics"], parts)
     for name in ROOT_CHECKPOINTS:
         data = checkpoint.render(files[name])
