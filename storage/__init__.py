@@ -7,10 +7,13 @@ formats in ``readers``/``writers`` never import fsspec: they take file objects.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import BinaryIO
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -116,6 +119,21 @@ def write_durable(path: str, data: bytes) -> None:
             os.fsync(f.fileno())
     else:
         fs.pipe_file(fs_path, data)
+
+
+@contextlib.contextmanager
+def create_durable(path: str) -> Iterator[BinaryIO]:
+    """A new file to stream into; on a clean exit it is flushed and fsynced (locally) or
+    completed (object stores). A failure leaves a partial file for the caller to remove."""
+    fs, fs_path = resolve(path)
+    if is_local(fs):
+        with open(fs_path, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+    else:
+        with fs.open(fs_path, "wb") as f:
+            yield f
 
 
 def fsync_dir(path: str) -> None:

@@ -1,0 +1,62 @@
+"""Replace a partition's cleaned segments with Kafka's swap protocol, then move its checkpoint.
+
+Steps, each made durable (directory fsync) before the next:
+1. every ``.cleaned`` file becomes ``.swap``, the highest base offset first;
+2. every replaced segment's files become ``.deleted``;
+3. every ``.swap`` file takes its final name;
+4. the ``.deleted`` files are removed.
+
+A broker loading the dir deletes ``.cleaned`` files and any ``.swap`` whose base offset
+is at or above the smallest ``.cleaned`` one, then completes the remaining swaps. With
+step 1 in descending order, a crash inside it leaves only swaps above every remaining
+``.cleaned`` file, so recovery returns the old contents; once step 1 is done, recovery
+completes every group. The partition therefore changes whole or not at all.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+
+import storage
+from readers import checkpoint
+from readers.logdir import Segment
+from writers.cleaned import CLEANED, WrittenGroup
+
+SWAP, DELETED = ".swap", ".deleted"
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+
+
+def _segment_files(seg: Segment) -> list[str]:
+    return [info.path for info in (seg.log, seg.index, seg.timeindex, seg.txnindex) if info is not None]
+
+
+def commit_partition(partition_dir: str, written: Sequence[WrittenGroup], replaced: Sequence[Segment]) -> None:
+    """Swap ``written`` groups in for the ``replaced`` segments (all of them, or none)."""
+    storage.fsync_dir(partition_dir)
+    swaps = []
+    for group in sorted(written, key=lambda g: -g.base_offset):
+        for path in group.files:
+            swap = path.removesuffix(CLEANED) + SWAP
+            storage.rename(path, swap)
+            swaps.append(swap)
+    storage.fsync_dir(partition_dir)
+    deleted = []
+    for seg in replaced:
+        for path in _segment_files(seg):
+            storage.rename(path, path + DELETED)
+            deleted.append(path + DELETED)
+    storage.fsync_dir(partition_dir)
+    for swap in swaps:
+        storage.rename(swap, swap.removesuffix(SWAP))
+    storage.fsync_dir(partition_dir)
+    for path in deleted:
+        storage.remove(path)
+
+
+def set_cleaner_checkpoint(log_dir: str, topic: str, partition: int, offset: int) -> None:
+    """Set one partition's entry in ``cleaner-offset-checkpoint`` (temp file, fsync, rename)."""
+    path = posixpath.join(log_dir, CLEANER_CHECKPOINT)
+    entries = checkpoint.parse(path, storage.read_bytes(path)) if storage.exists(path) else {}
+    entries[(topic, partition)] = offset
+    storage.write_atomic(path, checkpoint.render(entries))
