@@ -11,7 +11,7 @@ export PYSPARK_DRIVER_PYTHON := $(BIN)/python
 DEMO_DIR := demo-logs
 BENCH_DIR := bench-data
 
-.PHONY: install demo test bench-format clean
+.PHONY: install demo test bench-format bench-plan bench-rebuild clean
 
 install: $(STAMP)
 
@@ -34,6 +34,12 @@ test: $(STAMP)
 
 bench-format: $(STAMP)
 	$(BIN)/python -m tests.bench.format --dir $(BENCH_DIR)/format
+
+bench-plan: $(STAMP)
+	$(BIN)/python -m tests.bench.plan --dir $(BENCH_DIR)/plan
+
+bench-rebuild: $(STAMP)
+	$(BIN)/python -m tests.bench.rebuild
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) $(BENCH_DIR) *.egg-info .pytest_cache .hypothesis

@@ -17,8 +17,10 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import time
 from dataclasses import dataclass
 
+import storage
 from readers.errors import FormatError
 
 IDLE, IN_PROGRESS, ABORTED, PAUSED, UNCLEANABLE = "idle", "in_progress", "aborted", "paused", "uncleanable"
@@ -55,6 +57,20 @@ def file_name(topic: str, partition: int) -> str:
 def parse_file_name(name: str) -> tuple[str, int] | None:
     match = _FILE.match(posixpath.basename(name))
     return (match["topic"], int(match["partition"])) if match else None
+
+
+def state_path(partition_dir: str) -> str:
+    """Where a partition's state file lives: the root of its log dir."""
+    log_dir, _, name = partition_dir.rstrip("/").rpartition("/")
+    topic, _, number = name.rpartition("-")
+    return f"{log_dir}/{file_name(topic, int(number))}"
+
+
+def mark_uncleanable(partition_dir: str, reason: str, now_ms: int | None = None) -> None:
+    """Kafka marks a partition whose cleaning failed uncleanable and skips it until an
+    operator resets it; the reason names the file and byte position when there is one."""
+    doc = {"state": UNCLEANABLE, "reason": reason, "since_ms": now_ms or int(time.time() * 1000)}
+    storage.write_atomic(state_path(partition_dir), json.dumps(doc).encode())
 
 
 def parse(path: str, data: bytes) -> CleaningState:

@@ -25,6 +25,7 @@ import storage
 from conf.settings import (
     BY_BROKER_NAME,
     BY_TOPIC_NAME,
+    INT_MAX,
     OTHER_TOPIC_SETTINGS,
     RETENTION_ALIASES,
     SETTINGS,
@@ -126,6 +127,8 @@ def _broker_value(key: str, raw: str, source: str) -> tuple[Setting, object]:
     if key in RETENTION_ALIASES:
         setting = BY_BROKER_NAME["log.retention.ms"]
         value = parse_value(setting, raw, key, source)
+        if value > INT_MAX:  # log.retention.hours and .minutes are Java ints in Kafka
+            raise ConfigError(f"{source}: {key}={raw!r}: must be between -1 and {INT_MAX}")
         return setting, value if value == -1 else value * RETENTION_ALIASES[key]
     setting = BY_BROKER_NAME.get(key)
     if setting is None:
@@ -192,10 +195,26 @@ def add_topic_arg(config: Config, arg: str) -> None:
         config.add_topic(topic, key, raw, source)
 
 
+def _shadowed_retention_keys(keys: Iterable[str]) -> set[str]:
+    """The retention synonyms one source gives that Kafka does not read: it takes
+    log.retention.ms, else log.retention.minutes, else log.retention.hours."""
+    keys = set(keys)
+    given = [k for k in ("log.retention.ms", *sorted(RETENTION_ALIASES, key=RETENTION_ALIASES.get)) if k in keys]
+    return set(given[1:])
+
+
+def add_broker_args(config: Config, args: Iterable[str]) -> None:
+    """Every ``--broker-config``: one source, so the retention synonyms follow Kafka's precedence."""
+    pairs = [pair for arg in args for pair in split_assignments(arg, "--broker-config")]
+    shadowed = _shadowed_retention_keys(key for key, _ in pairs)
+    for key, raw in pairs:
+        if key not in shadowed:
+            config.add_broker(key, raw, "--broker-config")
+
+
 def add_broker_arg(config: Config, arg: str) -> None:
     """``--broker-config KEY=VALUE[,KEY=VALUE...]`` with broker-level names."""
-    for key, raw in split_assignments(arg, "--broker-config"):
-        config.add_broker(key, raw, "--broker-config")
+    add_broker_args(config, [arg])
 
 
 def add_metadata(config: Config, broker_defaults: Mapping[str, str], topics: Mapping[str, Mapping[str, str]],
@@ -203,8 +222,9 @@ def add_metadata(config: Config, broker_defaults: Mapping[str, str], topics: Map
     """Configs a KRaft controller recorded: cluster-wide broker defaults and per-topic values.
     Kafka validated every key it recorded, so keys cleaning does not use are passed over
     (a newer broker's settings must not stop the plan); values of the keys used are checked."""
+    shadowed = _shadowed_retention_keys(broker_defaults)
     for key, raw in broker_defaults.items():
-        if key in BY_BROKER_NAME or key in RETENTION_ALIASES:
+        if (key in BY_BROKER_NAME or key in RETENTION_ALIASES) and key not in shadowed:
             config.add_broker(key, raw, f"{source} (cluster default)")
     for topic, values in topics.items():
         for key, raw in values.items():
@@ -224,8 +244,7 @@ def build(
         add_metadata(config, broker_defaults, topics, source)
     for path in files:
         add_properties_file(config, path)
-    for arg in broker_args:
-        add_broker_arg(config, arg)
+    add_broker_args(config, broker_args)
     for arg in topic_args:
         add_topic_arg(config, arg)
     return config

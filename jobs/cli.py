@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from conf.settings import ConfigError
 from readers.errors import FormatError
 
-EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERNAL, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2, 3, 4, 5
 
 
 def _dump(args: argparse.Namespace) -> int:
@@ -82,6 +83,30 @@ def _plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _compact(args: argparse.Namespace) -> int:
+    """Plan (or take --plan), clean every selected partition, report; exit 0 when all were
+    cleaned, 4 when some were marked uncleanable, 5 when none could be cleaned."""
+    from compaction import job
+    from jobs.spark import session
+    from planner import output, plan
+
+    spark = session("kcompact compact")
+    now = args.now if args.now is not None else int(time.time() * 1000)
+    if args.plan:
+        table = output.read(args.plan)
+    else:
+        table = plan(spark, args.paths, conf=_config(args), now=now, top=args.max_partitions).toArrow()
+    result = job.run(spark, table, now=now, dry_run=args.dry_run, progress=lambda line: print(line, flush=True))
+    print(result.report.text())
+    if args.report:
+        result.report.write(args.report)
+        print(f"report written to {args.report}")
+    totals = result.report.totals()
+    if totals["failed"] == 0:
+        return EXIT_OK
+    return EXIT_PARTIAL if totals["failed"] < totals["partitions"] else EXIT_FAILED
+
+
 def add_config_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", action="append", default=[], metavar="FILE",
                    help="properties file: broker-level keys, topic overrides as topic[NAME].KEY=VALUE")
@@ -114,6 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="FILE", help="write the plan as plan.parquet or plan.json")
     p.add_argument("--plot", metavar="PNG", help="draw the ratio distribution and the top partitions")
     p.set_defaults(func=_plan)
+
+    p = sub.add_parser("compact", help="clean every selected partition as Kafka's cleaner would")
+    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
+    add_config_options(p)
+    p.add_argument("--plan", metavar="FILE", help="a plan written by 'kcompact plan --output' (default: plan now)")
+    p.add_argument("--max-partitions", type=int, metavar="N", help="clean at most N partitions (highest ratio first)")
+    p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
+    p.add_argument("--report", metavar="FILE", help="write the report as JSON")
+    p.set_defaults(func=_compact)
 
     p = sub.add_parser("gen", help="generate a realistic sample log dir")
     p.add_argument("--out", required=True, help="directory to create (must not exist or be empty)")

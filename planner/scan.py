@@ -21,7 +21,7 @@ from readers.batch import Batch
 from readers.errors import FormatError
 from readers.indexes import TIME_ENTRY, parse_time_index
 from readers.logdir import Partition, Segment, scan_partition
-from readers.segment import iter_batches
+from readers.segment import DEFAULT_CHUNK, iter_batches
 from planner.rules import SegmentFacts, dirty_non_active, first_dirty_offset
 
 _SNAPSHOT = re.compile(r"^(\d{20})\.snapshot$")
@@ -98,15 +98,24 @@ def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int
         if i + 1 < len(segments) and segments[i + 1].base_offset <= start_offset:
             continue
         with storage.open_read(seg.log.path) as f:
-            for n, batch in enumerate(iter_batches(f, seg.log.path)):
+            for n, batch in enumerate(iter_batches(f, seg.log.path, chunk_size=_chunk(seg.size))):
                 if n == 0:
                     first_stamps[seg.base_offset] = batch.max_timestamp
                 if batch.last_offset < start_offset:
                     continue
                 _track(open_txns, batch)
                 facts.log_end = batch.next_offset
+    # LogSegment.readNextOffset: an empty active segment ends the log at its base offset, even when
+    # the segment before it ends lower (its last batches removed by an older broker's cleaning)
+    facts.log_end = max(facts.log_end, segments[-1].base_offset)
     facts.last_stable = min(open_txns.values(), default=facts.log_end)
     return first_stamps
+
+
+def _chunk(size: int) -> int:
+    """Reads no larger than the segment (as listed): each read allocates its full size, and 8 MiB
+    for a segment of a few KiB costs more than reading it."""
+    return min(DEFAULT_CHUNK, max(size + 1, _SMALL_CHUNK))
 
 
 def _from_snapshot(snapshots: list[tuple[int, str]], active_base: int) -> tuple[int, dict[int, int]]:

@@ -8,10 +8,7 @@ Listing format: /work/shared/fixtures/kafka-written/README.md.
 
 from __future__ import annotations
 
-import hashlib
 import io
-import struct
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -19,98 +16,28 @@ import pytest
 from readers import checkpoint, codecs
 from readers.indexes import parse_txn_index
 from readers.records import CONTROL_TYPES
-from readers.segment import iter_batches
-from tests.support import FIXTURE_DIR, FIXTURE_INPUT, kp_decode_v2
+from tests.support import (
+    FIXTURE_DIR,
+    FIXTURE_INPUT,
+    assert_same_lines,
+    batch_lines,
+    kp_decode_v2,
+    log_segments,
+    record_lines,
+    segment_batches,
+)
 from writers.batch import encode_like
 from writers.segment import SegmentWriter
 
-SEGMENTS = sorted(FIXTURE_INPUT.glob("*-*/*.log"), key=lambda p: (p.parent.name.rsplit("-", 1)[0],
-                                                                     int(p.parent.name.rsplit("-", 1)[1]), p.name))
+SEGMENTS = log_segments(FIXTURE_INPUT)
 
 
 def seg_id(path: Path) -> str:
     return f"{path.parent.name}/{path.stem}"
 
 
-@cache
-def segment_batches(path: Path) -> list:
-    with open(path, "rb") as f:
-        return list(iter_batches(f, str(path)))
-
-
-def topic_partition(path: Path) -> tuple[str, int]:
-    topic, _, partition = path.parent.name.rpartition("-")
-    return topic, int(partition)
-
-
-# -- the listing, written from the README's definition ------------------------------------
-def short_hash(data: bytes, hex_chars: int) -> str:
-    return hashlib.sha256(data).hexdigest()[:hex_chars]
-
-
-def key_text(key: bytes | None) -> str:
-    if key is None:
-        return "NULL"
-    return "sha256:" + short_hash(key, 32) if len(key) > 64 else key.hex()
-
-
-def value_text(value: bytes | None) -> str:
-    return "NULL" if value is None else short_hash(value, 32)
-
-
-def headers_text(headers) -> str:
-    if not headers:
-        return "0"
-    blob = b""
-    for hkey, hvalue in headers:
-        k = hkey.encode("utf-8", "surrogateescape")
-        blob += struct.pack(">i", len(k)) + k
-        blob += struct.pack(">i", -1) if hvalue is None else struct.pack(">i", len(hvalue)) + hvalue
-    return f"{len(headers)}:{short_hash(blob, 16)}"
-
-
-def flags_text(batch) -> str:
-    flags = ("c" if batch.is_control else "d") + ("T" if batch.is_transactional else "")
-    if batch.is_control:
-        flags += ":" + CONTROL_TYPES[batch.control_type()]
-    return flags
-
-
-def record_lines(path: Path) -> list[str]:
-    topic, partition = topic_partition(path)
-    lines = []
-    for batch in segment_batches(path):
-        records = batch.records()
-        flags = flags_text(batch)
-        if not records:
-            lines.append(f"{topic}\t{partition}\t{batch.base_offset}\tE\tlast={batch.last_offset}\t-\t-\t-\t"
-                         f"{flags}\t{batch.producer_id}")
-        for r in records:
-            lines.append("\t".join(map(str, (
-                topic, partition, r.offset, "R", r.timestamp, key_text(r.key), value_text(r.value),
-                headers_text(r.headers), flags, batch.producer_id))))
-    return lines
-
-
-def batch_lines(path: Path) -> list[str]:
-    topic, partition = topic_partition(path)
-    return [
-        f"{topic}\t{partition}\t{b.base_offset}\tB\tlast={b.last_offset}\tcount={b.count}\t"
-        f"codec={codecs.name(b.codec)}\tflags={flags_text(b)}\tpid={b.producer_id}\tepoch={b.producer_epoch}\t"
-        f"seq={b.base_sequence}\tmaxTs={b.max_timestamp}\tdeleteHorizon={b.delete_horizon_ms}\t"
-        f"leaderEpoch={b.partition_leader_epoch}"
-        for b in segment_batches(path)
-    ]
-
-
 def expected_lines(name: str) -> list[str]:
     return (FIXTURE_DIR / name).read_text().splitlines()
-
-
-def assert_same_lines(ours: list[str], expected: list[str]) -> None:
-    for i, (a, b) in enumerate(zip(ours, expected)):
-        assert a == b, f"line {i + 1} differs"
-    assert len(ours) == len(expected)
 
 
 def test_record_listing_equals_kafkas():

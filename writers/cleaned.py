@@ -19,7 +19,7 @@ from compaction.decisions import COPY, DROP, EMPTY, REWRITE, Outcome
 from readers.batch import Batch
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name
-from writers.batch import encode_like
+from writers.rebuild import rebuild
 from writers.segment import SegmentWriter
 
 CLEANED = ".cleaned"
@@ -41,10 +41,9 @@ def output_bytes(batch: Batch, outcome: Outcome, keep: np.ndarray | None) -> byt
     if outcome.kind == COPY:
         return bytes(batch.data)
     if outcome.kind == EMPTY:
-        return encode_like(batch, [])
+        return rebuild(batch, np.zeros(batch.count, dtype=bool))
     assert outcome.kind == REWRITE and keep is not None
-    records = [r for r, k in zip(batch.records(), keep) if k]
-    return encode_like(batch, records, outcome.delete_horizon_ms)
+    return rebuild(batch, keep, outcome.delete_horizon_ms)
 
 
 def write_group(partition_dir: str, base_offset: int, items: Iterable[tuple[Batch, Outcome, np.ndarray | None]],

@@ -1,0 +1,135 @@
+"""A picture of a plan: how dirty the compacted partitions are, and which ones matter most.
+
+Left, the distribution of cleanable ratios with each min.cleanable.dirty.ratio
+in force drawn as a line (Kafka cleans what lies right of it); right, the
+partitions with the most cleanable bytes. Figures are built without pyplot so
+that nothing depends on a display or on global state, and the PNG goes through
+``storage`` so an ``s3://`` path works like a local one.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+
+import pyarrow as pa
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+import storage
+
+FIGSIZE = (14.0, 6.5)  # inches
+DPI = 100  # so the PNG is FIGSIZE * DPI pixels
+TOP = 20
+BINS = [i / 20 for i in range(21)]  # 0.05-wide bins over [0, 1]
+SELECTED, SKIPPED = "#2b8a3e", "#adb5bd"
+THRESHOLDS = (("#c92a2a", "--"), ("#1864ab", ":"), ("#e67700", "-."), ("#862e9c", (0, (5, 2, 1, 2))))
+MB = 1e6
+_LABEL_CHARS = 32
+
+
+def plot_plan(table: pa.Table, path: str) -> None:
+    """Write the plan's picture as a PNG to ``path`` (local or ``s3://``)."""
+    out = io.BytesIO()
+    draw(table).savefig(out, format="png", dpi=DPI)
+    storage.write_durable(path, out.getvalue())
+
+
+def show_plan(plan) -> Figure:
+    """The plan's picture for a notebook: pass the DataFrame ``planner.plan`` returns, or its
+    Arrow table; a notebook displays the returned Figure."""
+    return draw(plan.toArrow() if hasattr(plan, "toArrow") else plan)
+
+
+def draw(table: pa.Table) -> Figure:
+    rows = [r for r in table.to_pylist() if _compacted(r)]
+    fig = Figure(figsize=FIGSIZE, layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2, width_ratios=(1, 1.15))
+    fig.suptitle(_summary(table, rows), fontsize=13)
+    if rows:
+        _ratios(left, rows)
+        _top_bytes(right, rows)
+    else:
+        _nothing(fig, f"Nothing to draw: {_why_nothing(table)}.")
+    return fig
+
+
+def _compacted(row: dict) -> bool:
+    """Partitions the rules ran on: compacted, readable, with segments (they have a ratio)."""
+    return row["cleanable_ratio"] is not None and _has_compact(row)
+
+
+def _has_compact(row: dict) -> bool:
+    return "compact" in (row["cleanup_policy"] or "").split(",")
+
+
+def _why_nothing(table: pa.Table) -> str:
+    if table.num_rows == 0:
+        return "the plan is empty"
+    if any(_has_compact(r) for r in table.to_pylist()):
+        return "no compacted partition has a cleanable ratio (all are empty or unreadable)"
+    return "no partition has cleanup.policy=compact"
+
+
+def _summary(table: pa.Table, rows: list[dict]) -> str:
+    selected = [r for r in rows if r["selected"]]
+    mb = sum(r["cleanable_bytes"] for r in selected) / MB
+    return (f"Cleaning plan: {table.num_rows} partitions, {len(rows)} compacted, "
+            f"{len(selected)} selected ({mb:,.1f} MB to clean)")
+
+
+def _ratios(ax, rows: list[dict]) -> None:
+    """Stacked histogram (selected over skipped) with a line per ratio threshold in force."""
+    chosen = [r["cleanable_ratio"] for r in rows if r["selected"]]
+    passed = [r["cleanable_ratio"] for r in rows if not r["selected"]]
+    ax.hist([passed, chosen], bins=BINS, stacked=True, color=[SKIPPED, SELECTED],
+            label=[f"skipped ({_partitions(len(passed))})", f"selected ({_partitions(len(chosen))})"],
+            edgecolor="white")
+    users = Counter(r["min_cleanable_ratio"] for r in rows if r["min_cleanable_ratio"] is not None)
+    for i, threshold in enumerate(sorted(users)):
+        color, style = THRESHOLDS[i % len(THRESHOLDS)]
+        ax.axvline(threshold, color=color, linestyle=style, linewidth=1.8,
+                   label=f"min.cleanable.dirty.ratio = {threshold:g} ({_partitions(users[threshold])})")
+    ax.set_xlim(0, 1)
+    ax.set_title("Cleanable ratio of compacted partitions")
+    ax.set_xlabel("cleanable ratio (dirty bytes / total bytes)")
+    ax.set_ylabel("partitions")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.35)  # headroom so the legend covers no bar
+    ax.legend(loc="upper center", fontsize=9)
+
+
+def _partitions(n: int) -> str:
+    return f"{n:,} partition" + ("" if n == 1 else "s")
+
+
+def _top_bytes(ax, rows: list[dict]) -> None:
+    """The largest cleanable byte counts, biggest on top, selected ones coloured and ranked."""
+    top = sorted(rows, key=lambda r: (-r["cleanable_bytes"], r["topic"] or "", r["partition"] or 0))[:TOP]
+    top.reverse()  # barh draws the first row at the bottom
+    sizes = [r["cleanable_bytes"] / MB for r in top]
+    ax.barh(range(len(top)), sizes, color=[SELECTED if r["selected"] else SKIPPED for r in top])
+    ax.set_yticks(range(len(top)), [_label(r) for r in top], fontsize=9)
+    for i, (row, size) in enumerate(zip(top, sizes)):
+        note = f" #{row['rank']} selected" if row["selected"] else " skipped"
+        ax.text(size, i, f" {size:,.2f} MB, ratio {row['cleanable_ratio']:.2f},{note}", va="center", fontsize=8)
+    ax.set_xlim(0, max(sizes, default=0) * 1.6 or 1)  # room for the notes right of the bars
+    ax.set_title(f"Top {len(top)} partitions by cleanable bytes (green: selected)")
+    ax.set_xlabel("cleanable bytes (MB)")
+
+
+def _label(row: dict) -> str:
+    """``topic-partition``, shortened in the middle so long topic names keep the axis readable."""
+    name = f"{row['topic']}-{row['partition']}"
+    if len(name) <= _LABEL_CHARS:
+        return name
+    half = (_LABEL_CHARS - 1) // 2
+    return f"{name[:half]}…{name[-half:]}"
+
+
+def _nothing(fig: Figure, text: str) -> None:
+    for ax in fig.axes:
+        ax.set_axis_off()
+    fig.text(0.5, 0.5, text, ha="center", va="center", fontsize=14)

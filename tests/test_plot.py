@@ -1,0 +1,83 @@
+"""``kcompact plan --plot``: a valid PNG of a fixed size, whatever the plan holds.
+
+Plans are built by hand on ``PLAN_SCHEMA`` (no Spark); PIL, an independent PNG
+reader, checks the file.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow as pa
+import pytest
+from PIL import Image
+
+from planner.build import PLAN_SCHEMA
+from planner.plot import DPI, FIGSIZE, plot_plan, show_plan
+
+SIZE = (round(FIGSIZE[0] * DPI), round(FIGSIZE[1] * DPI))
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def row(partition: int, ratio: float | None, dirty: int | None, *, topic: str = "orders",
+        policy: str = "compact", selected: bool = False, rank: int | None = None, min_ratio: float = 0.5) -> dict:
+    skip = None if selected else ("below ratio" if ratio is not None else "not compacted (cleanup.policy has no compact)")
+    return {"topic": topic, "partition": partition, "log_dir": "/logs", "path": f"/logs/{topic}-{partition}",
+            "cleanup_policy": policy, "state": "idle", "cleanable_ratio": ratio, "cleanable_bytes": dirty,
+            "min_cleanable_ratio": min_ratio, "selected": selected, "rank": rank, "skip_reason": skip}
+
+
+def normal_plan() -> pa.Table:
+    rows = [row(p, p / 30, p * 150_000, selected=p / 30 > 0.5, rank=30 - p if p > 15 else None) for p in range(30)]
+    rows.append(row(0, 0.9, 9_000_000, topic="a-topic-with-a-name-far-longer-than-any-label-should-be",
+                    selected=True, rank=1, min_ratio=0.2))
+    rows.append(row(0, None, None, topic="clicks", policy="delete"))
+    return pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
+
+
+def not_compacted_plan() -> pa.Table:
+    return pa.Table.from_pylist([row(p, None, None, topic="clicks", policy="delete") for p in range(3)],
+                                schema=PLAN_SCHEMA)
+
+
+@pytest.mark.parametrize("table", [normal_plan(), PLAN_SCHEMA.empty_table(), not_compacted_plan()],
+                         ids=["normal", "empty", "no-compacted"])
+def test_plot_writes_a_png_of_the_expected_size(tmp_path, table):
+    out = tmp_path / "plan.png"
+    plot_plan(table, str(out))
+    data = out.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    with Image.open(io.BytesIO(data)) as image:
+        image.verify()  # checks the chunks' CRCs
+    with Image.open(io.BytesIO(data)) as image:
+        assert image.format == "PNG"
+        assert image.size == SIZE
+
+
+def test_plot_writes_to_s3(s3_endpoint):
+    import fsspec
+
+    fs = fsspec.filesystem("s3")
+    fs.mkdir("plots")
+    plot_plan(normal_plan(), "s3://plots/plan.png")
+    with Image.open(io.BytesIO(fs.cat_file("plots/plan.png"))) as image:
+        assert image.size == SIZE
+
+
+def test_show_plan_draws_the_same_panels():
+    fig = show_plan(normal_plan())
+    left, right = fig.axes
+    assert [line.get_xdata()[0] for line in left.get_lines()] == [0.2, 0.5]  # one line per threshold
+    labels = [t.get_text() for t in right.get_yticklabels()]
+    assert len(labels) == 20
+    assert labels[-1].startswith("a-topic-with") and "…" in labels[-1]  # the largest on top, shortened
+    assert "31 compacted" in fig.get_suptitle()  # the delete-only partition is not counted
+
+
+def test_show_plan_takes_a_dataframe_like():
+    class Frame:  # what a Spark DataFrame offers
+        def toArrow(self):
+            return not_compacted_plan()
+
+    fig = show_plan(Frame())
+    assert any("no partition has cleanup.policy=compact" in t.get_text() for t in fig.texts)
