@@ -22,11 +22,15 @@ $(STAMP): setup.cfg constraints.txt pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	rm -rf $(DEMO_DIR) $(DEMO_DIR)-plan.json $(DEMO_DIR)-plan.png
+	rm -rf $(DEMO_DIR) $(DEMO_DIR)-plan.json $(DEMO_DIR)-plan.png $(DEMO_DIR)-report.json
 	$(BIN)/kcompact gen --out $(DEMO_DIR) --seed 7
 	$(BIN)/kcompact dump $(DEMO_DIR)/orders-0 | head -n 12
 	$(BIN)/kcompact verify $(DEMO_DIR)
 	$(BIN)/kcompact plan $(DEMO_DIR) --now 1720001000000 --output $(DEMO_DIR)-plan.json --plot $(DEMO_DIR)-plan.png
+	du -sh --apparent-size $(DEMO_DIR)
+	$(BIN)/kcompact compact $(DEMO_DIR) --plan $(DEMO_DIR)-plan.json --now 1720001000000 --report $(DEMO_DIR)-report.json
+	du -sh --apparent-size $(DEMO_DIR)
+	$(BIN)/kcompact verify $(DEMO_DIR)
 
 test: $(STAMP)
 	$(BIN)/ruff check .

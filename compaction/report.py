@@ -55,10 +55,10 @@ class PartitionReport:
         removed = ", ".join(f"{n} {reason}" for reason, n in self.removed.items() if n)
         verb = "cleaned" if self.committed else "would clean"
         return (f"{verb} log {self.topic}-{self.partition} (dirty section = [{self.dirty_start}, {self.dirty_end})): "
-                f"{self.bytes_read / 1e6:.1f} MB processed in {self.seconds:.1f} s ({self.mb_per_s:.1f} MB/s), "
+                f"{self.bytes_read / 1e6:.2f} MB processed in {self.seconds:.1f} s ({self.mb_per_s:.1f} MB/s), "
                 f"start {self.records_read} records, end {self.records_kept} records"
                 + (f" (removed: {removed})" if removed else "")
-                + (f", {self.bytes_read / 1e6:.1f} MB -> {self.bytes_written / 1e6:.1f} MB" if self.committed else ""))
+                + (f", {self.bytes_read / 1e6:.2f} MB -> {self.bytes_written / 1e6:.2f} MB" if self.committed else ""))
 
 
 @dataclass(slots=True)
@@ -67,6 +67,7 @@ class Report:
     dry_run: bool
     partitions: list[PartitionReport] = field(default_factory=list)
     seconds: float = 0.0
+    stages: dict[str, float] = field(default_factory=dict)  # wall seconds, back to back from session ready
 
     def totals(self) -> dict:
         done = [p for p in self.partitions if not p.error]
@@ -86,13 +87,13 @@ class Report:
         lines = [p.summary() for p in self.partitions]
         t = self.totals()
         lines.append(f"{t['partitions']} partitions: {t['cleaned']} cleaned, {t['failed']} failed; "
-                     f"{t['bytes_read'] / 1e6:.1f} MB -> {t['bytes_written'] / 1e6:.1f} MB, "
+                     f"{t['bytes_read'] / 1e6:.2f} MB -> {t['bytes_written'] / 1e6:.2f} MB, "
                      f"{t['records_read']} -> {t['records_kept']} records in {t['seconds']:.1f} s "
                      f"({t['mb_per_s']:.1f} MB/s, {t['records_per_s']:.0f} records/s)")
         return "\n".join(lines)
 
     def to_json(self) -> dict:
-        return {"now": self.now, "dry_run": self.dry_run, "totals": self.totals(),
+        return {"now": self.now, "dry_run": self.dry_run, "totals": self.totals(), "stages": self.stages,
                 "partitions": [asdict(p) | {"mb_per_s": p.mb_per_s} for p in self.partitions]}
 
     def write(self, path: str) -> None:

@@ -110,6 +110,10 @@ def active_producers(batches: Iterable[BatchInfo], now: int, expiration_ms: int)
         if pid < 0:
             continue
         last_ts[pid] = b.max_timestamp
+        if epoch.get(pid, b.producer_epoch) != b.producer_epoch:
+            # ProducerStateEntry.maybeUpdateProducerEpoch: a new epoch (e.g. a marker written by the
+            # coordinator with a bumped epoch) clears the batch metadata: no last data offset
+            last_data.pop(pid, None)
         epoch[pid] = b.producer_epoch
         if b.is_control:
             open_txn.discard(pid)

@@ -72,6 +72,7 @@ def _plan(args: argparse.Namespace) -> int:
     spark = session("kcompact plan")
     table = plan(spark, args.paths, conf=config, now=args.now, top=args.top, max_bytes=args.max_bytes).toArrow()
     print(output.describe(table))
+    print(output.describe_retention(table))
     if args.output:
         output.write(table, args.output)
         print(f"plan written to {args.output}")
@@ -91,12 +92,14 @@ def _compact(args: argparse.Namespace) -> int:
     from planner import output, plan
 
     spark = session("kcompact compact")
+    ready = time.monotonic()
     now = args.now if args.now is not None else int(time.time() * 1000)
     if args.plan:
         table = output.read(args.plan)
     else:
         table = plan(spark, args.paths, conf=_config(args), now=now, top=args.max_partitions).toArrow()
-    result = job.run(spark, table, now=now, dry_run=args.dry_run, progress=lambda line: print(line, flush=True))
+    result = job.run(spark, table, now=now, dry_run=args.dry_run, progress=lambda line: print(line, flush=True),
+                     ready=ready)
     print(result.report.text())
     if args.report:
         result.report.write(args.report)
@@ -105,6 +108,45 @@ def _compact(args: argparse.Namespace) -> int:
     if totals["failed"] == 0:
         return EXIT_OK
     return EXIT_PARTIAL if totals["failed"] < totals["partitions"] else EXIT_FAILED
+
+
+def _exit_status(failed: int, attempted: int) -> int:
+    """0 when nothing failed, 5 when everything attempted failed, 4 in between (as compact)."""
+    if failed == 0:
+        return EXIT_OK
+    return EXIT_PARTIAL if failed < attempted else EXIT_FAILED
+
+
+def _retain(args: argparse.Namespace) -> int:
+    """Plan retention, delete each partition's due prefix, move the checkpoints, report."""
+    from jobs.spark import session
+    from writers.retention import retain
+
+    config = _config(args)  # a bad setting ends here, before Spark starts
+    spark = session("kcompact retain")
+    report = retain(spark, args.paths, conf=config, now=args.now, dry_run=args.dry_run,
+                    progress=lambda line: print(line, flush=True))
+    print(report.text())
+    if args.report:
+        report.write(args.report)
+        print(f"report written to {args.report}")
+    return _exit_status(report.totals()["failed"], report.attempted)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The nightly job: retention, then a fresh plan, then compaction; one report."""
+    from jobs.run import nightly
+    from jobs.spark import session
+
+    config = _config(args)
+    spark = session("kcompact run")
+    result = nightly(spark, args.paths, conf=config, now=args.now, dry_run=args.dry_run,
+                     max_partitions=args.max_partitions, progress=lambda line: print(line, flush=True))
+    print(result.text())
+    if args.report:
+        result.write(args.report)
+        print(f"report written to {args.report}")
+    return _exit_status(result.failed, result.attempted)
 
 
 def add_config_options(p: argparse.ArgumentParser) -> None:
@@ -148,6 +190,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
     p.add_argument("--report", metavar="FILE", help="write the report as JSON")
     p.set_defaults(func=_compact)
+
+    p = sub.add_parser("retain", help="delete the segments Kafka's retention would delete, move the log start")
+    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
+    add_config_options(p)
+    p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
+    p.add_argument("--report", metavar="FILE", help="write the report as JSON")
+    p.set_defaults(func=_retain)
+
+    p = sub.add_parser("run", help="the nightly job: retention, then plan, then compaction")
+    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
+    add_config_options(p)
+    p.add_argument("--max-partitions", type=int, metavar="N", help="clean at most N partitions (highest ratio first)")
+    p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
+    p.add_argument("--report", metavar="FILE", help="write the report as JSON (retention and compaction)")
+    p.set_defaults(func=_run)
 
     p = sub.add_parser("gen", help="generate a realistic sample log dir")
     p.add_argument("--out", required=True, help="directory to create (must not exist or be empty)")

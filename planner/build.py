@@ -4,7 +4,9 @@ The driver lists each log dir's root once (partition dirs, checkpoints, cleaning
 states) and resolves each topic's configuration; executors list every partition
 dir and make the few small reads the rules need (``planner.scan``), then apply
 Kafka's rules (``planner.rules``). A plan has one row per partition, so ranking
-and budgets run on the driver over the collected rows. Nothing is written.
+and budgets run on the driver over the collected rows. Every row also says what
+retention would delete (``planner.retention``: log start offset, retention.bytes,
+retention.ms) and why. Nothing is written.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import storage
 from compaction import states
 from conf import kraft, resolve
 from conf.resolve import Config, TopicConfig
-from planner import rules, scan
+from planner import retention, rules, scan
 from readers import checkpoint
 from readers.errors import FormatError
 from readers.logdir import METADATA_TOPIC, is_live_partition_dir, parse_partition_dir
@@ -33,6 +35,11 @@ SEGMENT_TYPE = pa.struct([
     ("base_offset", pa.int64()), ("size", pa.int64()), ("mtime_ms", pa.int64()),
     ("largest_timestamp", pa.int64()), ("first_batch_timestamp", pa.int64()),
 ])
+# largest_timestamp: the time the retention.ms rule compares (last time-index entry, else mtime)
+RETENTION_DELETE = pa.struct([
+    ("base_offset", pa.int64()), ("size", pa.int64()), ("largest_timestamp", pa.int64()), ("reason", pa.string()),
+])
+RETENTION_ONLY = "not planned for compaction (retention-only plan)"
 PLAN_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("log_dir", pa.string()), ("path", pa.string()),
     ("cleanup_policy", pa.string()), ("state", pa.string()),
@@ -46,6 +53,8 @@ PLAN_SCHEMA = pa.schema([
     ("selected", pa.bool_()), ("skip_reason", pa.string()), ("rank", pa.int32()),
     ("config", pa.map_(pa.string(), pa.string())), ("config_sources", pa.map_(pa.string(), pa.string())),
     ("segments", pa.list_(SEGMENT_TYPE)), ("problems", pa.list_(pa.string())),
+    ("retention_deletes", pa.list_(RETENTION_DELETE)), ("retention_log_start", pa.int64()),
+    ("retention_bytes_deleted", pa.int64()), ("retention_skip_reason", pa.string()),
 ])
 TASK_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("log_dir", pa.string()), ("path", pa.string()),
@@ -127,8 +136,9 @@ def _config_json(tc: TopicConfig) -> str:
 
 
 # -- executors: one partition at a time ----------------------------------------------------------
-def plan_task(task: Task, now: int) -> dict:
-    """One plan row (before ranking): facts, Kafka's decision, and why it would be skipped."""
+def plan_task(task: Task, now: int, retention_only: bool = False) -> dict:
+    """One plan row (before ranking): facts, Kafka's decision, and why it would be skipped.
+    ``retention_only``: no compaction decision, so no batch is replayed."""
     cfg = json.loads(task.config)
     values = cfg.get("values", {})
     state = states.CleaningState(**json.loads(task.state)) if task.state != "{}" else states.CleaningState()
@@ -138,15 +148,21 @@ def plan_task(task: Task, now: int) -> dict:
         "checkpoint_offset": task.checkpoint, "min_cleanable_ratio": values.get("min.cleanable.dirty.ratio"),
         "config": cfg.get("strings"), "config_sources": cfg.get("sources"),
         "selected": False, "rank": None, "segments": [], "problems": [],
+        "retention_deletes": [], "retention_bytes_deleted": 0,
     }
     if task.problem is not None:
         row["problems"] = [task.problem]
-        row["skip_reason"] = f"bad input: {task.problem}"
+        row["skip_reason"] = row["retention_skip_reason"] = f"bad input: {task.problem}"
         return row
     compact = "compact" in values["cleanup.policy"]
+    delete = "delete" in values["cleanup.policy"]
     facts = scan.gather(task.path, task.topic, task.partition, checkpoint=task.checkpoint,
                         log_start_checkpoint=task.log_start_checkpoint,
-                        min_lag_ms=values["min.compaction.lag.ms"], replay=compact)
+                        min_lag_ms=values["min.compaction.lag.ms"], replay=compact and not retention_only,
+                        retention_timestamps=delete and values["retention.ms"] >= 0)
+    row.update(_retention(facts, values, state, now))
+    if facts.segments:
+        row.update(log_start_offset=facts.log_start, active_base_offset=facts.segments[-1].base_offset)
     row["problems"] = facts.problems
     row["segments"] = [
         {"base_offset": s.base_offset, "size": s.size, "mtime_ms": s.mtime_ms,
@@ -154,7 +170,9 @@ def plan_task(task: Task, now: int) -> dict:
         for s in facts.segments
     ]
     row["skip_reason"] = _skip_before_rules(facts, compact, state)
-    if not facts.segments or not compact or facts.problems:
+    if retention_only and row["skip_reason"] is None:
+        row["skip_reason"] = RETENTION_ONLY
+    if not facts.segments or not compact or facts.problems or retention_only:
         return row
     decision = rules.decide(
         facts.segments, log_start=facts.log_start, log_end=facts.log_end, checkpoint=task.checkpoint,
@@ -180,6 +198,38 @@ def plan_task(task: Task, now: int) -> dict:
     return row
 
 
+def _retention(facts: scan.PartitionFacts, values: dict, state: states.CleaningState, now: int) -> dict:
+    """The retention columns: the prefix Kafka's deleteOldSegments removes, and why retention
+    would not run (bad input, or a cleaning state Kafka's retention also waits for)."""
+    out = {"retention_deletes": [], "retention_log_start": None, "retention_bytes_deleted": 0,
+           "retention_skip_reason": None}
+    if facts.retention_blockers:
+        more = f" (+{len(facts.retention_blockers) - 1} more)" if len(facts.retention_blockers) > 1 else ""
+        out["retention_skip_reason"] = f"bad input: {facts.retention_blockers[0]}{more}"
+        return out
+    if not facts.segments:
+        return out
+    policy = values["cleanup.policy"]
+    timed = "delete" in policy and values["retention.ms"] >= 0  # the time indexes were read
+    deletion = retention.plan_deletion(
+        facts.segments, log_start=facts.log_start, delete_policy="delete" in policy,
+        retention_ms=values["retention.ms"], retention_bytes=values["retention.bytes"], now=now)
+    gone = facts.segments[:len(deletion.reasons)]
+    out["retention_deletes"] = [
+        {"base_offset": s.base_offset, "size": s.size, "reason": why,
+         "largest_timestamp": rules.largest_timestamp(s) if timed else s.largest_timestamp}
+        for s, (_, why) in zip(gone, deletion.reasons)
+    ]
+    out["retention_log_start"] = deletion.new_log_start
+    out["retention_bytes_deleted"] = sum(s.size for s in gone)
+    # LogCleanerManager: retention passes over a partition being cleaned, aborted or paused, and a
+    # compacted one marked uncleanable (deletableLogs / pauseCleaningForNonCompactedPartitions)
+    if state.state in (states.IN_PROGRESS, states.ABORTED, states.PAUSED) or (
+            state.state == states.UNCLEANABLE and "compact" in policy):
+        out["retention_skip_reason"] = state.skip_reason
+    return out
+
+
 def _skip_before_rules(facts: scan.PartitionFacts, compact: bool, state: states.CleaningState) -> str | None:
     if facts.problems:
         more = f" (+{len(facts.problems) - 1} more)" if len(facts.problems) > 1 else ""
@@ -193,10 +243,10 @@ def _skip_before_rules(facts: scan.PartitionFacts, compact: bool, state: states.
     return None
 
 
-def _plan_batches(now: int):
+def _plan_batches(now: int, retention_only: bool = False):
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            rows = [plan_task(Task(**task), now) for task in batch.to_pylist()]
+            rows = [plan_task(Task(**task), now, retention_only) for task in batch.to_pylist()]
             yield pa.RecordBatch.from_pylist(rows, schema=PLAN_SCHEMA)
     return run
 
@@ -210,8 +260,9 @@ def build_config(paths: Sequence[str], config: Config | None) -> Config:
 
 
 def plan(spark, paths: Sequence[str], conf: Config | None = None, now: int | None = None,
-         top: int | None = None, max_bytes: int | None = None):
-    """Kafka's cleaning decision for every partition under ``paths``, as a Spark DataFrame."""
+         top: int | None = None, max_bytes: int | None = None, retention_only: bool = False):
+    """Kafka's cleaning decision for every partition under ``paths``, as a Spark DataFrame.
+    ``retention_only``: only the retention columns (no batch replay, nothing selected)."""
     now = int(time.time() * 1000) if now is None else now
     config = build_config(paths, conf)
     tasks = [t for path in paths for t in tasks_for(path, config)]
@@ -221,7 +272,7 @@ def plan(spark, paths: Sequence[str], conf: Config | None = None, now: int | Non
         table = pa.Table.from_pylist([_task_dict(t) for t in tasks], schema=TASK_SCHEMA)
         slices = max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 4))
         planned = (spark.createDataFrame(table).repartition(slices)
-                   .mapInArrow(_plan_batches(now), from_arrow_schema(PLAN_SCHEMA)).toArrow())
+                   .mapInArrow(_plan_batches(now, retention_only), from_arrow_schema(PLAN_SCHEMA)).toArrow())
     else:
         planned = PLAN_SCHEMA.empty_table()
     return spark.createDataFrame(ranked(planned, top, max_bytes))

@@ -25,6 +25,40 @@ def describe(table: pa.Table) -> str:
     return "\n".join(lines)
 
 
+RETENTION_COLUMNS = ("partition", "segments", "MB", "log start", "reasons")
+
+
+def describe_retention(table: pa.Table) -> str:
+    """What retention deletes: one line per partition with segments to delete (or a retention
+    skip for bad input, or for a cleaning state that holds back segments due), then a total."""
+    rows = [r for r in table.to_pylist() if r.get("retention_deletes")
+            or (r.get("retention_skip_reason") or "").startswith("bad input")]
+    lines = [_retention_line(r) for r in rows]
+    widths = [max(len(c), *(len(r[i]) for r in lines)) if lines else len(c) for i, c in enumerate(RETENTION_COLUMNS)]
+    out = ["retention:", "  ".join(c.ljust(w) for c, w in zip(RETENTION_COLUMNS, widths)).rstrip()]
+    out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in lines]
+    due = [r for r in rows if r["retention_skip_reason"] is None]
+    segments = sum(len(r["retention_deletes"]) for r in due)
+    mb = sum(r["retention_bytes_deleted"] or 0 for r in due) / 1e6
+    out.append(f"{len(due)} partitions with {segments} segments ({mb:.1f} MB) to delete, "
+               f"{len(rows) - len(due)} skipped")
+    return "\n".join(out)
+
+
+def _retention_line(r: dict) -> list[str]:
+    name = f"{r['topic']}-{r['partition']}" if r["topic"] is not None else r["path"]
+    deletes = r["retention_deletes"] or []
+    counts: dict[str, int] = {}
+    for d in deletes:
+        counts[d["reason"]] = counts.get(d["reason"], 0) + 1
+    reasons = ", ".join(f"{reason} ({n})" for reason, n in counts.items())
+    if r["retention_skip_reason"] is not None:
+        reasons = f"skip: {r['retention_skip_reason']}" + (f" [due: {reasons}]" if reasons else "")
+    start = "" if r["retention_log_start"] is None else str(r["retention_log_start"])
+    mb = f"{(r['retention_bytes_deleted'] or 0) / 1e6:.2f}" if deletes else ""
+    return [name, str(len(deletes)) if deletes else "", mb, start, reasons]
+
+
 def _line(r: dict) -> list[str]:
     name = f"{r['topic']}-{r['partition']}" if r["topic"] is not None else r["path"]
     ratio = "" if r["cleanable_ratio"] is None else f"{r['cleanable_ratio']:.3f}"

@@ -27,6 +27,8 @@ SELECTED, SKIPPED = "#2b8a3e", "#adb5bd"
 THRESHOLDS = (("#c92a2a", "--"), ("#1864ab", ":"), ("#e67700", "-."), ("#862e9c", (0, (5, 2, 1, 2))))
 MB = 1e6
 _LABEL_CHARS = 32
+COLUMNS = ["topic", "partition", "cleanup_policy", "cleanable_ratio", "cleanable_bytes", "min_cleanable_ratio",
+           "selected", "rank"]
 
 
 def plot_plan(table: pa.Table, path: str) -> None:
@@ -43,16 +45,18 @@ def show_plan(plan) -> Figure:
 
 
 def draw(table: pa.Table) -> Figure:
-    rows = [r for r in table.to_pylist() if _compacted(r)]
+    """The two panels side by side (or why there is nothing to draw) under a one-line summary."""
+    every = table.select(COLUMNS).to_pylist()  # not the segment lists: they are most of a plan's bytes
+    rows = [r for r in every if _compacted(r)]
     fig = Figure(figsize=FIGSIZE, layout="constrained")
     FigureCanvasAgg(fig)
     left, right = fig.subplots(1, 2, width_ratios=(1, 1.15))
-    fig.suptitle(_summary(table, rows), fontsize=13)
+    fig.suptitle(_summary(len(every), rows), fontsize=13)
     if rows:
         _ratios(left, rows)
         _top_bytes(right, rows)
     else:
-        _nothing(fig, f"Nothing to draw: {_why_nothing(table)}.")
+        _nothing(fig, f"Nothing to draw: {_why_nothing(every)}.")
     return fig
 
 
@@ -65,19 +69,19 @@ def _has_compact(row: dict) -> bool:
     return "compact" in (row["cleanup_policy"] or "").split(",")
 
 
-def _why_nothing(table: pa.Table) -> str:
-    if table.num_rows == 0:
+def _why_nothing(every: list[dict]) -> str:
+    if not every:
         return "the plan is empty"
-    if any(_has_compact(r) for r in table.to_pylist()):
+    if any(_has_compact(r) for r in every):
         return "no compacted partition has a cleanable ratio (all are empty or unreadable)"
     return "no partition has cleanup.policy=compact"
 
 
-def _summary(table: pa.Table, rows: list[dict]) -> str:
+def _summary(partitions: int, rows: list[dict]) -> str:
     selected = [r for r in rows if r["selected"]]
     mb = sum(r["cleanable_bytes"] for r in selected) / MB
-    return (f"Cleaning plan: {table.num_rows} partitions, {len(rows)} compacted, "
-            f"{len(selected)} selected ({mb:,.1f} MB to clean)")
+    return (f"Cleaning plan: {partitions:,} partitions, {len(rows):,} compacted, "
+            f"{len(selected):,} selected ({mb:,.1f} MB to clean)")
 
 
 def _ratios(ax, rows: list[dict]) -> None:
@@ -114,10 +118,15 @@ def _top_bytes(ax, rows: list[dict]) -> None:
     ax.set_yticks(range(len(top)), [_label(r) for r in top], fontsize=9)
     for i, (row, size) in enumerate(zip(top, sizes)):
         note = f" #{row['rank']} selected" if row["selected"] else " skipped"
-        ax.text(size, i, f" {size:,.2f} MB, ratio {row['cleanable_ratio']:.2f},{note}", va="center", fontsize=8)
+        ax.text(size, i, f" {_mb(size)} MB, ratio {row['cleanable_ratio']:.2f},{note}", va="center", fontsize=8)
     ax.set_xlim(0, max(sizes, default=0) * 1.6 or 1)  # room for the notes right of the bars
     ax.set_title(f"Top {len(top)} partitions by cleanable bytes (green: selected)")
     ax.set_xlabel("cleanable bytes (MB)")
+
+
+def _mb(size: float) -> str:
+    """Two decimals, or three significant digits below 1 MB so small partitions do not all read 0.00."""
+    return f"{size:,.2f}" if size >= 1 else f"{size:.3g}"
 
 
 def _label(row: dict) -> str:

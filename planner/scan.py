@@ -4,8 +4,11 @@ Per partition: one listing; the last stable offset and log end offset from the
 batch headers after the latest producer snapshot (the whole log when there is
 none: Kafka replays the same way); the first batch of each dirty non-active
 segment (max.compaction.lag.ms); the last time-index entry of dirty non-active
-segments when min.compaction.lag.ms is set. Anything malformed becomes a
-problem on the partition's row, never an exception.
+segments when min.compaction.lag.ms is set, and of every non-active segment when
+retention.ms applies. Anything malformed becomes a problem on the partition's
+row, never an exception. Problems that make the segment list or the log start
+unreliable also stop retention (``retention_blockers``); a missing index file or
+an unreadable batch does not (retention reads neither).
 """
 
 from __future__ import annotations
@@ -38,39 +41,71 @@ class PartitionFacts:
     log_end: int = 0
     last_stable: int = 0
     problems: list[str] = field(default_factory=list)
+    retention_blockers: list[str] = field(default_factory=list)  # the problems that also stop retention
 
 
 def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_start_checkpoint: int | None,
-           min_lag_ms: int, replay: bool = True) -> PartitionFacts:
-    """``replay=False`` stops after the listing (topics that are not compacted need no reads)."""
+           min_lag_ms: int, replay: bool = True, retention_timestamps: bool = False) -> PartitionFacts:
+    """``replay=False`` reads no batch (topics that are not compacted need none), except the active
+    segment's when the log start checkpoint lies in it (is it beyond the log end?).
+    ``retention_timestamps``: read the last time-index entry of every non-active segment (retention.ms)."""
     files, _ = storage.list_dir(path)
     part = scan_partition(path, topic, number, files)
     facts = PartitionFacts(part)
     facts.problems += [str(p) for p in part.problems]
     facts.problems += [f"{info.path}: leftover of an interrupted swap (run kcompact recover)" for info in part.leftovers]
+    facts.retention_blockers = list(facts.problems)
     facts.problems += _missing_indexes(part)
     if not part.segments:
         return facts
     first = part.segments[0].base_offset
     facts.log_start = max(log_start_checkpoint, first) if log_start_checkpoint is not None else first
-    if not replay:
-        facts.segments = _bare(part.segments)
-        return facts
-    snapshots = sorted((int(m[1]), info.path) for info in files if (m := _SNAPSHOT.match(posixpath.basename(info.path))))
+    facts.segments = _bare(part.segments)
+    first_stamps: dict[int, int] = {}
+    dirty: set[int] = set()
+    log_end_known = False
+    if replay:
+        snapshots = sorted((int(m[1]), info.path) for info in files if (m := _SNAPSHOT.match(posixpath.basename(info.path))))
+        try:
+            first_stamps = _replay(facts, snapshots)
+            log_end_known = True
+            first_dirty, _ = first_dirty_offset(checkpoint, facts.log_start, facts.log_end)
+            dirty = {s.base_offset for s in dirty_non_active(facts.segments, first_dirty)}
+        except FormatError as exc:  # unreadable batches stop compaction, not retention (it reads none)
+            facts.problems.append(str(exc))
+            if facts.log_start > part.segments[-1].base_offset:  # unless the log end was needed
+                facts.retention_blockers.append(str(exc))
+    elif log_start_checkpoint is not None and log_start_checkpoint > part.segments[-1].base_offset:
+        try:
+            facts.log_end, log_end_known = _log_end_from(part.segments[-1], facts.log_start), True
+        except FormatError as exc:  # the log start could not be checked against the log end
+            facts.problems.append(str(exc))
+            facts.retention_blockers.append(str(exc))
+    if log_end_known and facts.log_start > facts.log_end:
+        # Kafka's LogLoader would delete every segment; we report and leave the partition alone
+        beyond = (f"{path}: log start offset {facts.log_start} (log-start-offset-checkpoint) is beyond "
+                  f"the log end offset {facts.log_end}")
+        facts.problems.append(beyond)
+        facts.retention_blockers.append(beyond)
+    wanted = {s.base_offset for s in part.segments[:-1]} if retention_timestamps else set()
+    wanted |= dirty if min_lag_ms > 0 else set()
+    largest: dict[int, int | None] = {}
     try:
-        first_stamps = _replay(facts, snapshots)
-        first_dirty, _ = first_dirty_offset(checkpoint, facts.log_start, facts.log_end)
-        dirty = {s.base_offset for s in dirty_non_active(_bare(part.segments), first_dirty)}
-        facts.segments = [
-            SegmentFacts(
-                seg.base_offset, seg.size, seg.log.mtime_ms,
-                largest_timestamp=_largest_timestamp(seg) if seg.base_offset in dirty and min_lag_ms > 0 else None,
-                first_batch_timestamp=_first_batch_timestamp(seg, first_stamps) if seg.base_offset in dirty else None,
-            )
-            for seg in part.segments
-        ]
+        largest = {seg.base_offset: _largest_timestamp(seg) for seg in part.segments if seg.base_offset in wanted}
     except FormatError as exc:
         facts.problems.append(str(exc))
+        facts.retention_blockers.append(str(exc))
+    firsts: dict[int, int | None] = {}
+    try:
+        firsts = {seg.base_offset: _first_batch_timestamp(seg, first_stamps) for seg in part.segments
+                  if seg.base_offset in dirty}
+    except FormatError as exc:
+        facts.problems.append(str(exc))
+    facts.segments = [
+        SegmentFacts(seg.base_offset, seg.size, seg.log.mtime_ms, largest_timestamp=largest.get(seg.base_offset),
+                     first_batch_timestamp=firsts.get(seg.base_offset))
+        for seg in part.segments
+    ]
     return facts
 
 
@@ -110,6 +145,18 @@ def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int
     facts.log_end = max(facts.log_end, segments[-1].base_offset)
     facts.last_stable = min(open_txns.values(), default=facts.log_end)
     return first_stamps
+
+
+def _log_end_from(active: Segment, at_least: int) -> int:
+    """The log end offset as far as needed: the active segment's batches are read until one ends
+    at or beyond ``at_least`` (then the log end is not below it), else to the end of the segment."""
+    log_end = active.base_offset
+    with storage.open_read(active.log.path) as f:
+        for batch in iter_batches(f, active.log.path, chunk_size=_chunk(active.size)):
+            log_end = batch.next_offset
+            if log_end >= at_least:
+                break
+    return log_end
 
 
 def _chunk(size: int) -> int:

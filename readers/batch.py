@@ -45,7 +45,7 @@ class Batch:
         "path", "buf", "start", "end", "position", "magic", "base_offset_field", "crc",
         "attributes", "partition_leader_epoch", "last_offset_delta", "base_timestamp",
         "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "records_count",
-        "_legacy_records",
+        "_legacy_records", "_scanned",
     )
 
     def __init__(self, path: str, buf: bytes, start: int, end: int, position: int):
@@ -55,6 +55,7 @@ class Batch:
         self.end = end
         self.position = position
         self._legacy_records: list[Record] | None = None
+        self._scanned: tuple[bytes, np.ndarray, np.ndarray] | None = None
         magic = buf[start + 16]
         self.magic = magic
         if magic == 2:
@@ -162,7 +163,13 @@ class Batch:
     def scan_records(self) -> tuple[bytes, np.ndarray, np.ndarray]:
         """The v2 records section located by the compiled scanner: (bytes holding the
         section, their uint8 view, position matrix with positions absolute in those bytes).
-        An uncompressed section is scanned where it lies, without a copy."""
+        An uncompressed section is scanned where it lies, without a copy. The result stays with
+        the batch: one both decoded and rebuilt (by the cleaner) decompresses once."""
+        if self._scanned is None:
+            self._scanned = self._scan()
+        return self._scanned
+
+    def _scan(self) -> tuple[bytes, np.ndarray, np.ndarray]:
         if self.codec == codecs.NONE:
             data, start, end = self.buf, self.start + V2_HEADER_SIZE, self.end
         else:

@@ -165,9 +165,10 @@ def dump_log(printer: Printer, path: str, base_offset: int, print_data: bool) ->
     """Batches as they come; a batch with a bad CRC or codec is shown (isvalid: false) and
     reported, and reading goes on since its framing is intact."""
     printer.note(f"Log starting offset: {base_offset}")
-    ok = True
+    ok, seen = True, False
     with storage.open_read(path) as f:
         for batch in iter_batches(f, path, strict=False):
+            seen = True
             printer.item("batch", path, batch_fields(batch), BATCH_LABELS)
             found = problems(batch)
             if found:
@@ -176,6 +177,8 @@ def dump_log(printer: Printer, path: str, base_offset: int, print_data: bool) ->
                 ok = False
             elif print_data:
                 ok = dump_records(printer, batch) and ok
+    if not seen:
+        printer.note(f"{path} is empty.")
     return ok
 
 

@@ -30,6 +30,11 @@ class FileInfo:
 
 def resolve(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem serving ``path`` and the path as that filesystem names it."""
+    if isinstance(path, str) and ":" not in path:
+        # A plain local path: what url_to_fs returns, without parsing a URL chain (a third of
+        # the cost; the planner resolves ~20 paths per partition).
+        fs = LocalFileSystem()
+        return fs, fs._strip_protocol(path)
     fs, fs_path = fsspec.core.url_to_fs(path)
     return fs, fs_path
 
@@ -65,12 +70,41 @@ def _file_info(fs: fsspec.AbstractFileSystem, info: dict) -> FileInfo:
 def list_dir(path: str) -> tuple[list[FileInfo], list[str]]:
     """Files (with size and mtime) and sub-directory paths directly inside ``path``."""
     fs, fs_path = resolve(path)
+    if is_local(fs):
+        try:
+            return _list_local(fs_path)
+        except NotADirectoryError:
+            pass  # fsspec lists a file as itself
     files, dirs = [], []
     for info in fs.ls(fs_path, detail=True):
         if info["type"] == "directory":
             dirs.append(url(fs, info["name"]))
         else:
             files.append(_file_info(fs, info))
+    return files, dirs
+
+
+def _list_local(fs_path: str) -> tuple[list[FileInfo], list[str]]:
+    """LocalFileSystem.ls(detail=True) as list_dir reads it, without building its dict per entry
+    (half the cost of listing a partition dir). Same rules: a symlink is a file of its target's
+    size (0 if dangling) and its own mtime; an entry gone since the scan is left out."""
+    files, dirs = [], []
+    with os.scandir(fs_path) as entries:
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if entry.is_dir(follow_symlinks=False):
+                    dirs.append(entry.path)
+                    continue
+                size = st.st_size
+                if entry.is_symlink():
+                    try:
+                        size = entry.stat(follow_symlinks=True).st_size
+                    except OSError:
+                        size = 0
+            except FileNotFoundError:
+                continue
+            files.append(FileInfo(entry.path, size, int(st.st_mtime * 1000)))  # as _mtime_ms
     return files, dirs
 
 
@@ -88,7 +122,7 @@ def open_read(path: str):
     """A seekable binary file object; callers read it in bounded chunks."""
     fs, fs_path = resolve(path)
     if is_local(fs):
-        return fs.open(fs_path, "rb")
+        return open(fs_path, "rb")  # fsspec's LocalFileOpener only wraps this, at twice the cost
     # Callers read large chunks themselves; a read-ahead cache would fetch twice.
     return fs.open(fs_path, "rb", cache_type="none")
 

@@ -1,0 +1,75 @@
+"""The nightly job, ``kcompact run``; spark-submit entry point: ``spark-submit jobs/run.py LOGDIR...
+[options]`` takes the same options.
+
+Steps, in this order, on one Spark session and one clock (``now``):
+1. retention: each partition's due prefix deleted, log start and cleaner checkpoints moved
+   (``writers.retention``);
+2. plan: Kafka's cleaning decision, made on the log as retention left it, so a cleaner
+   checkpoint retention raised to the new log start is the first dirty offset;
+3. compaction of every selected partition (``compaction.job.run``).
+Crash recovery of an earlier run (interrupted swaps and deletions) will be a step of its own,
+before retention.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+
+import storage
+from compaction.report import Report
+from writers.retention import RetentionReport
+
+
+@dataclass(slots=True)
+class NightlyReport:
+    now: int
+    dry_run: bool
+    retention: RetentionReport
+    compaction: Report
+
+    @property
+    def failed(self) -> int:
+        return self.retention.totals()["failed"] + self.compaction.totals()["failed"]
+
+    @property
+    def attempted(self) -> int:
+        return self.retention.attempted + self.compaction.totals()["partitions"]
+
+    def text(self) -> str:
+        return f"{self.retention.text()}\n{self.compaction.text()}"
+
+    def to_json(self) -> dict:
+        return {"now": self.now, "dry_run": self.dry_run, "retention": self.retention.to_json(),
+                "compaction": self.compaction.to_json()}
+
+    def write(self, path: str) -> None:
+        storage.write_durable(path, json.dumps(self.to_json(), indent=1).encode())
+
+
+def nightly(spark, paths, conf=None, now: int | None = None, dry_run: bool = False,
+            max_partitions: int | None = None, progress=print) -> NightlyReport:
+    from compaction import job
+    from planner.build import build_config, plan
+    from writers.retention import retain
+
+    now = int(time.time() * 1000) if now is None else now
+    conf = build_config(paths, conf)  # one configuration and one clock for every step
+    # (recovery of interrupted runs, a later issue, goes here: before anything reads the log dirs)
+    # 1. retention
+    retention = retain(spark, paths, conf=conf, now=now, dry_run=dry_run, progress=progress)
+    # 2. plan, on the log as retention left it
+    ready = time.monotonic()
+    progress("compaction: planning")
+    table = plan(spark, paths, conf=conf, now=now, top=max_partitions).toArrow()
+    # 3. compaction
+    compaction = job.run(spark, table, now=now, dry_run=dry_run, progress=progress, ready=ready)
+    return NightlyReport(now, dry_run, retention, compaction.report)
+
+
+if __name__ == "__main__":
+    from jobs.cli import main
+
+    sys.exit(main(["run", *sys.argv[1:]]))

@@ -1,0 +1,250 @@
+"""Retention executed: each partition's planned prefix deleted, then the log dir's checkpoints moved.
+
+The plan (``planner.build.plan``, columns ``retention_*``) says which oldest segments Kafka's
+UnifiedLog.deleteOldSegments removes and why; the driver alone then, per partition:
+1. lists the partition again and checks that the planned segments are still its oldest ones, with
+   the sizes planned, and that its cleaning state still lets retention run;
+2. renames every file of every deleted segment (``.log``, ``.index``, ``.timeindex``,
+   ``.txnindex``, and the producer snapshot ``<base>.snapshot`` of that base offset, as Kafka
+   deletes snapshots of deleted segments) to ``.deleted``, oldest segment first, ``.log`` first;
+   fsyncs the directory;
+3. removes the ``.deleted`` files.
+Then, per log dir, once all its partitions are done, one atomic write each (temp, fsync, rename):
+4. ``log-start-offset-checkpoint``: every changed partition's entry set to its new log start
+   offset, every other entry kept;
+5. ``cleaner-offset-checkpoint``: entries below the new log start raised to it (what Kafka's
+   cleaner does with a checkpoint below the log start), written only when one changed.
+
+A crash at any instant leaves a log dir a broker loads as the old or the new log: it deletes
+``.deleted`` files on load, takes max(checkpoint, first base offset) as the log start, and its
+cleaner resets a checkpoint below the log start. On object stores (``s3://``) a rename is a
+copy then a delete and no directory is fsynced: a crash can leave a segment's files partly
+renamed, which is still a suffix of the log but not Kafka's protocol; the report says so.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import pyarrow as pa
+
+import storage
+from compaction import states
+from readers import checkpoint
+from readers.errors import FormatError
+from readers.logdir import scan_partition, segment_name
+
+DELETED = ".deleted"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+OBJECT_STORE_NOTE = ("object store: renames are copies followed by deletes, not atomic, and directories are not "
+                     "fsynced; an interrupted run can leave .deleted copies behind")
+
+
+class Changed(Exception):
+    """The partition is no longer what the plan saw; nothing of it was touched."""
+
+
+# -- the report ---------------------------------------------------------------------------------
+@dataclass(slots=True)
+class PartitionRetention:
+    topic: str | None
+    partition: int | None
+    path: str
+    log_dir: str
+    log_start: int | None  # before retention
+    new_log_start: int | None
+    segments: list[dict] = field(default_factory=list)  # base_offset, size, largest_timestamp, reason
+    bytes_deleted: int = 0
+    deleted: bool = False  # the files are gone (never in a dry run)
+    skipped: str | None = None
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)  # problems that do not stop retention
+
+    @classmethod
+    def of(cls, row: dict) -> PartitionRetention:
+        skip = row["retention_skip_reason"]
+        return cls(row["topic"], row["partition"], row["path"], row["log_dir"], row["log_start_offset"],
+                   row["retention_log_start"], list(row["retention_deletes"] or []),
+                   row["retention_bytes_deleted"] or 0, skipped=skip,
+                   warnings=[] if skip and skip.startswith("bad input") else list(row["problems"] or []))
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}" if self.topic is not None else self.path
+
+    @property
+    def reasons(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for s in self.segments:
+            counts[s["reason"]] = counts.get(s["reason"], 0) + 1
+        return counts
+
+    def summary(self, dry_run: bool) -> str:
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in self.reasons.items())
+        what = f"{len(self.segments)} segments ({self.bytes_deleted / 1e6:.2f} MB)"
+        if self.error:
+            return f"{self.name}: NOT deleted ({what} due): {self.error}"
+        if self.skipped:
+            return f"{self.name}: retention skipped: {self.skipped}" + (f" ({what} due: {reasons})" if reasons else "")
+        verb = "would delete" if dry_run else "deleted"
+        warn = f"; warnings: {'; '.join(self.warnings)}" if self.warnings else ""
+        return (f"{verb} {what} of {self.name}: log start {self.log_start} -> {self.new_log_start} "
+                f"({reasons}){warn}")
+
+
+@dataclass(slots=True)
+class RetentionReport:
+    now: int
+    dry_run: bool
+    partitions: list[PartitionRetention] = field(default_factory=list)
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def totals(self) -> dict:
+        due = [p for p in self.partitions if not p.skipped and not p.error]
+        return {
+            "partitions": len(self.partitions), "deleted": sum(p.deleted for p in due),
+            "skipped": sum(1 for p in self.partitions if p.skipped),
+            "failed": sum(1 for p in self.partitions if p.error and not p.skipped),
+            "segments": sum(len(p.segments) for p in due), "bytes": sum(p.bytes_deleted for p in due),
+            "seconds": self.seconds,
+        }
+
+    @property
+    def attempted(self) -> int:
+        return sum(1 for p in self.partitions if not p.skipped)
+
+    def text(self) -> str:
+        lines = [p.summary(self.dry_run) for p in self.partitions]
+        t = self.totals()
+        verb = "to delete" if self.dry_run else "deleted"
+        lines.append(f"retention: {t['partitions']} partitions ({t['skipped']} skipped, {t['failed']} failed); "
+                     f"{t['segments']} segments, {t['bytes'] / 1e6:.2f} MB {verb} in {t['seconds']:.1f} s")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"now": self.now, "dry_run": self.dry_run, "totals": self.totals(), "notes": self.notes,
+                "partitions": [asdict(p) | {"reasons": p.reasons} for p in self.partitions]}
+
+    def write(self, path: str) -> None:
+        storage.write_durable(path, json.dumps(self.to_json(), indent=1).encode())
+
+
+# -- the job --------------------------------------------------------------------------------------
+def retain(spark, paths: Sequence[str], conf=None, now: int | None = None, dry_run: bool = False,
+           progress: Callable[[str], None] = print) -> RetentionReport:
+    """Plan retention for every partition under ``paths`` (on Spark), then delete (driver)."""
+    from planner.build import plan
+
+    started = time.monotonic()
+    now = int(time.time() * 1000) if now is None else now
+    progress("retention: planning")
+    table = plan(spark, paths, conf=conf, now=now, retention_only=True).toArrow()
+    report = execute(table, now=now, dry_run=dry_run, progress=progress)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def execute(plan: pa.Table, now: int, dry_run: bool = False,
+            progress: Callable[[str], None] = print) -> RetentionReport:
+    """Delete what the plan's ``retention_*`` columns say, log dir by log dir."""
+    report = RetentionReport(now=now, dry_run=dry_run)
+    rows = [r for r in plan.to_pylist()
+            if r["retention_deletes"] or (r["retention_skip_reason"] or "").startswith("bad input")]
+    by_dir: dict[str, list[dict]] = {}
+    for row in sorted(rows, key=lambda r: (r["log_dir"], r["topic"] or "", r["partition"] or 0, r["path"])):
+        by_dir.setdefault(row["log_dir"], []).append(row)
+    for log_dir, dir_rows in by_dir.items():
+        if not storage.is_local(storage.resolve(log_dir)[0]) and OBJECT_STORE_NOTE not in report.notes:
+            report.notes.append(OBJECT_STORE_NOTE)
+        done: list[PartitionRetention] = []
+        for row in dir_rows:
+            entry = PartitionRetention.of(row)
+            report.partitions.append(entry)
+            if entry.skipped or dry_run:
+                continue
+            try:
+                entry.skipped = _delete_prefix(row)
+            except (Changed, FormatError, OSError) as exc:
+                entry.error = str(exc)
+                continue
+            if entry.skipped is None:
+                entry.deleted = True
+                done.append(entry)
+                progress(f"  deleted {len(entry.segments)} segments of {entry.name}: log start {entry.new_log_start}")
+        if done:
+            try:
+                _move_checkpoints(log_dir, {(p.topic, p.partition): p.new_log_start for p in done})
+            except (FormatError, OSError) as exc:
+                for p in done:  # the segments are gone; a broker takes the first base offset as log start
+                    p.error = f"segments deleted, checkpoints not written: {exc}"
+    return report
+
+
+def _delete_prefix(row: dict) -> str | None:
+    """Delete one partition's planned prefix; returns a skip reason instead when its cleaning
+    state changed since planning. Raises ``Changed`` when its segments did."""
+    path = row["path"]
+    files, _ = storage.list_dir(path)
+    part = scan_partition(path, row["topic"], row["partition"], files)
+    planned = [(d["base_offset"], d["size"]) for d in row["retention_deletes"]]
+    found = [(s.base_offset, s.size) for s in part.segments]
+    if len(found) <= len(planned) or found[:len(planned)] != planned or part.leftovers:
+        raise Changed(f"{path}: changed since planning (planned to delete (base, size) {planned}; "
+                      f"found {found[:len(planned) + 1]}{', leftovers' if part.leftovers else ''}); nothing deleted")
+    skip = _state_skip(path, row["cleanup_policy"] or "")
+    if skip:
+        return skip
+    by_name = {posixpath.basename(info.path): info.path for info in files}
+    victims = []
+    for seg in part.segments[:len(planned)]:
+        victims += [info.path for info in (seg.log, seg.index, seg.timeindex, seg.txnindex) if info is not None]
+        snapshot = by_name.get(segment_name(seg.base_offset, "snapshot"))
+        if snapshot is not None:
+            victims.append(snapshot)
+    renamed = []
+    for victim in victims:
+        storage.rename(victim, victim + DELETED)
+        renamed.append(victim + DELETED)
+    storage.fsync_dir(path)
+    for gone in renamed:
+        storage.remove(gone)
+    return None
+
+
+def _state_skip(partition_dir: str, policy: str) -> str | None:
+    """The cleaning state as it is now (the plan's may be minutes old), as retention sees it."""
+    path = states.state_path(partition_dir)
+    if not storage.exists(path):
+        return None
+    try:
+        state = states.parse(path, storage.read_bytes(path))
+    except FormatError as exc:
+        return f"unreadable cleaning state: {exc}"
+    if state.state in (states.IN_PROGRESS, states.ABORTED, states.PAUSED) or (
+            state.state == states.UNCLEANABLE and "compact" in policy):
+        return state.skip_reason
+    return None
+
+
+def _move_checkpoints(log_dir: str, new_starts: dict[tuple[str, int], int]) -> None:
+    """One atomic write of each checkpoint for every partition of ``log_dir`` that changed."""
+    path = posixpath.join(log_dir, LOG_START_CHECKPOINT)
+    entries = checkpoint.parse(path, storage.read_bytes(path)) if storage.exists(path) else {}
+    for key, start in new_starts.items():
+        entries[key] = max(entries.get(key, start), start)
+    storage.write_atomic(path, checkpoint.render(entries))
+    path = posixpath.join(log_dir, CLEANER_CHECKPOINT)
+    if not storage.exists(path):
+        return
+    entries = checkpoint.parse(path, storage.read_bytes(path))
+    raised = {key: start for key, start in new_starts.items() if key in entries and entries[key] < start}
+    if raised:
+        entries.update(raised)
+        storage.write_atomic(path, checkpoint.render(entries))
