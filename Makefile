@@ -11,7 +11,7 @@ export PYSPARK_DRIVER_PYTHON := $(BIN)/python
 DEMO_DIR := demo-logs
 BENCH_DIR := bench-data
 
-.PHONY: install demo test bench-format bench-plan bench-rebuild clean
+.PHONY: install demo test bench-format bench-plan bench-rebuild bench-compact clean
 
 install: $(STAMP)
 
@@ -44,6 +44,9 @@ bench-plan: $(STAMP)
 
 bench-rebuild: $(STAMP)
 	$(BIN)/python -m tests.bench.rebuild
+
+bench-compact: $(STAMP)
+	$(BIN)/python -m tests.bench.compact --dir $(BENCH_DIR)/compact
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) $(BENCH_DIR) *.egg-info .pytest_cache .hypothesis

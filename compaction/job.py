@@ -1,23 +1,27 @@
 """The compaction job: every selected partition of a plan cleaned as Kafka's cleaner would.
 
 Stages (Spark jobs named by job groups):
-1. batch plans: one task per partition reads batch headers and decides, batch by batch,
+1. batch plans: tasks read batch headers, partition by partition, and decide batch by batch
    what Kafka's cleaner decides before looking at records (``compaction.decisions``);
-2. offset map: one task per split of the dirty range's segments reads the records as the
-   ``kafka-log`` source does in compaction mode (no value is decoded) and gives each the fate
-   its batch plan decides; only "superseded or not" is left, the latest offset per
-   (partition, exact key): a window over a shuffle, so a key set may exceed any one
-   executor's memory;
-3. keep flags: each record's fate, through the same rule as ``compaction.decisions.keep_record``;
-4. rewrite: one task per segment group writes ``.cleaned`` files (``compaction.rewrite``) and
-   counts the fates;
+2. offset map: tasks read the records of the segments to clean as the ``kafka-log`` source
+   does in compaction mode (keys and offsets, no value) and keep per key the latest offset
+   that feeds the map and the earliest whose fate waits on it. The map's offset per
+   (partition, exact key) is made in the task when it read the whole partition, else by a
+   shuffle on (key, partition), so a key set may exceed any one executor's memory; each
+   segment group receives the map entries that supersede some of its records;
+3. keep flags and 4. rewrite: one call per segment group decodes its batches again, gives
+   each record its fate by the rule of ``compaction.decisions.keep_record`` (and counts the
+   fates), and writes the ``.cleaned`` files (``compaction.rewrite``);
 5. commit, on the driver alone: per partition, every group swapped in or none.
-Stages 2-4 run as one Spark job (three Spark stages: read, window, rewrite), so nothing is
-cached or read twice; a dry run stops after stage 3 with the counts.
+Stages 2-4 are one Spark job: nothing is cached, and nothing per record crosses a shuffle. A
+Python task costs Spark ~70 ms of fixed work, so a task takes a share of about ``TASK_BYTES``
+(at least two tasks per core), shares balanced by bytes. A dry run counts and writes nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import heapq
 import json
 import time
 from collections.abc import Iterator
@@ -73,13 +77,83 @@ def _config_values(row: dict) -> dict[str, int]:
     return {key: int(strings[key]) for key in CONFIG_KEYS}
 
 
-def _plan_rows(now: int):
-    """Stage 1, on executors: a partition's batch plans (or the error that stops it)."""
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for rb in batches:
-            out = [_plan_one(row, now) for row in rb.to_pylist()]
-            yield pa.RecordBatch.from_pylist(out, schema=PARTITION_PLAN)
-    return run
+# -- tasks: a Python task costs Spark ~70 ms of fixed work (2 cores), so each takes a share of the
+# work rather than one partition, split or group; shares are balanced by bytes, largest first.
+TASK_BYTES = 256 << 20  # log bytes per task, at least
+
+
+def _task_count(spark, total_bytes: int, items: int) -> int:
+    wanted = max(2 * spark.sparkContext.defaultParallelism, -(-total_bytes // TASK_BYTES))
+    return max(1, min(items, wanted))
+
+
+def _bins(sizes: list[int], n: int) -> list[list[int]]:
+    """Indexes of ``sizes`` in at most ``n`` bins of nearly equal sums: largest first, each into
+    the lightest bin; the heaviest bin first (Spark starts tasks in order)."""
+    heap = [(0, b) for b in range(n)]
+    bins: list[list[int]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        load, b = heapq.heappop(heap)
+        bins[b].append(i)
+        loads[b] = load + sizes[i]
+        heapq.heappush(heap, (loads[b], b))
+    return [bins[b] for b in sorted(range(n), key=lambda b: -loads[b]) if bins[b]]
+
+
+def _ranged(spark, n: int):
+    """Rows 0..n-1, one per Spark partition: task i knows its share by its row."""
+    return spark.range(0, n, 1, max(n, 1))
+
+
+def _slots(n: int) -> list[int]:
+    """Values v[0..n-1] such that ``repartition(n, column)`` sends a row whose int column is v[p]
+    to partition p: Spark's HashPartitioning (Murmur3 of the int, seed 42, modulo n) inverted.
+    Were Spark to hash otherwise, rows would only meet in other tasks: the balance would
+    suffer, never the result."""
+    found: dict[int, int] = {}
+    value = 0
+    while len(found) < n:
+        found.setdefault(_spark_int_hash(value) % n, value)
+        value += 1
+    return [found[p] for p in range(n)]
+
+
+def _spark_int_hash(value: int) -> int:
+    """Spark's ``hash(int)``: Murmur3_x86_32.hashInt(value, 42), as a signed int."""
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k = rotl((value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF, 15) * 0x1B873593 & 0xFFFFFFFF
+    h = (rotl(42 ^ k, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h ^= 4
+    h = (h ^ (h >> 16)) * 0x85EBCA6B & 0xFFFFFFFF
+    h = (h ^ (h >> 13)) * 0xC2B2AE35 & 0xFFFFFFFF
+    h ^= h >> 16
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+PLAN_INPUT = ("path", "log_dir", "topic", "partition", "log_start_offset", "first_dirty_offset",
+              "first_uncleanable_dirty_offset", "config")
+
+
+def _batch_plans(spark, selected: pa.Table, now: int) -> pa.Table:
+    """Stage 1: partitions in a few tasks of about equal bytes (the rows travel with the tasks,
+    no shuffle), the result in the plan's order."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    rows = selected.select(list(PLAN_INPUT)).to_pylist()
+    sizes = [size or 0 for size in selected.column("total_bytes").to_pylist()]
+    bins = _bins(sizes, _task_count(spark, sum(sizes), len(rows)))
+
+    def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for rb in ids:
+            for b in rb.column(0).to_pylist():
+                yield pa.RecordBatch.from_pylist([_plan_one(rows[i], now) for i in bins[b]], schema=PARTITION_PLAN)
+
+    planned = _ranged(spark, len(bins)).mapInArrow(run, from_arrow_schema(PARTITION_PLAN)).toArrow()
+    rank = {path: i for i, path in enumerate(selected.column("path").to_pylist())}
+    return planned.take(sorted(range(planned.num_rows), key=lambda i: rank[planned.column("path")[i].as_py()]))
 
 
 def _plan_one(row: dict, now: int) -> dict:
@@ -113,14 +187,37 @@ def _plan_one(row: dict, now: int) -> dict:
     return base
 
 
-# The offset map, as each group needs it. A read task per split keeps, per key of its records,
-# the largest offset of a record that feeds the map and the smallest of one whose fate waits on
-# the map; a window over (key, partition) gives the map's offset; a group hears of a key only
-# when that offset supersedes one of its records.
+# The offset map, as each group needs it. Per split, a row per key of its records: the largest
+# offset of one that feeds the map, the smallest of one whose fate waits on the map. All rows of
+# a (key, partition) together (in one task, or after a shuffle), the largest ``feeds`` is the
+# map's offset; a group hears of a key only when that offset supersedes one of its records.
 KEY_SCHEMA = pa.schema([
     ("pid", pa.int32()), ("key", pa.binary()), ("gid", pa.int32()), ("feeds", pa.int64()), ("waits", pa.int64()),
 ])
-MAP_SQL = "max(feeds) OVER (PARTITION BY key, pid)"
+ENTRY_SCHEMA = pa.schema([
+    ("slot", pa.int32()), ("gid", pa.int32()), ("key", pa.binary()), ("mapped", pa.int64()),
+])
+
+
+# Every shuffle here has its partition count set, so adaptive execution has nothing to adapt; it
+# would only split the job at each shuffle and plan again in between.
+JOB_CONF = {"spark.sql.adaptive.enabled": "false"}
+
+
+@contextlib.contextmanager
+def _sql_conf(spark, values: dict[str, str]) -> Iterator[None]:
+    """The session's SQL settings ``values`` for the duration, then what they were."""
+    before = {key: spark.conf.get(key, None) for key in values}
+    for key, value in values.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 @dataclass(slots=True)
@@ -188,7 +285,8 @@ class Batches:
         """Row of the batch at each ``position`` of one segment of partition ``pid``, -1 for none."""
         lo, hi = self.starts[pid], self.starts[pid + 1]
         in_partition = self.segment[lo:hi]
-        lo, hi = lo + np.searchsorted(in_partition, segment, "left"), lo + np.searchsorted(in_partition, segment, "right")
+        lo, hi = (lo + np.searchsorted(in_partition, segment, "left"),
+                  lo + np.searchsorted(in_partition, segment, "right"))
         at = lo + np.searchsorted(self.position[lo:hi], position)
         found = at < hi
         found[found] = self.position[at[found]] == position[found]
@@ -235,8 +333,6 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
         ready: float | None = None) -> JobResult:
     """Clean every selected partition of ``plan`` (a table with the planner's schema).
     ``ready``: ``time.monotonic()`` when the session was ready, so the report's stages start with planning."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     started = time.monotonic()
     watch = Stopwatch(started if ready is None else ready)
     if ready is not None:
@@ -250,8 +346,7 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
     sc = spark.sparkContext
     progress(f"stage 1/5: batch plans of {selected.num_rows} partitions")
     sc.setJobGroup("kcompact-batch-plans", f"batch-level decisions for {selected.num_rows} partitions")
-    partitions = (spark.createDataFrame(selected).repartition(min(selected.num_rows, sc.defaultParallelism * 4))
-                  .mapInArrow(_plan_rows(now), from_arrow_schema(PARTITION_PLAN)).toArrow())
+    partitions = _batch_plans(spark, selected, now)
     watch.lap("1 batch plans")
     ok = partitions.filter(pa.compute.is_null(partitions.column("error")))
     for row in partitions.filter(pa.compute.is_valid(partitions.column("error"))).to_pylist():
@@ -265,17 +360,15 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
     rows = ok.drop_columns(["batches"]).to_pylist()
     batches = Batches.of(ok)
     jobs = _group_jobs(rows, batches, now)
-    entries = _map_entries(spark, rows, batches)
+    slot_of_gid = _rewrite_slots(spark, jobs, batches)
+    entries = _map_entries(spark, rows, batches, slot_of_gid)
     stage = "2-3 offset map, keep flags" if dry_run else "2-4 offset map, keep flags, rewrite"
     progress(f"stages {stage} ({len(jobs)} segment groups)")
     sc.setJobGroup("kcompact-clean", f"offset map, keep flags, .cleaned segments for {len(jobs)} groups")
-    written = _per_group(spark, jobs, entries, dry_run)
+    with _sql_conf(spark, JOB_CONF):
+        written = _per_group(spark, jobs, entries, slot_of_gid, dry_run)
     watch.lap(stage)
-    counts: dict[tuple[str, str], int] = {}
-    for w in written:
-        for code, n in enumerate(w["codes"]):
-            key = (w["path"], REASON_OF_CODE[code])
-            counts[key] = counts.get(key, 0) + n
+    counts = _fate_counts(written)
     if dry_run:
         for pid, row in enumerate(rows):
             report.partitions.append(PartitionReport.of(batches.report_row(row, pid), counts, [], committed=False))
@@ -299,27 +392,80 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
     return result
 
 
-def _map_entries(spark, rows: list[dict], batches: Batches):
-    """(gid, key, mapped): the offset map's offset of each key that supersedes a record of group gid.
-    Read by one task per split of the ``kafka-log`` source's compaction mode (largest first)."""
-    from pyspark.sql import functions as F
+def _fate_counts(written: list[dict]) -> dict[tuple[str, str], int]:
+    """Records per (partition dir, reason), as ``PartitionReport.of`` reads them."""
+    counts: dict[tuple[str, str], int] = {}
+    for w in written:
+        for code, n in enumerate(w["codes"]):
+            key = (w["path"], REASON_OF_CODE[code])
+            counts[key] = counts.get(key, 0) + n
+    return counts
+
+
+def _map_entries(spark, rows: list[dict], batches: Batches, slot_of_gid: np.ndarray):
+    """(slot, gid, key, mapped): the offset map's offset of each key that supersedes a record of
+    group gid. The records are read as the ``kafka-log`` source reads them in compaction mode,
+    in a few tasks of about equal bytes. A partition of at most ``TASK_BYTES`` is read whole by
+    one task, which makes its map too; a larger one's splits are spread over tasks and its map
+    made by a shuffle on (key, partition), so no task holds more than a share of a key set."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    splits = sorted(((pid, split) for pid, row in enumerate(rows) for split in partition_splits(
+    splits = [[split for split in partition_splits(
         scan_partition(row["path"], row["topic"], row["partition"]), OffsetRange(None, row["latest_offset"] + 1),
-        DEFAULT_MAX_SPLIT_BYTES)), key=lambda item: item[1].start - item[1].end)
+        DEFAULT_MAX_SPLIT_BYTES)] for row in rows]
+    sizes = [sum(split.end - split.start for split in mine) for mine in splits]
+    whole = [pid for pid, size in enumerate(sizes) if size <= TASK_BYTES]
+    shared = [(pid, split) for pid, size in enumerate(sizes) if size > TASK_BYTES for split in splits[pid]]
+    whole_bins = _bins([sizes[pid] for pid in whole], _task_count(spark, sum(sizes[pid] for pid in whole), len(whole)))
+
+    def read_whole(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in (b for rb in ids for b in rb.column(0).to_pylist()):
+            for pid in (whole[i] for i in whole_bins[b]):
+                found = [k for k in (_split_keys(split, pid, batches) for split in splits[pid]) if k is not None]
+                yield from _offset_map(iter(found), slot_of_gid)
+
+    entries = _ranged(spark, len(whole_bins)).mapInArrow(read_whole, from_arrow_schema(ENTRY_SCHEMA))
+    if shared:
+        entries = entries.unionByName(_shared_map(spark, shared, batches, slot_of_gid))
+    return entries
+
+
+def _shared_map(spark, splits: list[tuple[int, Split]], batches: Batches, slot_of_gid: np.ndarray):
+    """``_map_entries`` of partitions larger than a task: splits read in tasks of about equal
+    bytes, rows of one (key, partition) brought together by a shuffle."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    sizes = [split.end - split.start for _, split in splits]
+    tasks = _task_count(spark, sum(sizes), len(splits))
+    bins = _bins(sizes, tasks)
 
     def read(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for rb in ids:
-            for i in rb.column(0).to_pylist():
+        for b in (b for rb in ids for b in rb.column(0).to_pylist()):
+            for i in bins[b]:
                 found = _split_keys(splits[i][1], splits[i][0], batches)
                 if found is not None:
                     yield found
 
-    keys = spark.range(0, len(splits), 1, max(len(splits), 1)).mapInArrow(read, from_arrow_schema(KEY_SCHEMA))
-    return (keys.repartition(spark.sparkContext.defaultParallelism * 2, "key", "pid")
-            .select("gid", "key", "waits", F.expr(MAP_SQL).alias("mapped"))
-            .where("waits < mapped").select("gid", "key", "mapped"))
+    def offset_map(found: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from _offset_map(found, slot_of_gid)
+
+    keys = _ranged(spark, len(bins)).mapInArrow(read, from_arrow_schema(KEY_SCHEMA))
+    return keys.repartition(tasks, "key", "pid").mapInArrow(offset_map, from_arrow_schema(ENTRY_SCHEMA))
+
+
+def _offset_map(found: Iterator[pa.RecordBatch], slot_of_gid: np.ndarray) -> Iterator[pa.RecordBatch]:
+    """Every ``KEY_SCHEMA`` row of some (key, partition)s -> the map's offset of each, for the rows
+    (groups) with a record it supersedes. Done here rather than by a Spark window, which would
+    sort the rows and bring one more operator for the JVM to compile."""
+    rows = pa.Table.from_batches(list(found), schema=KEY_SCHEMA)
+    if not rows.num_rows:
+        return
+    latest = rows.group_by(["key", "pid"], use_threads=False).aggregate([("feeds", "max")])
+    joined = rows.join(latest, ["key", "pid"], use_threads=False)
+    superseding = joined.filter(pa.compute.less(joined.column("waits"), joined.column("feeds_max")))
+    gid = superseding.column("gid").to_numpy()
+    yield from pa.table([pa.array(slot_of_gid[gid]), gid, superseding.column("key"), superseding.column("feeds_max")],
+                        schema=ENTRY_SCHEMA).to_batches()
 
 
 def _group_jobs(rows: list[dict], batches: Batches, now: int) -> dict[int, tuple[GroupJob, GroupPlans]]:
@@ -337,28 +483,48 @@ def _group_jobs(rows: list[dict], batches: Batches, now: int) -> dict[int, tuple
     return jobs
 
 
-def _per_group(spark, jobs: dict[int, tuple[GroupJob, GroupPlans]], entries, dry_run: bool) -> list[dict]:
-    """One task per group with batches (as a cogroup with the batch plans would call it): a row
+def _rewrite_slots(spark, jobs: dict[int, tuple[GroupJob, GroupPlans]], batches: Batches) -> np.ndarray:
+    """The slot (see ``_slots``) of each group's task: groups with batches in a few tasks of
+    about equal bytes."""
+    gids = [gid for gid, (_, plans) in jobs.items() if len(plans.segment)]
+    group_bytes = np.bincount(batches.gid, weights=batches.sizes, minlength=len(jobs)) if len(jobs) else []
+    sizes = [int(group_bytes[gid]) for gid in gids]
+    bins = _bins(sizes, _task_count(spark, sum(sizes), len(gids)))
+    values = _slots(len(bins))
+    slot_of_gid = np.full(len(jobs), -1, np.int32)
+    for b, members in enumerate(bins):
+        slot_of_gid[[gids[i] for i in members]] = values[b]
+    return slot_of_gid
+
+
+def _per_group(spark, jobs: dict[int, tuple[GroupJob, GroupPlans]], entries, slot_of_gid: np.ndarray,
+               dry_run: bool) -> list[dict]:
+    """One call per group with batches (as a cogroup with the batch plans would call it): a row
     (gid, null key) per such group joins the map entries, so every such group is called. A dry
     run counts the fates and writes nothing."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    def task(key, found):  # no hints: applyInArrow reads them to choose its API, and fails on these
-        gid = key[0].as_py()
+    def run(found: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = pa.Table.from_batches(list(found), schema=ENTRY_SCHEMA)
+        gids = rows.column("gid").to_numpy()
+        for gid in np.unique(gids).tolist():
+            yield pa.RecordBatch.from_pylist([_group_result(gid, rows.filter(pa.array(gids == gid)))],
+                                             schema=RESULT_SCHEMA)
+
+    def _group_result(gid: int, found: pa.Table) -> dict:
         job, plans = jobs[gid]
         if dry_run:
-            out = {"gid": gid, "path": job.path, "group": job.group, "codes": count_group(job, plans, found)}
-        else:
-            out = rewrite_group(job, plans, found) | {"gid": gid}
-        return pa.Table.from_pylist([out], schema=RESULT_SCHEMA)
+            return {"gid": gid, "path": job.path, "group": job.group, "codes": count_group(job, plans, found)}
+        return rewrite_group(job, plans, found) | {"gid": gid}
 
-    with_batches = [gid for gid, (_, plans) in jobs.items() if len(plans.segment)]
+    with_batches = np.flatnonzero(slot_of_gid >= 0)
     marks = spark.createDataFrame(pa.table({
-        "gid": pa.array(with_batches, pa.int32()), "key": pa.nulls(len(with_batches), pa.binary()),
-        "mapped": pa.nulls(len(with_batches), pa.int64()),
+        "slot": pa.array(slot_of_gid[with_batches]), "gid": pa.array(with_batches.astype(np.int32)),
+        "key": pa.nulls(len(with_batches), pa.binary()), "mapped": pa.nulls(len(with_batches), pa.int64()),
     }))
-    return (entries.unionByName(marks).repartition(max(len(with_batches), 1), "gid").groupBy("gid")
-            .applyInArrow(task, from_arrow_schema(RESULT_SCHEMA)).toArrow().to_pylist())
+    tasks = len(set(slot_of_gid[with_batches].tolist()))
+    return (entries.unionByName(marks).repartition(max(tasks, 1), "slot")
+            .mapInArrow(run, from_arrow_schema(RESULT_SCHEMA)).toArrow().to_pylist())
 
 
 def _commit(row: dict, groups: list[dict]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from readers.batch import Batch
+from readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL, Batch
 from readers.indexes import AbortedTxn, OffsetEntry
 
 
@@ -37,6 +37,8 @@ class BatchInfo:
 
     @classmethod
     def of(cls, batch: Batch, segment: int) -> BatchInfo:
+        if batch.magic == 2:
+            return cls._of_v2(batch, segment)
         return cls(
             segment=segment, position=batch.position, size=batch.size, magic=batch.magic,
             base_offset=batch.base_offset, last_offset=batch.last_offset, producer_id=batch.producer_id,
@@ -45,6 +47,21 @@ class BatchInfo:
             control_type=batch.control_type() if batch.is_control and batch.records_count else None,
             delete_horizon_ms=batch.delete_horizon_ms if batch.has_delete_horizon else None,
             max_timestamp=batch.max_timestamp, record_count=batch.count,
+        )
+
+    @classmethod
+    def _of_v2(cls, batch: Batch, segment: int) -> BatchInfo:
+        """``of`` for a v2 batch, from the header fields directly (the properties' v2 branches):
+        the cleaner builds one per batch, twice."""
+        attributes = batch.attributes
+        control = bool(attributes & ATTR_CONTROL)
+        return cls(
+            segment, batch.position, batch.end - batch.start, 2, batch.base_offset_field,
+            batch.base_offset_field + batch.last_offset_delta, batch.producer_id, batch.producer_epoch,
+            bool(attributes & ATTR_TRANSACTIONAL), control,
+            batch.control_type() if control and batch.records_count else None,
+            batch.base_timestamp if attributes & ATTR_DELETE_HORIZON else None, batch.max_timestamp,
+            batch.records_count,
         )
 
 

@@ -127,9 +127,10 @@ def _chunk_codes(chunk: list[Batch], flags: np.ndarray, job: GroupJob,
 
 
 def _decided(job: GroupJob, plans: GroupPlans, lookup: OffsetLookup,
-             counts: np.ndarray) -> Iterator[tuple[Batch, BatchPlan, np.ndarray | None]]:
-    """Every batch of the group in file order, with its plan and its records' codes (None: no
-    record); ``counts`` adds up the codes."""
+             counts: np.ndarray) -> Iterator[tuple[Batch, BatchPlan, np.ndarray | None, int, bool]]:
+    """Every batch of the group in file order, with its plan, its records' keep flags (None: no
+    record), how many are kept and whether a kept one is a tombstone; ``counts`` adds up the
+    codes. Every record has a code: they come from decoding these very batches."""
     flags, i = plans.flags.tolist(), 0
     for base in job.segments:
         path = storage.join(job.path, segment_name(base, "log"))
@@ -141,23 +142,21 @@ def _decided(job: GroupJob, plans: GroupPlans, lookup: OffsetLookup,
                         raise FormatError(path, batch.position, "batch not in the plan (the segment changed)")
                 codes, starts = _chunk_codes(chunk, plans.flags[i:i + len(chunk)], job, lookup)
                 counts += np.bincount(codes, minlength=len(counts))
+                keep = codes <= KEPT_TOMBSTONE
+                kept = np.diff(np.concatenate(([0], np.cumsum(keep)))[starts]).tolist()
+                tombstones = np.diff(np.concatenate(([0], np.cumsum(codes == KEPT_TOMBSTONE)))[starts]).tolist()
                 for k, batch in enumerate(chunk):
-                    mine = codes[starts[k]:starts[k + 1]] if starts[k + 1] > starts[k] else None
-                    yield batch, BatchPlan(BatchInfo.of(batch, base), job.group, *flags[i]), mine
+                    mine = keep[starts[k]:starts[k + 1]] if starts[k + 1] > starts[k] else None
+                    plan = BatchPlan(BatchInfo.of(batch, base), job.group, *flags[i])
+                    yield batch, plan, mine, kept[k], tombstones[k] > 0
                     i += 1
 
 
 def _items(job: GroupJob, plans: GroupPlans, lookup: OffsetLookup,
            counts: np.ndarray) -> Iterator[tuple[Batch, Outcome, np.ndarray | None]]:
-    for batch, plan, codes in _decided(job, plans, lookup, counts):
-        if (codes is None and batch.count and not plan.delete) or (codes is not None and len(codes) != batch.count):
-            # never guess: a batch whose records were not all decided is not rewritten
-            got = 0 if codes is None else len(codes)
-            raise FormatError(batch.path, batch.position, f"{got} keep flags for {batch.count} records")
-        keep = None if codes is None else codes <= KEPT_TOMBSTONE
-        kept = int(np.count_nonzero(keep)) if keep is not None else 0
-        kept_tombstone = batch.magic == 2 and codes is not None and bool((codes == KEPT_TOMBSTONE).any())
-        yield batch, batch_outcome(plan, kept, kept_tombstone, job.now, job.delete_retention_ms), keep
+    for batch, plan, keep, kept, kept_tombstone in _decided(job, plans, lookup, counts):
+        outcome = batch_outcome(plan, kept, batch.magic == 2 and kept_tombstone, job.now, job.delete_retention_ms)
+        yield batch, outcome, keep
 
 
 RESULT_SCHEMA = pa.schema([

@@ -18,12 +18,16 @@ floor. Then ``kcompact compact work --now NOW --topic-config ... --report report
 as a child process. Measured:
   - whole-process wall time, and peak RSS from ``os.wait4``'s rusage of the child;
   - by polling ``/proc`` every ``SAMPLE_S``: peak RSS of the driver (the child process),
-    the JVM, and the Python workers (their sum, and the largest one);
+    the JVM, and the Python workers (their sum, and the largest one), and the CPU seconds
+    of each (a measure that other work on the machine disturbs less than wall time; the
+    1-minute load average before each run says how busy the machine was);
   - from the report: seconds per stage (``compaction.report.Report.stages``), whose sum is
     the time from the Spark session being ready to the last commit, the basis of MB/s and
-    records/s.
+    records/s. Stages 2-4 are one Spark job; ``--spark-stages`` records Spark's event log
+    and prints its stages (read, offset map, rewrite) too.
 MB/s is given for the whole corpus and for the bytes the cleaner read (the segments below
 each partition's active one). The table gives the median of the runs, and each run.
+``--java-options`` passes JVM options to the run (JDK_JAVA_OPTIONS), for experiments.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -236,13 +241,13 @@ def spark_stages(events: Path) -> list[SparkStage]:
 # -- one run -----------------------------------------------------------------------------------
 @dataclass
 class Run:
+    load: float  # 1-minute load average before the run: other work on the machine shows here
     copy_s: float
     wall_s: float
     max_rss: int  # os.wait4: the largest process of the tree
     peaks: Peaks
     stages: dict[str, float]
     totals: dict
-    log: str = field(repr=False)
     spark: list[SparkStage] = field(default_factory=list)
 
     @property
@@ -250,40 +255,45 @@ class Run:
         return sum(self.stages.values())
 
 
-def run_once(root: Path, work_base: Path) -> Run:
+def _env(events: Path | None, java_options: str | None) -> dict[str, str]:
+    env = os.environ | {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    if events is not None:  # costs the JVM some work (JSON per event), so only on request
+        env["PYSPARK_SUBMIT_ARGS"] = (f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir="
+                                      f"{events.resolve().as_uri()} --conf spark.eventLog.compress=false pyspark-shell")
+    if java_options is not None:  # an experiment: every JVM started takes them
+        env["JDK_JAVA_OPTIONS"] = java_options
+    return env
+
+
+def run_once(root: Path, work_base: Path, event_log: bool, java_options: str | None) -> Run:
     shutil.rmtree(work_base, ignore_errors=True)
     work_base.mkdir(parents=True)
-    work, report = work_base / "logs", work_base / "report.json"
+    work, report, events = work_base / "logs", work_base / "report.json", work_base / "events"
+    events.mkdir()
+    load = os.getloadavg()[0]
     started = time.perf_counter()
     subprocess.run(["cp", "-r", "--preserve=timestamps", str(root), str(work)], check=True)
     copy_s = time.perf_counter() - started
     command = [sys.executable, "-m", "jobs.cli", "compact", str(work), "--now", str(NOW),
                "--topic-config", TOPIC_CONFIG, "--report", str(report)]
-    events = work_base / "events"
-    events.mkdir()
-    env = os.environ | {
-        "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "PYSPARK_SUBMIT_ARGS": f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir={events.resolve().as_uri()} "
-                               "--conf spark.eventLog.compress=false pyspark-shell",
-    }
     log_path = work_base / "kcompact.log"
     peaks, done = Peaks(), threading.Event()
     with open(log_path, "wb") as log:
         started = time.perf_counter()
-        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                 env=_env(events if event_log else None, java_options))
         poller = threading.Thread(target=_poll, args=(child.pid, peaks, done), daemon=True)
         poller.start()
         _, status, usage = os.wait4(child.pid, 0)
         wall_s = time.perf_counter() - started
-        child.returncode = os.waitstatus_to_exitcode(status)
     done.set()
     poller.join()
-    text = log_path.read_text()
-    if child.returncode != 0:
-        raise SystemExit(f"kcompact compact exited {child.returncode}:\n{text[-4000:]}")
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"kcompact compact exited {os.waitstatus_to_exitcode(status)}:\n"
+                         f"{log_path.read_text()[-4000:]}")
     result = json.loads(report.read_text())
-    return Run(copy_s, wall_s, usage.ru_maxrss * 1024, peaks, result["stages"],
-               result["totals"], text, spark_stages(events))
+    return Run(load, copy_s, wall_s, usage.ru_maxrss * 1024, peaks, result["stages"], result["totals"],
+               spark_stages(events))
 
 
 # -- report ------------------------------------------------------------------------------------
@@ -292,13 +302,14 @@ def _median(runs: list[Run], value) -> float:
 
 
 def _row(label: str, values: list[float], fmt: str) -> str:
-    return f"{label:<34}" + "".join(f"{v:>12{fmt}}" for v in values)
+    return f"{label:<46}" + "".join(f"{v:>12{fmt}}" for v in values)
 
 
 def table(runs: list[Run], corpus_bytes: int, records: int) -> str:
     """Medians first, then each run."""
     cleaned = runs[0].totals["bytes_read"]
-    columns: list[tuple[str, callable, str]] = [
+    columns: list[tuple[str, Callable[[Run], float], str]] = [
+        ("load average before the run", lambda r: r.load, ".1f"),
         ("whole process (s)", lambda r: r.wall_s, ".1f"),
         ("  CPU of all its processes (s)", lambda r: sum(r.peaks.cpu.values()), ".1f"),
         *[(f"    {role} CPU (s)", (lambda r, role=role: r.peaks.cpu_of(role)), ".1f")
@@ -333,8 +344,8 @@ def spark_table(run: Run) -> str:
     """Spark's stages of one run: which job group, tasks, wall and task seconds, shuffle written."""
     lines = ["", "Spark stages of the median run (wall s from submission to completion; task s summed):",
              f"{'job group':<22}{'stage':>6}{'tasks':>7}{'wall s':>9}{'task s':>9}{'shuffle MB':>12}"]
-    for s in run.spark:
-        lines.append(f"{s.group:<22}{s.stage:>6}{s.tasks:>7}{s.seconds:>9.2f}{s.task_seconds:>9.2f}{s.shuffle_mb:>12.1f}")
+    lines += [f"{s.group:<22}{s.stage:>6}{s.tasks:>7}{s.seconds:>9.2f}{s.task_seconds:>9.2f}{s.shuffle_mb:>12.1f}"
+              for s in run.spark]
     return "\n".join(lines)
 
 
@@ -342,17 +353,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--dir", required=True, type=Path, help="corpus cache and work directory")
     parser.add_argument("--runs", type=int, default=3, help="measured runs (default 3)")
+    parser.add_argument("--spark-stages", action="store_true",
+                        help="also record Spark's event log and print its stage times (adds JVM work)")
+    parser.add_argument("--java-options", metavar="OPTS",
+                        help="an experiment: JDK_JAVA_OPTIONS for the run, e.g. -XX:TieredStopAtLevel=1")
     args = parser.parse_args(argv)
     root, manifest = corpus(args.dir)
     corpus_bytes = log_bytes(manifest)
     runs = []
     for i in range(args.runs):
-        run = run_once(root, args.dir / "work")
+        run = run_once(root, args.dir / "work", args.spark_stages, args.java_options)
         print(f"run {i + 1}: {run.wall_s:.1f} s whole, {run.ready_to_commit_s:.1f} s session ready -> last commit",
               flush=True)
         runs.append(run)
     print(table(runs, corpus_bytes, manifest["records"]))
-    print(spark_table(sorted(runs, key=lambda r: r.ready_to_commit_s)[len(runs) // 2]))
+    if args.spark_stages:
+        print(spark_table(sorted(runs, key=lambda r: r.ready_to_commit_s)[len(runs) // 2]))
     return 0
 
 
