@@ -159,6 +159,14 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--now", type=int, metavar="MS", help="the current time in ms (default: the clock)")
 
 
+def _job_parser(sub, name: str, help: str) -> argparse.ArgumentParser:
+    """A job's subcommand: log dirs, then the configuration options every job takes."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
+    add_config_options(p)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kcompact", description="Spark-native compaction for Kafka log dirs.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -173,34 +181,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("logdir")
     p.set_defaults(func=_verify)
 
-    p = sub.add_parser("plan", help="Kafka's choice of what to clean, for every partition of the log dirs")
-    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
-    add_config_options(p)
+    p = _job_parser(sub, "plan", help="Kafka's choice of what to clean, for every partition of the log dirs")
     p.add_argument("--top", type=int, metavar="N", help="select at most N partitions (highest ratio first)")
     p.add_argument("--max-bytes", type=int, metavar="N", help="select partitions while their dirty bytes fit N")
     p.add_argument("--output", metavar="FILE", help="write the plan as plan.parquet or plan.json")
     p.add_argument("--plot", metavar="PNG", help="draw the ratio distribution and the top partitions")
     p.set_defaults(func=_plan)
 
-    p = sub.add_parser("compact", help="clean every selected partition as Kafka's cleaner would")
-    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
-    add_config_options(p)
+    p = _job_parser(sub, "compact", help="clean every selected partition as Kafka's cleaner would")
     p.add_argument("--plan", metavar="FILE", help="a plan written by 'kcompact plan --output' (default: plan now)")
     p.add_argument("--max-partitions", type=int, metavar="N", help="clean at most N partitions (highest ratio first)")
     p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
     p.add_argument("--report", metavar="FILE", help="write the report as JSON")
     p.set_defaults(func=_compact)
 
-    p = sub.add_parser("retain", help="delete the segments Kafka's retention would delete, move the log start")
-    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
-    add_config_options(p)
+    p = _job_parser(sub, "retain", help="delete the segments Kafka's retention would delete, move the log start")
     p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
     p.add_argument("--report", metavar="FILE", help="write the report as JSON")
     p.set_defaults(func=_retain)
 
-    p = sub.add_parser("run", help="the nightly job: retention, then plan, then compaction")
-    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
-    add_config_options(p)
+    p = _job_parser(sub, "run", help="the nightly job: retention, then plan, then compaction")
     p.add_argument("--max-partitions", type=int, metavar="N", help="clean at most N partitions (highest ratio first)")
     p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
     p.add_argument("--report", metavar="FILE", help="write the report as JSON (retention and compaction)")
