@@ -340,7 +340,11 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
     selected = plan.filter(pa.compute.equal(plan.column("selected"), True))
     report = Report(now=now, dry_run=dry_run, stages=watch.laps)
     result = JobResult(report)
+    for row in corrupt_in_plan(plan):
+        result.uncleanable[row["path"]] = row["error"]
+        report.partitions.append(PartitionReport.failed(row))
     if selected.num_rows == 0:
+        _mark_uncleanable(result, dry_run)
         report.seconds = time.monotonic() - started
         return result
     sc = spark.sparkContext
@@ -390,6 +394,21 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
     watch.lap("5 commit")
     report.seconds = time.monotonic() - started
     return result
+
+
+def corrupt_in_plan(plan: pa.Table) -> list[dict]:
+    """Idle compacted partitions the planner could not read because a segment is corrupt (a
+    problem naming a .log file and byte): failures of this run, whoever found them first.
+    Leftovers of an interrupted swap are not among them: ``recover`` is their way out."""
+    found = []
+    for row in plan.to_pylist():
+        if "compact" not in (row["cleanup_policy"] or "") or row["state"] != "idle":
+            continue
+        corrupt = [p for p in row["problems"] or [] if ".log: byte " in p]
+        if corrupt:
+            found.append({"topic": row["topic"], "partition": row["partition"], "path": row["path"],
+                          "first_dirty": row["first_dirty_offset"], "seconds": 0.0, "error": corrupt[0]})
+    return found
 
 
 def _fate_counts(written: list[dict]) -> dict[tuple[str, str], int]:
