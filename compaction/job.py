@@ -225,6 +225,11 @@ class JobResult:
     report: Report
     uncleanable: dict[str, str] = field(default_factory=dict)  # partition dir -> reason
 
+    def fail(self, row: dict) -> None:
+        """A partition this run could not clean: reported, and marked uncleanable at the end."""
+        self.uncleanable[row["path"]] = row["error"]
+        self.report.partitions.append(PartitionReport.failed(row))
+
 
 class Stopwatch:
     """Wall seconds per stage, laps back to back: their sum is the time since ``since``."""
@@ -341,8 +346,7 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
     report = Report(now=now, dry_run=dry_run, stages=watch.laps)
     result = JobResult(report)
     for row in corrupt_in_plan(plan):
-        result.uncleanable[row["path"]] = row["error"]
-        report.partitions.append(PartitionReport.failed(row))
+        result.fail(row)
     if selected.num_rows == 0:
         _mark_uncleanable(result, dry_run)
         report.seconds = time.monotonic() - started
@@ -354,8 +358,7 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
     watch.lap("1 batch plans")
     ok = partitions.filter(pa.compute.is_null(partitions.column("error")))
     for row in partitions.filter(pa.compute.is_valid(partitions.column("error"))).to_pylist():
-        result.uncleanable[row["path"]] = row["error"]
-        report.partitions.append(PartitionReport.failed(row))
+        result.fail(row)
     if ok.num_rows == 0:
         _mark_uncleanable(result, dry_run)
         report.seconds = time.monotonic() - started
@@ -384,8 +387,7 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
         errors = [w["error"] for w in groups if w["error"]]
         if errors or len(groups) != len(row["groups"]):
             _discard(groups)
-            result.uncleanable[row["path"]] = errors[0] if errors else "not every segment group was rewritten"
-            report.partitions.append(PartitionReport.failed(row | {"error": result.uncleanable[row["path"]]}))
+            result.fail(row | {"error": errors[0] if errors else "not every segment group was rewritten"})
             continue
         _commit(row, groups)
         report.partitions.append(PartitionReport.of(batches.report_row(row, pid), counts, groups, committed=True))

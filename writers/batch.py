@@ -27,15 +27,19 @@ from readers.batch import (
 from readers.records import Record
 
 
+def uvarint(value: int) -> bytes:
+    """Unsigned LEB128, as Kafka's ByteUtils.writeUnsignedVarint."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def varint(value: int) -> bytes:
     """Zigzag LEB128, as Kafka's ByteUtils.writeVarlong (covers varint too)."""
-    z = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
+    return uvarint(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
 def _sized(data: bytes | None) -> bytes:

@@ -9,15 +9,7 @@ import base64
 import struct
 
 from readers.metadata import CONFIG_RECORD, FRAME_VERSION, RESOURCE_TOPIC, TOPIC_RECORD
-
-
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+from writers.batch import uvarint
 
 
 def _compact_string(text: str | None) -> bytes:
