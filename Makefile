@@ -11,7 +11,7 @@ export PYSPARK_DRIVER_PYTHON := $(BIN)/python
 DEMO_DIR := demo-logs
 BENCH_DIR := bench-data
 
-.PHONY: install demo test bench-format bench-plan bench-rebuild bench-compact clean
+.PHONY: install demo test dist bench-format bench-plan bench-rebuild bench-compact clean
 
 install: $(STAMP)
 
@@ -36,6 +36,40 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 
+# The Airflow example DAG (jobs/airflow_dag.py), run end to end by a real Airflow in a venv of its own:
+# Airflow's install step under its constraints file, then this project under ours (Airflow kept at its pin).
+AIRFLOW_VENV := .venv-airflow
+AIRFLOW_BIN := $(abspath $(AIRFLOW_VENV)/bin)
+AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
+
+.PHONY: test-airflow
+
+$(AIRFLOW_STAMP): tests/airflow/requirements.txt tests/airflow/constraints-3.11.txt setup.cfg constraints.txt pyproject.toml
+	$(PYTHON) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_BIN)/pip install --quiet --upgrade pip
+	$(AIRFLOW_BIN)/pip install --quiet -c tests/airflow/constraints-3.11.txt -r tests/airflow/requirements.txt
+	$(AIRFLOW_BIN)/pip install --quiet -c constraints.txt -r tests/airflow/requirements.txt -e .
+	touch $(AIRFLOW_STAMP)
+
+test-airflow: $(AIRFLOW_STAMP)
+	$(AIRFLOW_BIN)/python tests/airflow/e2e.py
+
+# spark-submit's inputs: the wheel (for executors' Python environments), the --py-files archive of
+# the same packages, and the entry scripts. Built from a staged copy, so the tree gets no build/.
+DIST ?= dist
+PACKAGES := compaction conf jobs planner readers storage writers
+ENTRY_SCRIPTS := jobs/plan.py jobs/compact.py jobs/retain.py jobs/run.py jobs/recover.py
+
+dist: $(STAMP)
+	rm -rf $(DIST)
+	mkdir -p $(DIST)
+	stage=$$(mktemp -d) && trap 'rm -rf "$$stage"' EXIT && \
+	cp -r $(PACKAGES) setup.cfg pyproject.toml README.md "$$stage" && \
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir $(abspath $(DIST)) "$$stage" && \
+	$(BIN)/python -m zipfile -e $(DIST)/kcompact-*.whl "$$stage/wheel" && \
+	$(BIN)/python -m zipfile -c $(DIST)/kcompact-py.zip $(addprefix "$$stage/wheel"/,$(PACKAGES))
+	cp $(ENTRY_SCRIPTS) $(DIST)/
+
 bench-format: $(STAMP)
 	$(BIN)/python -m tests.bench.format --dir $(BENCH_DIR)/format
 
@@ -49,4 +83,4 @@ bench-compact: $(STAMP)
 	$(BIN)/python -m tests.bench.compact --dir $(BENCH_DIR)/compact
 
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) $(BENCH_DIR) *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(AIRFLOW_VENV) $(DEMO_DIR) $(BENCH_DIR) *.egg-info .pytest_cache .hypothesis

@@ -31,9 +31,11 @@ import numpy as np
 import pyarrow as pa
 
 from compaction import partition_scan, states
+from compaction.leases import LeaseKeeper
 from compaction.report import PartitionReport, Report
 from compaction.rewrite import (
     DISCARD,
+    IO_ERROR,
     PLAN_FLAGS,
     REASON_OF_CODE,
     RESULT_SCHEMA,
@@ -46,8 +48,10 @@ from compaction.rewrite import (
 from readers.datasource import DEFAULT_MAX_SPLIT_BYTES, OffsetRange, Split, partition_splits, split_records
 from readers.errors import FormatError
 from readers.indexes import AbortedTxn
-from readers.logdir import scan_partition
-from writers.swap import commit_partition, set_cleaner_checkpoint
+from readers.logdir import SEGMENT_KINDS, scan_partition, segment_name
+from writers import s3commit
+from writers.recover import recover_partition
+from writers.swap import CLEANER_CHECKPOINT, commit_partition, set_cleaner_checkpoint
 
 CONFIG_KEYS = ("delete.retention.ms", "segment.bytes", "segment.index.bytes", "producer.id.expiration.ms",
                "index.interval.bytes")
@@ -220,14 +224,21 @@ def _sql_conf(spark, values: dict[str, str]) -> Iterator[None]:
                 spark.conf.set(key, value)
 
 
+ABORTED = "aborted"
+
+
 @dataclass(slots=True)
 class JobResult:
     report: Report
     uncleanable: dict[str, str] = field(default_factory=dict)  # partition dir -> reason
+    # object stores: partition dir -> the latest commit record generation seen under our lease
+    generations: dict[str, int] = field(default_factory=dict)
 
-    def fail(self, row: dict) -> None:
-        """A partition this run could not clean: reported, and marked uncleanable at the end."""
-        self.uncleanable[row["path"]] = row["error"]
+    def fail(self, row: dict, transient: bool = False) -> None:
+        """A partition this run could not clean: reported, and marked uncleanable at the end
+        unless the cause is transient (an I/O error, a log that changed under the job)."""
+        if not transient and not row["error"].startswith(IO_ERROR):
+            self.uncleanable[row["path"]] = row["error"]
         self.report.partitions.append(PartitionReport.failed(row))
 
 
@@ -335,22 +346,92 @@ def _split_keys(split: Split, pid: int, batches: Batches) -> pa.RecordBatch | No
 
 
 def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
-        ready: float | None = None) -> JobResult:
+        ready: float | None = None, leases: LeaseKeeper | None = None) -> JobResult:
     """Clean every selected partition of ``plan`` (a table with the planner's schema).
-    ``ready``: ``time.monotonic()`` when the session was ready, so the report's stages start with planning."""
+    ``ready``: ``time.monotonic()`` when the session was ready, so the report's stages start with planning.
+    ``leases``: the keeper of this job's leases (default: a new one with the default lease)."""
     started = time.monotonic()
     watch = Stopwatch(started if ready is None else ready)
     if ready is not None:
         watch.lap("plan")
-    selected = plan.filter(pa.compute.equal(plan.column("selected"), True))
     report = Report(now=now, dry_run=dry_run, stages=watch.laps)
     result = JobResult(report)
-    for row in corrupt_in_plan(plan):
-        result.fail(row)
-    if selected.num_rows == 0:
-        _mark_uncleanable(result, dry_run)
-        report.seconds = time.monotonic() - started
-        return result
+    with contextlib.ExitStack() as held, leases or LeaseKeeper() as keeper:
+        selected = plan.filter(pa.compute.equal(plan.column("selected"), True))
+        if not dry_run:
+            selected = _take_partitions(selected, keeper, result, progress, held)
+        for row in corrupt_in_plan(plan):
+            result.fail(row)
+        if selected.num_rows:
+            _clean(spark, selected, now, dry_run, progress, watch, result, keeper)
+        _give_back(result, keeper, dry_run)
+    report.observe_plan(plan, marked=result.uncleanable)
+    report.seconds = time.monotonic() - started
+    return result
+
+
+def _take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult, progress,
+                     held: contextlib.ExitStack) -> pa.Table:
+    """Hold each log dir's ``.lock`` (re-entrant: the command line may hold it already), lease
+    each selected partition and finish any swap a crashed run left in it (the broker's recovery).
+    A partition in a log dir another process locks, or that another job holds, is skipped; one
+    where recovery changed files is skipped too, since the plan no longer describes it (the next
+    run plans it afresh)."""
+    import storage
+
+    keep, locked = [], {}
+    columns = ["path", "log_dir", "topic", "partition", "first_dirty_offset", "checkpoint_offset"]
+    for i, row in enumerate(selected.select(columns).to_pylist()):
+        if row["log_dir"] not in locked:
+            try:
+                held.enter_context(storage.LogDirLock(row["log_dir"]))
+                locked[row["log_dir"]] = None
+            except storage.LogDirBusy as exc:
+                locked[row["log_dir"]] = str(exc)
+        busy = locked[row["log_dir"]] or keeper.acquire(row["path"])
+        if busy is not None:
+            result.report.partitions.append(PartitionReport.skipped_for(row, busy))
+            progress(f"  skipped {row['topic']}-{row['partition']}: {busy}")
+            continue
+        recovered = recover_partition(row["path"])
+        if recovered.generation is not None:
+            result.generations[row["path"]] = recovered.generation
+        if recovered.changed:
+            keeper.release(row["path"])
+            why = f"recovered an interrupted run first ({recovered.summary()}); planned again next run"
+            result.report.partitions.append(PartitionReport.skipped_for(row, why))
+            progress(f"  skipped {row['topic']}-{row['partition']}: {why}")
+            continue
+        moved = _cleaned_since_plan(row)
+        if moved:
+            keeper.release(row["path"])
+            result.report.partitions.append(PartitionReport.skipped_for(row, moved))
+            progress(f"  skipped {row['topic']}-{row['partition']}: {moved}")
+            continue
+        keep.append(i)
+    return selected.take(pa.array(keep, pa.int64()))  # an empty list alone has no type
+
+
+def _cleaned_since_plan(row: dict) -> str | None:
+    """Another job cleaned the partition between this plan and our lease (its cleaner checkpoint
+    entry moved): the plan's dirty range is stale, and cleaning it again would redo that work."""
+    import storage
+    from readers import checkpoint
+
+    path = storage.join(row["log_dir"], CLEANER_CHECKPOINT)
+    found = storage.read_versioned(path)
+    try:
+        now = checkpoint.parse(path, found[0]).get((row["topic"], row["partition"])) if found else None
+    except FormatError as exc:
+        return f"{exc}; planned again next run"
+    if now == row["checkpoint_offset"]:
+        return None
+    return f"cleaned by another job since it was planned (checkpoint {row['checkpoint_offset']} -> {now}); planned again next run"
+
+
+def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: Stopwatch, result: JobResult,
+           keeper: LeaseKeeper) -> None:
+    report = result.report
     sc = spark.sparkContext
     progress(f"stage 1/5: batch plans of {selected.num_rows} partitions")
     sc.setJobGroup("kcompact-batch-plans", f"batch-level decisions for {selected.num_rows} partitions")
@@ -360,42 +441,78 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
     for row in partitions.filter(pa.compute.is_valid(partitions.column("error"))).to_pylist():
         result.fail(row)
     if ok.num_rows == 0:
-        _mark_uncleanable(result, dry_run)
-        report.seconds = time.monotonic() - started
-        return result
+        return
 
     rows = ok.drop_columns(["batches"]).to_pylist()
     batches = Batches.of(ok)
-    jobs = _group_jobs(rows, batches, now)
+    jobs = _group_jobs(rows, batches, now, keeper.owner)
     slot_of_gid = _rewrite_slots(spark, jobs, batches)
     entries = _map_entries(spark, rows, batches, slot_of_gid)
     stage = "2-3 offset map, keep flags" if dry_run else "2-4 offset map, keep flags, rewrite"
     progress(f"stages {stage} ({len(jobs)} segment groups)")
     sc.setJobGroup("kcompact-clean", f"offset map, keep flags, .cleaned segments for {len(jobs)} groups")
     with _sql_conf(spark, JOB_CONF):
-        written = _per_group(spark, jobs, entries, slot_of_gid, dry_run)
+        written = _per_group(spark, jobs, entries, slot_of_gid, dry_run, keeper.owner)
     watch.lap(stage)
     counts = _fate_counts(written)
     if dry_run:
         for pid, row in enumerate(rows):
             report.partitions.append(PartitionReport.of(batches.report_row(row, pid), counts, [], committed=False))
-        report.seconds = time.monotonic() - started
-        return result
+        return
     progress("stage 5/5: committing (swap, checkpoint)")
     for pid, row in enumerate(rows):
         groups = [w for w in written if w["path"] == row["path"]]
         errors = [w["error"] for w in groups if w["error"]]
         if errors or len(groups) != len(row["groups"]):
             _discard(groups)
-            result.fail(row | {"error": errors[0] if errors else "not every segment group was rewritten"})
+            error = errors[0] if errors else "not every segment group was rewritten"
+            if error == ABORTED:
+                _aborted(row, result, progress)
+            else:
+                result.fail(row | {"error": error})
             continue
-        _commit(row, groups)
+        changed = _changed_since_plan(row)
+        if changed:
+            _discard(groups)
+            result.fail(row | {"error": changed}, transient=True)
+            continue
+        if not keeper.held(row["path"]):  # the last moment an abort can still stop us
+            _discard(groups)
+            _aborted(row, result, progress)
+            continue
+        try:
+            _commit(row, groups, keeper.owner, result.generations.get(row["path"]))
+        except s3commit.CommitLost as exc:
+            result.fail(row | {"error": str(exc)}, transient=True)
+            continue
+        except OSError as exc:  # the swap stopped part way: finish or undo it as a broker would
+            try:
+                recover_partition(row["path"])
+                error = f"{IO_ERROR}commit failed ({exc}); the interrupted swap was recovered"
+            except OSError as again:
+                error = f"{IO_ERROR}commit failed ({exc}), recovery too ({again}): run 'kcompact recover'"
+            result.fail(row | {"error": error})
+            continue
         report.partitions.append(PartitionReport.of(batches.report_row(row, pid), counts, groups, committed=True))
         progress(f"  committed {row['topic']}-{row['partition']}: checkpoint {row['latest_offset'] + 1}")
-    _mark_uncleanable(result, dry_run)
     watch.lap("5 commit")
-    report.seconds = time.monotonic() - started
-    return result
+
+
+def _aborted(row: dict, result: JobResult, progress) -> None:
+    result.report.partitions.append(PartitionReport.skipped_for(row | {"first_dirty_offset": row["first_dirty"]},
+                                                            "aborted by an operator; old segments kept"))
+    progress(f"  aborted {row['topic']}-{row['partition']}: old segments kept")
+
+
+def _changed_since_plan(row: dict) -> str | None:
+    """The segments the commit would replace are not those the job read (retention, another
+    cleaner, a restarted broker got there first): committing would lose records."""
+    now = [s.base_offset for s in scan_partition(row["path"], row["topic"], row["partition"]).segments
+           if s.base_offset <= row["latest_offset"]]
+    read = [base for g in row["groups"] for base in g["segments"]]
+    if now != read:
+        return f"the partition changed while it was being cleaned (segments {read} became {now}); cleaned next run"
+    return None
 
 
 def corrupt_in_plan(plan: pa.Table) -> list[dict]:
@@ -489,7 +606,7 @@ def _offset_map(found: Iterator[pa.RecordBatch], slot_of_gid: np.ndarray) -> Ite
                         schema=ENTRY_SCHEMA).to_batches()
 
 
-def _group_jobs(rows: list[dict], batches: Batches, now: int) -> dict[int, tuple[GroupJob, GroupPlans]]:
+def _group_jobs(rows: list[dict], batches: Batches, now: int, owner: str) -> dict[int, tuple[GroupJob, GroupPlans]]:
     jobs, gid = {}, 0
     for row in rows:
         config = json.loads(row["config"])
@@ -498,7 +615,8 @@ def _group_jobs(rows: list[dict], batches: Batches, now: int) -> dict[int, tuple
                 path=row["path"], group=g["group"], base_offset=g["base_offset"], segments=tuple(g["segments"]),
                 mtime_ms=g["mtime_ms"], aborted=tuple(AbortedTxn(**t) for t in g["aborted"]),
                 index_interval_bytes=config["index.interval.bytes"],
-                delete_retention_ms=config["delete.retention.ms"], now=now, latest_offset=row["latest_offset"])
+                delete_retention_ms=config["delete.retention.ms"], now=now, latest_offset=row["latest_offset"],
+                owner=owner)
             jobs[gid] = (job, batches.group_plans(gid))
             gid += 1
     return jobs
@@ -519,7 +637,7 @@ def _rewrite_slots(spark, jobs: dict[int, tuple[GroupJob, GroupPlans]], batches:
 
 
 def _per_group(spark, jobs: dict[int, tuple[GroupJob, GroupPlans]], entries, slot_of_gid: np.ndarray,
-               dry_run: bool) -> list[dict]:
+               dry_run: bool, owner: str) -> list[dict]:
     """One call per group with batches (as a cogroup with the batch plans would call it): a row
     (gid, null key) per such group joins the map entries, so every such group is called. A dry
     run counts the fates and writes nothing."""
@@ -536,6 +654,9 @@ def _per_group(spark, jobs: dict[int, tuple[GroupJob, GroupPlans]], entries, slo
         job, plans = jobs[gid]
         if dry_run:
             return {"gid": gid, "path": job.path, "group": job.group, "codes": count_group(job, plans, found)}
+        if not states.held_by(job.path, owner):  # aborted (or lease lost): stop at this group boundary
+            return {"gid": gid, "path": job.path, "group": job.group, "files": [], "error": ABORTED,
+                    "codes": [0] * len(REASON_OF_CODE)}
         return rewrite_group(job, plans, found) | {"gid": gid}
 
     with_batches = np.flatnonzero(slot_of_gid >= 0)
@@ -548,11 +669,17 @@ def _per_group(spark, jobs: dict[int, tuple[GroupJob, GroupPlans]], entries, slo
             .mapInArrow(run, from_arrow_schema(RESULT_SCHEMA)).toArrow().to_pylist())
 
 
-def _commit(row: dict, groups: list[dict]) -> None:
+def _commit(row: dict, groups: list[dict], owner: str, generation: int | None) -> None:
     from writers.cleaned import WrittenGroup
 
-    part = scan_partition(row["path"], row["topic"], row["partition"])
     end = row["latest_offset"] + 1
+    if s3commit.on_object_store(row["path"]):  # no atomic rename there: a commit record decides
+        replaced = [segment_name(base, kind) for g in row["groups"] for base in g["segments"] for kind in SEGMENT_KINDS]
+        staged = [path for g in groups for path in g["files"]]
+        record = s3commit.plan_record(row["topic"], row["partition"], generation + 1, owner, staged, replaced, end)
+        s3commit.commit_partition(row["log_dir"], row["path"], record)
+        return
+    part = scan_partition(row["path"], row["topic"], row["partition"])
     replaced = [s for s in part.segments if s.base_offset < end]
     written = [WrittenGroup(g["base_offset"], g["size"], g["batches"], g["records"], tuple(g["files"]))
                for g in groups]
@@ -565,12 +692,18 @@ def _discard(groups: list[dict]) -> None:
 
     for g in groups:
         for path in g["files"]:
-            if storage.exists(path):
+            with contextlib.suppress(FileNotFoundError):  # not asked first: an object store's cached listing may not know it
                 storage.remove(path)
 
 
-def _mark_uncleanable(result: JobResult, dry_run: bool) -> None:
+def _give_back(result: JobResult, keeper: LeaseKeeper, dry_run: bool) -> None:
+    """Leases back: failed partitions uncleanable (with file and byte), transient failures and
+    the rest idle; a partition failed without a lease (the planner found it corrupt) is
+    marked uncleanable unless it is in some other state."""
     if dry_run:
         return
     for path, reason in result.uncleanable.items():
-        states.mark_uncleanable(path, reason)
+        if keeper.held(path):
+            keeper.release(path, uncleanable=reason)
+        else:
+            states.mark_uncleanable(path, reason)

@@ -1,14 +1,56 @@
-"""What a compaction run did, per partition and in total: printed like Kafka's cleaner
-summary and written as JSON."""
+"""What a compaction run did, per partition and in total: printed as Kafka's cleaner logs a
+cleaning (LogCleaner's stats message, one per partition), written as JSON with Kafka's cleaner
+metrics (``metrics``: the gauges of LogCleaner and LogCleanerManager, by their JMX names).
+
+The text's MB are Kafka's, 2^20 bytes, formatted as Java's ``%,.1f`` formats them (the shortest
+decimal of the double, rounded half up), so a line reads as a broker's log would for the same
+bytes. The JSON gives exact bytes; its ``mb_per_s`` are 10^6 bytes a second, as every other
+figure of the project.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 
 import storage
+from compaction.states import IDLE, UNCLEANABLE
 
 REASONS = ("superseded", "tombstone", "aborted", "keyless", "marker")
+MIB = 1024 * 1024  # LogCleaner.recordStats: mb(bytes) = bytes / (1024 * 1024)
+# What Kafka's cleaner-manager gauges read of every planned partition, cleaned or not.
+PLAN_FACTS = ("log_dir", "path", "cleanup_policy", "state", "total_bytes", "cleanable_bytes", "cleanable_ratio",
+              "max_compaction_delay_ms")
+# Kafka's cleaner gauges and what each means for a run of this job (the run plays one cleaner
+# thread's pass over every partition it cleaned; the plan plays LogCleanerManager's view).
+METRICS = {
+    "max-dirty-percent": "100 x the largest cleanable ratio (cleanable bytes / log bytes) among the planned "
+                         "compacted, idle, non-empty partitions, truncated to an integer",
+    "max-clean-time-secs": "the longest time one partition took to clean, in whole seconds (truncated)",
+    "max-buffer-utilization-percent": "how full the dedupe buffer got; always 0 (see the note)",
+    "cleaner-recopy-percent": "100 x bytes written / bytes read by the partitions cleaned, truncated",
+    "max-compaction-delay-secs": "how far past max.compaction.lag.ms the oldest dirty first batch of a planned "
+                                 "compacted, idle partition is, in whole seconds (0: none overdue)",
+    "uncleanable-partitions-count": "per log dir: partitions marked uncleanable (before the run, or by it)",
+    "uncleanable-bytes": "per log dir: the cleanable bytes of those partitions, as planned",
+    "time-since-last-run-ms": "milliseconds from the moment the run began choosing what to clean to the end of the run",
+}
+NO_BUFFER = ("kcompact has no dedupe buffer: the offset map holds exact keys in Spark tasks (a shuffle when a "
+             "partition exceeds a task), not in a fixed-size hash map, so no cleaning stops at a full buffer")
+NO_PLAN = "unknown: the report was not given the plan (Report.observe_plan)"
+
+
+def java_fixed(x: float, places: int, grouping: bool = True) -> str:
+    """``String.format("%,.Nf", x)`` (``"%.Nf"`` without grouping) as Java prints a finite double."""
+    rounded = Decimal(repr(x)).quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP)
+    return format(rounded, f"{',' if grouping else ''}.{places}f")
+
+
+def _reduction(after: int, before: int) -> float:
+    """Kafka's "% size reduction" / "% fewer messages": 100 * (1 - after / before)."""
+    return 100.0 * (1.0 - after / before) if before else 0.0
 
 
 @dataclass(slots=True)
@@ -22,10 +64,11 @@ class PartitionReport:
     bytes_written: int = 0
     records_read: int = 0
     records_kept: int = 0
-    removed: dict[str, int] = field(default_factory=dict)
+    removed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
     seconds: float = 0.0
     committed: bool = False
     error: str | None = None
+    skipped: str | None = None  # not attempted (another job's lease, an abort...): neither done nor failed
 
     @property
     def mb_per_s(self) -> float:
@@ -35,6 +78,10 @@ class PartitionReport:
     def failed(cls, row: dict) -> PartitionReport:
         return cls(row["topic"], row["partition"], row["path"], row["first_dirty"], None,
                    seconds=row.get("seconds") or 0.0, error=row["error"])
+
+    @classmethod
+    def skipped_for(cls, row: dict, why: str) -> PartitionReport:
+        return cls(row["topic"], row["partition"], row["path"], row["first_dirty_offset"], None, skipped=why)
 
     @classmethod
     def of(cls, row: dict, counts: dict[tuple[str, str], int], groups: list[dict], committed: bool) -> PartitionReport:
@@ -49,16 +96,33 @@ class PartitionReport:
         )
 
     def summary(self) -> str:
-        """Kafka's cleaner summary, for one partition."""
+        """Kafka's cleaner stats message for this partition (a dry run says "would clean" and
+        has no end size: nothing was written), then the records removed by reason."""
+        if self.skipped:
+            return f"{self.topic}-{self.partition}: skipped: {self.skipped}"
         if self.error:
-            return f"{self.topic}-{self.partition}: NOT cleaned, marked uncleanable: {self.error}"
-        removed = ", ".join(f"{n} {reason}" for reason, n in self.removed.items() if n)
-        verb = "cleaned" if self.committed else "would clean"
-        return (f"{verb} log {self.topic}-{self.partition} (dirty section = [{self.dirty_start}, {self.dirty_end})): "
-                f"{self.bytes_read / 1e6:.2f} MB processed in {self.seconds:.1f} s ({self.mb_per_s:.1f} MB/s), "
-                f"start {self.records_read} records, end {self.records_kept} records"
-                + (f" (removed: {removed})" if removed else "")
-                + (f", {self.bytes_read / 1e6:.2f} MB -> {self.bytes_written / 1e6:.2f} MB" if self.committed else ""))
+            return f"{self.topic}-{self.partition}: NOT cleaned, its files left as they were: {self.error}"
+        read = self.bytes_read / MIB
+        rate = read / self.seconds if self.seconds else 0.0
+        fewer = java_fixed(_reduction(self.records_kept, self.records_read), 1, grouping=False)
+        lines = [
+            f"Log cleaner thread 0 {'cleaned' if self.committed else 'would clean'} log {self.topic}-{self.partition} "
+            f"(dirty section = [{self.dirty_start}, {self.dirty_end}])",
+            f"\t{java_fixed(read, 1)} MB of log processed in {java_fixed(self.seconds, 1)} seconds "
+            f"({java_fixed(rate, 1)} MB/sec).",
+            f"\tStart size: {java_fixed(read, 1)} MB ({self.records_read:,d} messages)",
+        ]
+        if self.committed:
+            size = java_fixed(_reduction(self.bytes_written, self.bytes_read), 1, grouping=False)
+            lines += [f"\tEnd size: {java_fixed(self.bytes_written / MIB, 1)} MB ({self.records_kept:,d} messages)",
+                      f"\t{size}% size reduction ({fewer}% fewer messages)"]
+        else:
+            lines += [f"\tEnd size: not written in a dry run ({self.records_kept:,d} messages)",
+                      f"\t{fewer}% fewer messages"]
+        removed = ", ".join(f"{n:,d} {reason}" for reason, n in self.removed.items() if n)
+        if removed:
+            lines.append(f"\tRemoved: {removed}")
+        return "\n".join(lines)
 
 
 @dataclass(slots=True)
@@ -68,14 +132,23 @@ class Report:
     partitions: list[PartitionReport] = field(default_factory=list)
     seconds: float = 0.0
     stages: dict[str, float] = field(default_factory=dict)  # wall seconds, back to back from session ready
+    planned: list[dict] | None = None  # PLAN_FACTS of every planned partition (observe_plan)
+    marked: list[str] = field(default_factory=list)  # partition dirs this run marks uncleanable
+
+    def observe_plan(self, plan, marked: Iterable[str] = ()) -> None:
+        """Keep what Kafka's cleaner-manager gauges read of ``plan`` (an Arrow table with the
+        planner's columns) and the partition dirs this run marks uncleanable."""
+        self.planned = plan.select(list(PLAN_FACTS)).to_pylist()
+        self.marked = sorted(set(marked))
 
     def totals(self) -> dict:
-        done = [p for p in self.partitions if not p.error]
+        done = [p for p in self.partitions if not p.error and not p.skipped]
         removed = {reason: sum(p.removed.get(reason, 0) for p in done) for reason in REASONS}
         read = sum(p.bytes_read for p in done)
         return {
             "partitions": len(self.partitions), "cleaned": sum(p.committed for p in done),
             "failed": sum(1 for p in self.partitions if p.error),
+            "skipped": sum(1 for p in self.partitions if p.skipped),
             "bytes_read": read, "bytes_written": sum(p.bytes_written for p in done),
             "records_read": sum(p.records_read for p in done), "records_kept": sum(p.records_kept for p in done),
             "removed": removed, "seconds": self.seconds,
@@ -83,17 +156,73 @@ class Report:
             "records_per_s": sum(p.records_read for p in done) / self.seconds if self.seconds else 0.0,
         }
 
+    def metrics(self) -> tuple[dict, dict[str, str]]:
+        """Kafka's cleaner gauges as they would read at the end of this run (``METRICS``), and a
+        note for each that is 0 or unknown for a reason of its own."""
+        done = [p for p in self.partitions if not p.error and not p.skipped]
+        read, written = sum(p.bytes_read for p in done), sum(p.bytes_written for p in done)
+        values = {
+            "max-dirty-percent": None,
+            "max-clean-time-secs": int(max((p.seconds for p in done), default=0.0)),
+            "max-buffer-utilization-percent": 0,
+            "cleaner-recopy-percent": int(100 * (written / max(read, 1))),
+            "max-compaction-delay-secs": None,
+            "uncleanable-partitions-count": None,
+            "uncleanable-bytes": None,
+            # Kafka stamps the time of a run when it starts choosing a log; planning began
+            # ``stages["plan"]`` seconds before the job itself (no such stage: the caller did not time it)
+            "time-since-last-run-ms": int(1000 * (self.stages.get("plan", 0.0) + self.seconds)),
+        }
+        notes = {"max-buffer-utilization-percent": NO_BUFFER}
+        if self.dry_run:
+            notes["cleaner-recopy-percent"] = "dry run: nothing was written"
+        if self.planned is None:
+            for name in ("max-dirty-percent", "max-compaction-delay-secs", "uncleanable-partitions-count",
+                         "uncleanable-bytes"):
+                notes[name] = NO_PLAN
+            return values, notes
+        values.update(self._manager_gauges())
+        return values, notes
+
+    def _manager_gauges(self) -> dict:
+        """LogCleanerManager's gauges over the plan: ratio and delay over the compacted partitions
+        not being cleaned elsewhere, paused or uncleanable; the uncleanable ones per log dir."""
+        idle = [r for r in self.planned if "compact" in (r["cleanup_policy"] or "") and r["state"] == IDLE]
+        ratios = [r["cleanable_ratio"] for r in idle if r["cleanable_ratio"] is not None and r["total_bytes"]]
+        delays = [r["max_compaction_delay_ms"] for r in idle if r["max_compaction_delay_ms"] is not None]
+        log_dir = {r["path"]: r["log_dir"] for r in self.planned}
+        bytes_of = {r["path"]: r["cleanable_bytes"] or 0 for r in self.planned}
+        marked = {r["path"] for r in self.planned if r["state"] == UNCLEANABLE} | set(self.marked)
+        count = dict.fromkeys(sorted(set(log_dir.values())), 0)
+        size = dict(count)
+        for path in sorted(marked):
+            where = log_dir.get(path) or path.rstrip("/").rpartition("/")[0]
+            count[where] = count.get(where, 0) + 1
+            size[where] = size.get(where, 0) + bytes_of.get(path, 0)
+        return {
+            "max-dirty-percent": int(100 * max(ratios, default=0.0)),
+            "max-compaction-delay-secs": int(max(delays, default=0)) // 1000,
+            "uncleanable-partitions-count": count,
+            "uncleanable-bytes": size,
+        }
+
     def text(self) -> str:
+        """The stats message of every partition, then the run's totals in the same units."""
         lines = [p.summary() for p in self.partitions]
         t = self.totals()
-        lines.append(f"{t['partitions']} partitions: {t['cleaned']} cleaned, {t['failed']} failed; "
-                     f"{t['bytes_read'] / 1e6:.2f} MB -> {t['bytes_written'] / 1e6:.2f} MB, "
-                     f"{t['records_read']} -> {t['records_kept']} records in {t['seconds']:.1f} s "
-                     f"({t['mb_per_s']:.1f} MB/s, {t['records_per_s']:.0f} records/s)")
+        written = "not written (dry run)" if self.dry_run else f"{java_fixed(t['bytes_written'] / MIB, 1)} MB"
+        lines.append(f"{t['partitions']} partitions: {t['cleaned']} cleaned, {t['failed']} failed, "
+                     f"{t['skipped']} skipped; {java_fixed(t['bytes_read'] / MIB, 1)} MB -> {written}, "
+                     f"{t['records_read']:,d} -> "
+                     f"{t['records_kept']:,d} messages in {java_fixed(t['seconds'], 1)} seconds "
+                     f"({java_fixed(t['bytes_read'] / MIB / t['seconds'] if t['seconds'] else 0.0, 1)} MB/sec, "
+                     f"{java_fixed(t['records_per_s'], 0)} messages/sec)")
         return "\n".join(lines)
 
     def to_json(self) -> dict:
+        metrics, notes = self.metrics()
         return {"now": self.now, "dry_run": self.dry_run, "totals": self.totals(), "stages": self.stages,
+                "metrics": metrics, "metric_notes": notes,
                 "partitions": [asdict(p) | {"mb_per_s": p.mb_per_s} for p in self.partitions]}
 
     def write(self, path: str) -> None:

@@ -28,7 +28,7 @@ from readers.errors import FormatError
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name
 from readers.segment import iter_batches
-from writers.cleaned import WrittenGroup, write_group
+from writers.cleaned import WrittenGroup, output_path, write_group
 
 PLAN_FLAGS = ("delete", "discard_records", "retain_empty", "retain_deletes", "marker_for_empty_txn")
 DISCARD, RETAIN_DELETES = PLAN_FLAGS.index("discard_records"), PLAN_FLAGS.index("retain_deletes")
@@ -53,6 +53,7 @@ class GroupJob:
     delete_retention_ms: int
     now: int
     latest_offset: int  # the offset map's latest offset: records past it are kept
+    owner: str | None = None  # the job's lease owner: names the staged files on an object store
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +160,7 @@ def _items(job: GroupJob, plans: GroupPlans, lookup: OffsetLookup,
         yield batch, outcome, keep
 
 
+IO_ERROR = "I/O error (transient, retried next run): "
 RESULT_SCHEMA = pa.schema([
     ("gid", pa.int32()), ("path", pa.string()), ("group", pa.int32()), ("base_offset", pa.int64()),
     ("size", pa.int64()), ("batches", pa.int64()), ("records", pa.int64()), ("files", pa.list_(pa.string())),
@@ -183,15 +185,16 @@ def rewrite_group(job: GroupJob, plans: GroupPlans, entries: pa.Table) -> dict:
     try:
         written: WrittenGroup = write_group(
             job.path, job.base_offset, _items(job, plans, OffsetLookup(entries), counts),
-            list(job.aborted), job.mtime_ms, job.index_interval_bytes,
+            list(job.aborted), job.mtime_ms, job.index_interval_bytes, job.owner,
         )
     except (FormatError, OSError, ValueError) as exc:  # ValueError: a legacy entry that cannot be rebuilt
+        error = f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc)
         for kind in ("log", "index", "timeindex", "txnindex"):
-            leftover = storage.join(job.path, segment_name(job.base_offset, kind) + ".cleaned")
+            leftover = output_path(job.path, job.base_offset, kind, job.owner)
             if storage.exists(leftover):
                 storage.remove(leftover)
         return base | {"size": 0, "batches": 0, "records": 0, "files": [], "seconds": time.monotonic() - started,
-                       "error": str(exc), "codes": counts.tolist()}
+                       "error": error, "codes": counts.tolist()}
     return base | {"size": written.size, "batches": written.batches, "records": written.records,
                    "files": list(written.files), "seconds": time.monotonic() - started, "error": None,
                    "codes": counts.tolist()}

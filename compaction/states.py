@@ -8,24 +8,43 @@ that is not a partition). No file means idle.
 
     {"state": "paused", "pause_count": 2}
     {"state": "uncleanable", "reason": "CRC mismatch in ...", "since_ms": 1720000000000}
-    {"state": "in_progress", "owner": "job-uuid", "host": "h", "started_ms": ..., "heartbeat_ms": ...}
-    {"state": "aborted", "owner": "job-uuid"}
+    {"state": "in_progress", "owner": "job-uuid", "host": "h", "pid": 1, "started_ms": ...,
+     "heartbeat_ms": ..., "lease_ms": 120000}
+    {"state": "aborted", "owner": "job-uuid", ..., "pause_count": 0}
+
+Every change is a compare-and-swap on the file (``storage.write_if``/``remove_if``: a
+conditional PUT on object stores, a directory flock locally), so two jobs racing for
+one partition cannot both win, and an operator's abort cannot be lost under a heartbeat.
+
+An in-progress lease is valid until ``heartbeat_ms + lease_ms`` on the wall clock; after
+that its owner is taken for dead and the next job takes the partition over, so no state
+can strand a partition (KAFKA-9087's lesson). ``aborted`` is an abort the owner has not yet
+acknowledged; ``pause_count`` on it is the pause requested meanwhile (Kafka's
+abortAndPauseCleaning), which the partition keeps once the owner lets go.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import re
+import socket
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 
 import storage
 from readers.errors import FormatError
 
 IDLE, IN_PROGRESS, ABORTED, PAUSED, UNCLEANABLE = "idle", "in_progress", "aborted", "paused", "uncleanable"
 STATES = (IDLE, IN_PROGRESS, ABORTED, PAUSED, UNCLEANABLE)
+LEASE_MS = 120_000  # default lease; the holder renews it every quarter of that
 _FILE = re.compile(r"^kcompact-state\.(?P<topic>.+)-(?P<partition>\d+)\.json$")
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,21 +52,66 @@ class CleaningState:
     state: str = IDLE
     pause_count: int = 0
     reason: str | None = None
+    since_ms: int | None = None
     owner: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    started_ms: int | None = None
     heartbeat_ms: int | None = None
+    lease_ms: int | None = None
+
+    def expired(self, at_ms: int | None = None) -> bool:
+        """An in-progress or aborted lease whose owner stopped renewing it."""
+        if self.state not in (IN_PROGRESS, ABORTED) or self.heartbeat_ms is None:
+            return False
+        return (wall_ms() if at_ms is None else at_ms) > self.heartbeat_ms + (self.lease_ms or LEASE_MS)
+
+    @property
+    def lease_end(self) -> str:
+        if self.heartbeat_ms is None:
+            return "no heartbeat recorded"
+        return f"lease valid until {self.heartbeat_ms + (self.lease_ms or LEASE_MS)} ms"
+
+    @property
+    def holder(self) -> str:
+        return f"owner {self.owner} on {self.host} pid {self.pid}"
 
     @property
     def skip_reason(self) -> str | None:
-        """Why the planner passes over a partition in this state, and the way out."""
+        """Why a job passes over a partition in this state, with the way out; None when a
+        job may take it (idle, or a lease whose owner died)."""
         if self.state == PAUSED:
             return f"paused ({self.pause_count}x; resume to clean)"
-        if self.state == IN_PROGRESS:
-            return f"in progress (owner {self.owner})"
-        if self.state == ABORTED:
-            return f"aborted (owner {self.owner}; stops at the next segment group)"
+        if self.state in (IN_PROGRESS, ABORTED) and not self.expired():
+            what = "in progress" if self.state == IN_PROGRESS else "aborted, waiting for its job to stop"
+            return f"{what} ({self.holder}; {self.lease_end}; 'kcompact abort' to stop it)"
         if self.state == UNCLEANABLE:
             return f"uncleanable: {self.reason} (reset-uncleanable after fixing)"
         return None
+
+    def to_json(self) -> bytes:
+        return json.dumps({k: v for k, v in asdict(self).items() if v is not None and v != 0 or k == "state"}).encode()
+
+
+def retention_skip(state: CleaningState, policy: str) -> str | None:
+    """LogCleanerManager's rule for retention: it passes over a partition being cleaned,
+    aborted or paused, and over a compacted one marked uncleanable."""
+    if state.state == UNCLEANABLE and "compact" not in policy:
+        return None
+    return state.skip_reason
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A job's hold on one partition: what it wrote, to renew or give it back by CAS."""
+
+    partition_dir: str
+    state: CleaningState
+    version: str
+
+
+class StateError(ValueError):
+    """An operator command that does not apply to the partition's state (says why)."""
 
 
 def file_name(topic: str, partition: int) -> str:
@@ -66,13 +130,6 @@ def state_path(partition_dir: str) -> str:
     return f"{log_dir}/{file_name(topic, int(number))}"
 
 
-def mark_uncleanable(partition_dir: str, reason: str, now_ms: int | None = None) -> None:
-    """Kafka marks a partition whose cleaning failed uncleanable and skips it until an
-    operator resets it; the reason names the file and byte position when there is one."""
-    doc = {"state": UNCLEANABLE, "reason": reason, "since_ms": now_ms or int(time.time() * 1000)}
-    storage.write_atomic(state_path(partition_dir), json.dumps(doc).encode())
-
-
 def parse(path: str, data: bytes) -> CleaningState:
     try:
         doc = json.loads(data)
@@ -81,10 +138,154 @@ def parse(path: str, data: bytes) -> CleaningState:
         raise FormatError(path, None, "cleaning-state file is not a JSON object with a 'state'") from None
     if state not in STATES:
         raise FormatError(path, None, f"unknown cleaning state {state!r} (known: {', '.join(STATES)})")
-    return CleaningState(
-        state=state,
-        pause_count=int(doc.get("pause_count", 1 if state == PAUSED else 0)),
-        reason=doc.get("reason"),
-        owner=doc.get("owner"),
-        heartbeat_ms=doc.get("heartbeat_ms"),
-    )
+    known = {k: doc[k] for k in CleaningState.__slots__ if k in doc}
+    known.setdefault("pause_count", 1 if state == PAUSED else 0)
+    return CleaningState(**known)
+
+
+def read(partition_dir: str) -> tuple[CleaningState, str | None]:
+    """The partition's state and the file's version (None: no file, idle)."""
+    path = state_path(partition_dir)
+    found = storage.read_versioned(path)
+    if found is None:
+        return CleaningState(), None
+    return parse(path, found[0]), found[1]
+
+
+def _change(partition_dir: str, step: Callable[[CleaningState], CleaningState | None]) -> CleaningState:
+    """Apply ``step`` (old state -> new state, None for idle) by compare-and-swap, retrying
+    while others change the file in between."""
+    path = state_path(partition_dir)
+    while True:
+        old, version = read(partition_dir)
+        new = step(old)
+        if new is None or new.state == IDLE:
+            if version is None or storage.remove_if(path, version):
+                return CleaningState()
+        elif storage.write_if(path, new.to_json(), version):
+            return new
+
+
+# -- a job's lease ------------------------------------------------------------------------------
+
+
+def acquire(partition_dir: str, owner: str, lease_ms: int = LEASE_MS) -> Lease | str:
+    """Take the partition for cleaning: a Lease, or the reason it is not free (another live
+    job, paused, uncleanable). A lease whose owner died is taken over; a dead owner's
+    pending pause is kept instead."""
+    path = state_path(partition_dir)
+    while True:
+        old, version = read(partition_dir)
+        if old.skip_reason is not None:
+            return old.skip_reason
+        if old.state == ABORTED and old.pause_count:  # dead owner, pause requested: honour it
+            if storage.write_if(path, CleaningState(PAUSED, pause_count=old.pause_count).to_json(), version):
+                return CleaningState(PAUSED, pause_count=old.pause_count).skip_reason
+            continue
+        now = wall_ms()
+        new = CleaningState(IN_PROGRESS, owner=owner, host=socket.gethostname(), pid=os.getpid(),
+                            started_ms=now, heartbeat_ms=now, lease_ms=lease_ms)
+        data = new.to_json()
+        if storage.write_if(path, data, version):
+            return Lease(partition_dir, new, storage.read_versioned(path)[1])
+
+
+def renew(lease: Lease) -> Lease | None:
+    """Push the lease's expiry forward; None when it is no longer ours to renew (aborted,
+    taken over after expiring): the job must then stop touching the partition."""
+    path = state_path(lease.partition_dir)
+    new = replace(lease.state, heartbeat_ms=wall_ms())
+    if storage.write_if(path, new.to_json(), lease.version):
+        return Lease(lease.partition_dir, new, storage.read_versioned(path)[1])
+    return None
+
+
+def still_held(lease: Lease) -> bool:
+    return held_by(lease.partition_dir, lease.state.owner)
+
+
+def held_by(partition_dir: str, owner: str) -> bool:
+    """True while ``owner``'s lease stands: no abort, no takeover. Cheap enough to ask at every
+    segment-group boundary, from any executor."""
+    found = storage.read_versioned(state_path(partition_dir))
+    if found is None:
+        return False
+    state = parse(state_path(partition_dir), found[0])
+    return state.state == IN_PROGRESS and state.owner == owner
+
+
+def release(lease: Lease, uncleanable: str | None = None) -> CleaningState:
+    """Give the partition back: idle, or uncleanable with the reason; an abort requested
+    meanwhile is acknowledged (idle, or paused when a pause came with it)."""
+    owner = lease.state.owner
+
+    def step(old: CleaningState) -> CleaningState | None:
+        if old.owner != owner or old.state not in (IN_PROGRESS, ABORTED):
+            return old  # taken over: not ours any more, leave it as it is
+        if uncleanable is not None:
+            return CleaningState(UNCLEANABLE, reason=uncleanable, since_ms=wall_ms())
+        if old.state == ABORTED and old.pause_count:
+            return CleaningState(PAUSED, pause_count=old.pause_count)
+        return None
+
+    return _change(lease.partition_dir, step)
+
+
+def mark_uncleanable(partition_dir: str, reason: str) -> CleaningState:
+    """A partition found corrupt without being leased (by the planner): uncleanable, unless
+    a job or an operator holds it in another state."""
+    return _change(partition_dir, lambda old: CleaningState(UNCLEANABLE, reason=reason, since_ms=wall_ms())
+                   if old.state == IDLE else old)
+
+
+# -- operator commands (kcompact pause / resume / abort / reset-uncleanable) --------------------
+
+
+def pause(partition_dir: str) -> CleaningState:
+    """Kafka's abortAndPauseCleaning: nested pauses count; a running job is asked to abort
+    and the partition stays paused after it stops."""
+
+    def step(old: CleaningState) -> CleaningState:
+        if old.state == IDLE:
+            return CleaningState(PAUSED, pause_count=1)
+        if old.state == PAUSED:
+            return replace(old, pause_count=old.pause_count + 1)
+        if old.state in (IN_PROGRESS, ABORTED):
+            return replace(old, state=ABORTED, pause_count=old.pause_count + 1)
+        raise StateError(f"uncleanable ({old.reason}); 'kcompact reset-uncleanable' first")
+
+    return _change(partition_dir, step)
+
+
+def resume(partition_dir: str) -> CleaningState:
+    def step(old: CleaningState) -> CleaningState | None:
+        if old.pause_count <= 0 or old.state not in (PAUSED, ABORTED):
+            raise StateError(f"not paused (state {old.state})")
+        if old.state == PAUSED and old.pause_count == 1:
+            return None
+        return replace(old, pause_count=old.pause_count - 1)
+
+    return _change(partition_dir, step)
+
+
+def abort(partition_dir: str) -> CleaningState:
+    """Ask the job cleaning the partition to stop at its next segment-group boundary; a dead
+    owner's lease is cleared at once."""
+
+    def step(old: CleaningState) -> CleaningState | None:
+        if old.state not in (IN_PROGRESS, ABORTED):
+            raise StateError(f"not being cleaned (state {old.state})")
+        if old.expired() or old.heartbeat_ms is None:  # nobody left to acknowledge the abort
+            return CleaningState(PAUSED, pause_count=old.pause_count) if old.pause_count else None
+        return replace(old, state=ABORTED)
+
+    return _change(partition_dir, step)
+
+
+def reset_uncleanable(partition_dir: str) -> CleaningState:
+    def step(old: CleaningState) -> CleaningState | None:
+        if old.state != UNCLEANABLE:
+            raise StateError(f"not uncleanable (state {old.state})")
+        return None
+
+    return _change(partition_dir, step)

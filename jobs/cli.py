@@ -9,9 +9,11 @@ unless ``KCOMPACT_DEBUG`` is set.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 
 from conf.settings import ConfigError
 from readers.errors import FormatError
@@ -64,6 +66,88 @@ def _config(args: argparse.Namespace):
     )
 
 
+@contextlib.contextmanager
+def _log_dirs_held(paths: list[str], dry_run: bool = False) -> Iterator[tuple[list[str], list[str]]]:
+    """Hold the broker ``.lock`` of every log dir for the whole command: (the free dirs, messages
+    about the dirs in use, which are left alone)."""
+    import storage
+
+    free, busy = [], []
+    with contextlib.ExitStack() as stack:
+        for path in paths:
+            try:
+                stack.enter_context(storage.LogDirLock(path, create=not dry_run))
+                free.append(path)
+            except storage.LogDirBusy as exc:
+                busy.append(str(exc))
+                print(f"kcompact: {exc}", file=sys.stderr)
+        yield free, busy
+
+
+def _recover_first(paths: list[str]):
+    """Interrupted swaps of an earlier run finished or undone, as a broker would on start."""
+    from writers.recover import recover_log_dirs
+
+    report = recover_log_dirs(paths, progress=lambda line: print(line, flush=True))
+    if any(p.changed for p in report.partitions) or report.skipped or report.temp_files:
+        print(report.text(), flush=True)
+    return report
+
+
+def _recover(args: argparse.Namespace) -> int:
+    """The broker's load-time recovery of swaps, on every partition not held by a live job."""
+    with _log_dirs_held(args.paths) as (free, busy):
+        report = _recover_first(free) if free else None
+        if report is not None:
+            if not (any(p.changed for p in report.partitions) or report.skipped or report.temp_files):
+                print(report.text())  # else _recover_first printed it
+            if args.report:
+                import json
+
+                import storage
+
+                storage.write_durable(args.report, json.dumps(report.to_json(), indent=1).encode())
+                print(f"report written to {args.report}")
+    failed = len(busy) + (report.failed if report else 0)
+    return _exit_status(failed, len(args.paths) + (len(report.partitions) if report else 0))
+
+
+def _status(args: argparse.Namespace) -> int:
+    from compaction.status import render, status
+
+    rows = status(args.paths, show_idle=args.all)
+    if args.json:
+        import json
+
+        print(json.dumps([r.as_dict() for r in rows], indent=1))
+    else:
+        print(render(rows))
+    return EXIT_OK
+
+
+def _state_command(args: argparse.Namespace) -> int:
+    """pause / resume / abort / reset-uncleanable on named partitions of one log dir."""
+    from compaction import states
+    from readers.logdir import parse_partition_dir
+
+    change = {"pause": states.pause, "resume": states.resume, "abort": states.abort,
+              "reset-uncleanable": states.reset_uncleanable}[args.command]
+    failed = 0
+    for name in args.partitions:
+        if parse_partition_dir(name) is None:
+            print(f"kcompact: {name!r} is not a partition name like orders-0", file=sys.stderr)
+            return EXIT_USAGE
+        path = f"{args.logdir.rstrip('/')}/{name}"
+        try:
+            new = change(path)
+        except states.StateError as exc:
+            print(f"{name}: {args.command} refused: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{name}: {new.state}" + (f" ({new.pause_count}x)" if new.pause_count else ""))
+    return _exit_status(failed, len(args.partitions))
+
+
 def _plan(args: argparse.Namespace) -> int:
     from jobs.spark import session
     from planner import output, plan
@@ -85,29 +169,40 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    """Plan (or take --plan), clean every selected partition, report; exit 0 when all were
-    cleaned, 4 when some were marked uncleanable, 5 when none could be cleaned."""
+    """Recover, plan (or take --plan), clean every selected partition, report; exit 0 when all
+    were cleaned, 4 when some failed or their log dir was in use, 5 when none could be cleaned."""
     from compaction import job
     from jobs.spark import session
     from planner import output, plan
 
+    now = args.now if args.now is not None else int(time.time() * 1000)
+    table = output.read(args.plan) if args.plan else None
+    paths = sorted(set(table.column("log_dir").to_pylist())) if table is not None else args.paths
+    config = None if args.plan else _config(args)
     spark = session("kcompact compact")
     ready = time.monotonic()
-    now = args.now if args.now is not None else int(time.time() * 1000)
-    if args.plan:
-        table = output.read(args.plan)
-    else:
-        table = plan(spark, args.paths, conf=_config(args), now=now, top=args.max_partitions).toArrow()
-    result = job.run(spark, table, now=now, dry_run=args.dry_run, progress=lambda line: print(line, flush=True),
-                     ready=ready)
+    with _log_dirs_held(paths, args.dry_run) as (free, busy):
+        if not free:
+            return EXIT_FAILED
+        if not args.dry_run:
+            _recover_first(free)
+        if table is None:
+            table = plan(spark, free, conf=config, now=now, top=args.max_partitions).toArrow()
+        else:
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
+            table = table.filter(pc.is_in(table.column("log_dir"), value_set=pa.array(free)))
+        result = job.run(spark, table, now=now, dry_run=args.dry_run,
+                         progress=lambda line: print(line, flush=True), ready=ready)
     print(result.report.text())
     if args.report:
+        from compaction.report_html import write_beside
+
         result.report.write(args.report)
-        print(f"report written to {args.report}")
+        print(f"report written to {args.report} and {write_beside(args.report, result.report.to_json())}")
     totals = result.report.totals()
-    if totals["failed"] == 0:
-        return EXIT_OK
-    return EXIT_PARTIAL if totals["failed"] < totals["partitions"] else EXIT_FAILED
+    return _exit_status(totals["failed"] + len(busy), totals["partitions"] - totals["skipped"] + len(busy))
 
 
 def _exit_status(failed: int, attempted: int) -> int:
@@ -124,13 +219,20 @@ def _retain(args: argparse.Namespace) -> int:
 
     config = _config(args)  # a bad setting ends here, before Spark starts
     spark = session("kcompact retain")
-    report = retain(spark, args.paths, conf=config, now=args.now, dry_run=args.dry_run,
-                    progress=lambda line: print(line, flush=True))
+    with _log_dirs_held(args.paths, args.dry_run) as (free, busy):
+        if not free:
+            return EXIT_FAILED
+        if not args.dry_run:
+            _recover_first(free)
+        report = retain(spark, free, conf=config, now=args.now, dry_run=args.dry_run,
+                        progress=lambda line: print(line, flush=True))
     print(report.text())
     if args.report:
+        from compaction.report_html import write_beside
+
         report.write(args.report)
-        print(f"report written to {args.report}")
-    return _exit_status(report.totals()["failed"], report.attempted)
+        print(f"report written to {args.report} and {write_beside(args.report, report.to_json())}")
+    return _exit_status(report.totals()["failed"] + len(busy), report.attempted + len(busy))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -140,13 +242,18 @@ def _run(args: argparse.Namespace) -> int:
 
     config = _config(args)
     spark = session("kcompact run")
-    result = nightly(spark, args.paths, conf=config, now=args.now, dry_run=args.dry_run,
-                     max_partitions=args.max_partitions, progress=lambda line: print(line, flush=True))
+    with _log_dirs_held(args.paths, args.dry_run) as (free, busy):
+        if not free:
+            return EXIT_FAILED
+        result = nightly(spark, free, conf=config, now=args.now, dry_run=args.dry_run,
+                         max_partitions=args.max_partitions, progress=lambda line: print(line, flush=True))
     print(result.text())
     if args.report:
+        from compaction.report_html import write_beside
+
         result.write(args.report)
-        print(f"report written to {args.report}")
-    return _exit_status(result.failed, result.attempted)
+        print(f"report written to {args.report} and {write_beside(args.report, result.to_json())}")
+    return _exit_status(result.failed + len(busy), result.attempted + len(busy))
 
 
 def add_config_options(p: argparse.ArgumentParser) -> None:
@@ -200,7 +307,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="FILE", help="write the report as JSON")
     p.set_defaults(func=_retain)
 
-    p = _job_parser(sub, "run", help="the nightly job: retention, then plan, then compaction")
+    p = sub.add_parser("recover", help="finish or undo interrupted swaps as a restarting broker would")
+    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
+    p.add_argument("--report", metavar="FILE", help="write the report as JSON")
+    p.set_defaults(func=_recover)
+
+    p = sub.add_parser("status", help="every partition's cleaning state, why a job skips it, the way out")
+    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
+    p.add_argument("--all", action="store_true", help="list idle partitions too")
+    p.add_argument("--json", action="store_true", help="JSON instead of a table")
+    p.set_defaults(func=_status)
+
+    for name, what in (("pause", "pause cleaning (nested; a running job is aborted)"),
+                       ("resume", "undo one pause"),
+                       ("abort", "stop the job cleaning it at its next segment group; old segments kept"),
+                       ("reset-uncleanable", "clean again a partition marked uncleanable")):
+        p = sub.add_parser(name, help=f"{what}")
+        p.add_argument("logdir", metavar="LOGDIR")
+        p.add_argument("partitions", nargs="+", metavar="TOPIC-PARTITION", help="e.g. orders-0")
+        p.set_defaults(func=_state_command)
+
+    p = _job_parser(sub, "run", help="the nightly job: recovery, retention, then plan, then compaction")
     p.add_argument("--max-partitions", type=int, metavar="N", help="clean at most N partitions (highest ratio first)")
     p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
     p.add_argument("--report", metavar="FILE", help="write the report as JSON (retention and compaction)")

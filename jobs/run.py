@@ -1,14 +1,15 @@
 """The nightly job, ``kcompact run``; spark-submit entry point: ``spark-submit jobs/run.py LOGDIR...
 [options]`` takes the same options.
 
-Steps, in this order, on one Spark session and one clock (``now``):
+Steps, in this order, on one Spark session and one clock (``now``), while the caller holds
+each log dir's ``.lock``:
+0. recovery: swaps an earlier run left unfinished are completed or undone, as a broker would
+   on start (``writers.recover``);
 1. retention: each partition's due prefix deleted, log start and cleaner checkpoints moved
    (``writers.retention``);
 2. plan: Kafka's cleaning decision, made on the log as retention left it, so a cleaner
    checkpoint retention raised to the new log start is the first dirty offset;
 3. compaction of every selected partition (``compaction.job.run``).
-Crash recovery of an earlier run (interrupted swaps and deletions) will be a step of its own,
-before retention.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 import storage
 from compaction.report import Report
+from writers.recover import RecoveryReport
 from writers.retention import RetentionReport
 
 
@@ -27,23 +29,28 @@ from writers.retention import RetentionReport
 class NightlyReport:
     now: int
     dry_run: bool
+    recovery: RecoveryReport | None  # None on a dry run: recovery writes
     retention: RetentionReport
     compaction: Report
 
     @property
     def failed(self) -> int:
-        return self.retention.totals()["failed"] + self.compaction.totals()["failed"]
+        recovery = self.recovery.failed if self.recovery else 0
+        return recovery + self.retention.totals()["failed"] + self.compaction.totals()["failed"]
 
     @property
     def attempted(self) -> int:
-        return self.retention.attempted + self.compaction.totals()["partitions"]
+        totals = self.compaction.totals()
+        return self.retention.attempted + totals["partitions"] - totals["skipped"]
 
     def text(self) -> str:
-        return f"{self.retention.text()}\n{self.compaction.text()}"
+        recovery = f"{self.recovery.text()}\n" if self.recovery else ""
+        return f"{recovery}{self.retention.text()}\n{self.compaction.text()}"
 
     def to_json(self) -> dict:
-        return {"now": self.now, "dry_run": self.dry_run, "retention": self.retention.to_json(),
-                "compaction": self.compaction.to_json()}
+        return {"now": self.now, "dry_run": self.dry_run,
+                "recovery": self.recovery.to_json() if self.recovery else None,
+                "retention": self.retention.to_json(), "compaction": self.compaction.to_json()}
 
     def write(self, path: str) -> None:
         storage.write_durable(path, json.dumps(self.to_json(), indent=1).encode())
@@ -55,9 +62,12 @@ def nightly(spark, paths, conf=None, now: int | None = None, dry_run: bool = Fal
     from planner.build import build_config, plan
     from writers.retention import retain
 
+    from writers.recover import recover_log_dirs
+
     now = int(time.time() * 1000) if now is None else now
     conf = build_config(paths, conf)  # one configuration and one clock for every step
-    # (recovery of interrupted runs, a later issue, goes here: before anything reads the log dirs)
+    # 0. recovery, before anything reads the log dirs
+    recovery = None if dry_run else recover_log_dirs(paths, progress=progress)
     # 1. retention
     retention = retain(spark, paths, conf=conf, now=now, dry_run=dry_run, progress=progress)
     # 2. plan, on the log as retention left it
@@ -66,7 +76,7 @@ def nightly(spark, paths, conf=None, now: int | None = None, dry_run: bool = Fal
     table = plan(spark, paths, conf=conf, now=now, top=max_partitions).toArrow()
     # 3. compaction
     compaction = job.run(spark, table, now=now, dry_run=dry_run, progress=progress, ready=ready)
-    return NightlyReport(now, dry_run, retention, compaction.report)
+    return NightlyReport(now, dry_run, recovery, retention, compaction.report)
 
 
 if __name__ == "__main__":

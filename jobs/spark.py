@@ -16,11 +16,12 @@ LOG4J = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
 def session(app_name: str):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
-    if not SparkConf().contains("spark.master"):  # not under spark-submit: embedded local Spark
+    # spark-submit starts the driver with its gateway port set (and always a master); a
+    # SparkConf read before the gateway exists would see none of spark-submit's settings
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit: embedded local Spark
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = (builder.master("local[*]")
                    .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J.as_uri()}")

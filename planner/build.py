@@ -222,11 +222,7 @@ def _retention(facts: scan.PartitionFacts, values: dict, state: states.CleaningS
     ]
     out["retention_log_start"] = deletion.new_log_start
     out["retention_bytes_deleted"] = sum(s.size for s in gone)
-    # LogCleanerManager: retention passes over a partition being cleaned, aborted or paused, and a
-    # compacted one marked uncleanable (deletableLogs / pauseCleaningForNonCompactedPartitions)
-    if state.state in (states.IN_PROGRESS, states.ABORTED, states.PAUSED) or (
-            state.state == states.UNCLEANABLE and "compact" in policy):
-        out["retention_skip_reason"] = state.skip_reason
+    out["retention_skip_reason"] = states.retention_skip(state, policy)
     return out
 
 
@@ -271,6 +267,8 @@ def plan(spark, paths: Sequence[str], conf: Config | None = None, now: int | Non
 
         table = pa.Table.from_pylist([_task_dict(t) for t in tasks], schema=TASK_SCHEMA)
         slices = max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 4))
+        spark.sparkContext.setJobGroup("kcompact-retention-plan" if retention_only else "kcompact-plan",
+                                       f"{'retention' if retention_only else 'cleaning'} plan of {len(tasks)} partitions")
         planned = (spark.createDataFrame(table).repartition(slices)
                    .mapInArrow(_plan_batches(now, retention_only), from_arrow_schema(PLAN_SCHEMA)).toArrow())
     else:

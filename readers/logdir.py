@@ -10,10 +10,14 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import storage
 from readers.errors import Problem
 from storage import FileInfo
+
+if TYPE_CHECKING:
+    from writers.s3commit import CommitRecord
 
 NOT_LIVE_SUFFIXES = ("-delete", "-future", "-stray")
 METADATA_TOPIC = "__cluster_metadata"  # KRaft's own log: configuration, not data to clean
@@ -54,6 +58,9 @@ class Partition:
     segments: list[Segment] = field(default_factory=list)
     leftovers: list[FileInfo] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    # object stores (writers.s3commit): the latest commit record, and the staged files no reader sees
+    commit: CommitRecord | None = None
+    staged: list[FileInfo] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -87,14 +94,24 @@ def is_live_partition_dir(name: str) -> bool:
     return not name.endswith(NOT_LIVE_SUFFIXES)
 
 
-def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] | None = None) -> Partition:
-    """Group a partition dir's files into segments; ``files`` skips the listing when known."""
+def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] | None = None,
+                   commits: dict[tuple[str, int], int] | None = None) -> Partition:
+    """Group a partition dir's files into segments; ``files`` skips the listing when known. On an
+    object store the files are those the latest commit record makes them (``writers.s3commit``);
+    ``commits``: the latest record generations of a listing of the log dir root made before."""
     if files is None:
         files, _ = storage.list_dir(path)
     part = Partition(topic, partition, path)
+    entries = [(posixpath.basename(info.path), info) for info in files]
+    if not storage.is_local(storage.resolve(path)[0]):
+        from writers import s3commit
+
+        followed = s3commit.follow(path, files, commits)
+        entries, part.commit, part.staged = followed.entries, followed.record, followed.staged
+        if followed.problem is not None:
+            part.problems.append(followed.problem)
     by_base: dict[int, Segment] = {}
-    for info in files:
-        name = posixpath.basename(info.path)
+    for name, info in entries:
         match = _SEGMENT_FILE.match(name)
         if match is None:
             if name not in BROKER_FILES and not name.endswith(".tmp"):
@@ -118,6 +135,11 @@ def scan_log_dir(path: str) -> LogDir:
     path = path.rstrip("/")
     files, dirs = storage.list_dir(path)
     logdir = LogDir(path)
+    commits = None
+    if not storage.is_local(storage.resolve(path)[0]):
+        from writers.s3commit import latest_generations
+
+        commits = latest_generations(files)
     for info in files:
         name = posixpath.basename(info.path)
         if name in CHECKPOINTS:
@@ -134,6 +156,6 @@ def scan_log_dir(path: str) -> LogDir:
         if parsed[0] == METADATA_TOPIC:
             logdir.metadata = sub
             continue
-        logdir.partitions.append(scan_partition(sub, *parsed))
+        logdir.partitions.append(scan_partition(sub, *parsed, commits=commits))
     logdir.partitions.sort(key=lambda p: (p.topic, p.partition))
     return logdir

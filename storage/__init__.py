@@ -8,6 +8,9 @@ formats in ``readers``/``writers`` never import fsspec: they take file objects.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
+import hashlib
 import os
 import posixpath
 from collections.abc import Iterator
@@ -35,7 +38,9 @@ def resolve(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
         # the cost; the planner resolves ~20 paths per partition).
         fs = LocalFileSystem()
         return fs, fs._strip_protocol(path)
-    fs, fs_path = fsspec.core.url_to_fs(path)
+    # No listing cache: other processes (executors, other jobs, the broker) change these dirs, and
+    # a cached listing would hide their files from exists/info/read for the life of the process.
+    fs, fs_path = fsspec.core.url_to_fs(path, use_listings_cache=False)
     return fs, fs_path
 
 
@@ -192,6 +197,13 @@ def rename(src: str, dst: str) -> None:
         fs.mv(src_path, dst_path)
 
 
+def copy(src: str, dst: str) -> None:
+    """Copy one file; on object stores a server-side copy (no bytes through this process)."""
+    fs, src_path = resolve(src)
+    _, dst_path = resolve(dst)
+    fs.copy(src_path, dst_path)
+
+
 def remove(path: str) -> None:
     fs, fs_path = resolve(path)
     fs.rm_file(fs_path)
@@ -204,9 +216,207 @@ def set_mtime(path: str, mtime_ms: int) -> None:
         os.utime(fs_path, ns=(mtime_ms * 1_000_000, mtime_ms * 1_000_000))
 
 
+TMP = ".tmp"
+
+
 def write_atomic(path: str, data: bytes) -> None:
-    """Kafka's checkpoint discipline: ``<path>.tmp``, fsync, rename over, fsync the dir."""
-    tmp = path + ".tmp"
+    """Kafka's checkpoint discipline: ``<path>.tmp``, fsync, rename over, fsync the dir.
+    On an object store one PUT already replaces an object whole."""
+    fs, fs_path = resolve(path)
+    if not is_local(fs):
+        fs.pipe_file(fs_path, data)
+        return
+    tmp = path + TMP
     write_durable(tmp, data)
     rename(tmp, path)
     fsync_dir(posixpath.dirname(path) or ".")
+
+
+# -- compare-and-swap on small files (leases, cleaning states, commit records) -----------------
+#
+# A version is what a later conditional write must match. On an object store it is the
+# object's ETag and the write is a conditional PUT (If-None-Match / If-Match), so exactly
+# one writer wins. On a local filesystem it is the content's MD5 and the compare-and-write
+# happens under an exclusive flock of the parent directory, which every kcompact process
+# on the host takes for the same purpose.
+
+
+@contextlib.contextmanager
+def _dir_flock(fs_path: str) -> Iterator[None]:
+    fd = os.open(posixpath.dirname(fs_path) or ".", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _local_version(fs_path: str) -> str | None:
+    try:
+        with open(fs_path, "rb") as f:
+            return hashlib.md5(f.read()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def _precondition_failed(exc: OSError) -> bool:
+    """s3fs raises HTTP 412 as a plain EINVAL OSError; the botocore error is its cause."""
+    cause = getattr(exc.__cause__, "response", None) or {}
+    return exc.errno == errno.EINVAL and cause.get("Error", {}).get("Code") in ("PreconditionFailed", "412")
+
+
+def read_versioned(path: str) -> tuple[bytes, str] | None:
+    """A small file's bytes and version, or None when it does not exist."""
+    fs, fs_path = resolve(path)
+    if is_local(fs):
+        try:
+            with open(fs_path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        return data, hashlib.md5(data).hexdigest()
+    while True:  # the ETag before and after the read agree: the bytes are that version's
+        try:
+            before = fs.info(fs_path, refresh=True)["ETag"]
+            data = fs.cat_file(fs_path)
+            after = fs.info(fs_path, refresh=True)["ETag"]
+        except FileNotFoundError:
+            return None
+        if before == after:
+            return data, after.strip('"')
+
+
+def write_if(path: str, data: bytes, version: str | None) -> bool:
+    """Write ``data`` only if the file is still at ``version`` (None: only if it does not
+    exist). False when another writer got there first."""
+    fs, fs_path = resolve(path)
+    if is_local(fs):
+        with _dir_flock(fs_path):
+            if _local_version(fs_path) != version:
+                return False
+            write_atomic(path, data)
+            return True
+    try:
+        if version is None:
+            fs.pipe_file(fs_path, data, mode="create")
+        else:
+            fs.pipe_file(fs_path, data, IfMatch=f'"{version}"')
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if _precondition_failed(exc) or (isinstance(exc, FileNotFoundError) and version is not None):
+            return False  # another writer's version, or deleted meanwhile
+        raise
+    finally:
+        fs.invalidate_cache(fs_path)
+    return True
+
+
+def remove_if(path: str, version: str) -> bool:
+    """Delete the file only if it is still at ``version``."""
+    fs, fs_path = resolve(path)
+    if is_local(fs):
+        with _dir_flock(fs_path):
+            if _local_version(fs_path) != version:
+                return False
+            os.remove(fs_path)
+            return True
+    bucket, key, _ = fs.split_path(fs_path)
+    try:
+        fs.call_s3("delete_object", Bucket=bucket, Key=key, IfMatch=f'"{version}"')
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError) or _precondition_failed(exc):
+            return False
+        raise
+    finally:
+        fs.invalidate_cache(fs_path)
+    return True
+
+
+# -- the broker's log-dir lock -------------------------------------------------------------------
+
+BROKER_LOCK = ".lock"
+
+
+class LogDirBusy(OSError):
+    """Another process (a Kafka broker, or another kcompact job) holds the log dir's ``.lock``."""
+
+
+def _lock_holder(fd: int) -> int | None:
+    """The pid holding a conflicting POSIX lock on ``fd`` (F_GETLK), None if unknown."""
+    import struct
+
+    request = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    try:
+        l_type, _, _, _, pid = struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_GETLK, request))
+    except OSError:
+        return None
+    return pid if l_type != fcntl.F_UNLCK and pid > 0 else None
+
+
+def _describe_pid(pid: int | None) -> str:
+    if pid is None:
+        return "another process"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            command = " ".join(f.read().replace(b"\0", b" ").decode(errors="replace").split())
+    except OSError:
+        command = ""
+    return f"process {pid}" + (f" ({command[:120]})" if command else "")
+
+
+# POSIX record locks belong to the process, and closing any descriptor of the file drops them
+# all: one descriptor per locked file, shared by every holder in this process.
+_HELD: dict[str, list] = {}  # lock file -> [fd, holders]
+_HELD_GUARD = __import__("threading").Lock()
+
+
+class LogDirLock:
+    """The OS lock a Kafka broker takes on ``<log dir>/.lock`` (Java's FileChannel.tryLock: a
+    POSIX record lock), held by a job for as long as it may change the log dir, so a broker
+    cannot start on it meanwhile and a second job cannot touch it. Re-entrant within a process
+    (the command line and the job it runs both hold it). A no-op on object stores, where no
+    broker runs and leases alone keep jobs apart."""
+
+    def __init__(self, log_dir: str, create: bool = True):
+        self.log_dir = log_dir
+        self.create = create  # False (a dry run): a missing .lock is not created, nothing is held
+        self._path: str | None = None
+
+    def __enter__(self) -> LogDirLock:
+        fs, fs_path = resolve(self.log_dir)
+        if not is_local(fs):
+            return self
+        path = os.path.realpath(posixpath.join(fs_path, BROKER_LOCK))
+        with _HELD_GUARD:
+            if path in _HELD:
+                _HELD[path][1] += 1
+                self._path = path
+                return self
+            if not self.create and not os.path.exists(path):
+                return self
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if self.create else 0), 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = _lock_holder(fd)
+                os.close(fd)
+                if exc.errno in (errno.EACCES, errno.EAGAIN):
+                    raise LogDirBusy(errno.EBUSY, f"log dir in use: {path} is locked by {_describe_pid(holder)}; "
+                                     "a Kafka broker or another kcompact job is using it (stop the broker, or "
+                                     "wait for the job and see 'kcompact status')", self.log_dir) from None
+                raise
+            _HELD[path] = [fd, 1]
+            self._path = path
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._path is None:
+            return
+        with _HELD_GUARD:
+            entry = _HELD[self._path]
+            entry[1] -= 1
+            if entry[1] == 0:
+                os.close(entry[0])  # closing releases the lock
+                del _HELD[self._path]
+        self._path = None

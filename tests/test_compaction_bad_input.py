@@ -115,9 +115,15 @@ def bad(spark, tmp_path_factory):
     write_partition(b / "past-0", [(0, [recs(0, [b"a", b"a", b"b"])]), (3, [recs(3, [b"b", b"c"])]),
                                    (5, [recs(5, [b"d"])])])
     write_partition(b / "left-0", [(0, [recs(0, [b"a", b"a", b"b"])]), (3, [recs(3, [b"c"])])])
+    torn_good = recs(0, [b"a", b"a"])  # then a batch cut off half way, in a segment that is not active
+    write_partition(b / "torn-0", [(0, [torn_good]), (4, [recs(4, [b"d"])])])
+    with open(seg_path(b / "torn-0", 0, "log"), "ab") as f:
+        f.write(recs(2, [b"b", b"c"])[:30])
     (b / "left-0" / f"{0:020d}.log.cleaned").write_bytes(recs(1, [b"a"]))  # a crashed run's partial output
     (b / "cleaner-offset-checkpoint").write_bytes(checkpoint_text([("past", 0, 1000)]))
     before = {d.name: tree(d) for d in b.iterdir() if d.is_dir()}
+    first_plan = root / "first-plan.json"
+    assert run("plan", str(b), "--output", str(first_plan)) == 0  # what the planner sees before any job
     report = root / "report.json"
     code = run("compact", str(b), "--report", str(report))
     after = {d.name: tree(d) for d in b.iterdir() if d.is_dir()}
@@ -141,6 +147,7 @@ def bad(spark, tmp_path_factory):
         b=b, c=c, code=code, report=json.loads(report.read_text()), before=before, after=after,
         crc_reason=crc_reason(Path(crc_log), crc_pos, crc_batch, 3), crcplan=(plan_log, plan_pos),
         plan_code=plan_code, plan={r["path"].rstrip("/").rsplit("/", 1)[1]: r for r in json.loads(plan_file.read_text())},
+        first_plan={r["path"].rstrip("/").rsplit("/", 1)[1]: r for r in json.loads(first_plan.read_text())},
         c_code=c_code, verify=verify_log_dir(str(b)), l=root / "l", lw_code=lw_code,
     )
 
@@ -149,7 +156,7 @@ def test_corrupt_batch_fails_only_its_partition(bad):
     assert bad.code == 4  # partial: one partition failed, the others were cleaned
     failed = {p["topic"]: p["error"] for p in bad.report["partitions"] if p["error"]}
     # crc-0 is found by the job; crcplan-0 (no producer snapshot) already by the planner's replay
-    assert set(failed) == {"crc", "crcplan"} and failed["crc"] == bad.crc_reason
+    assert set(failed) == {"crc", "crcplan", "torn"} and failed["crc"] == bad.crc_reason
     assert "crcplan-0/00000000000000000000.log: byte " in failed["crcplan"]
     assert bad.after["crc-0"] == bad.before["crc-0"]  # every byte and mtime
     assert ("crc", 0) not in cleaner_checkpoint(bad.b)
@@ -173,8 +180,8 @@ def test_other_partitions_cleaned(bad):
     # good-0: 0 a, 1 a, 2 b | active 3: 0 superseded; checkpoint 3
     assert offsets(bad.b / "good-0") == {0: [1, 2], 3: [3]}
     assert cleaner_checkpoint(bad.b)[("good", 0)] == 3
-    # verify finds the two corrupt batches and the leftover, nothing else
-    assert [p for p in bad.verify if not any(f"/{n}/" in p.path for n in ("crc-0", "crcplan-0", "left-0"))] == []
+    # verify finds the two corrupt batches and the torn one, nothing else
+    assert [p for p in bad.verify if not any(f"/{n}/" in p.path for n in ("crc-0", "crcplan-0", "torn-0"))] == []
 
 
 def test_batch_larger_than_max_message_bytes_is_cleaned(bad):
@@ -203,14 +210,30 @@ def test_checkpoint_past_log_end_resets_to_log_start(bad):
     assert cleaner_checkpoint(bad.b)[("past", 0)] == 5
 
 
-def test_leftover_cleaned_file_is_bad_input(bad):
-    assert bad.after["left-0"] == bad.before["left-0"]  # not cleaned, nothing renamed or removed
-    assert "left" not in {p["topic"] for p in bad.report["partitions"]}
-    row = bad.plan["left-0"]
+def test_torn_batch_in_a_closed_segment_marks_only_its_partition(bad):
+    """A batch cut short inside a segment that is not the active one: corruption (a broker only
+    truncates a torn tail of the active segment on recovery). Untouched, reported by file and byte."""
+    assert bad.after["torn-0"] == bad.before["torn-0"]
+    failed = {p["topic"]: p["error"] for p in bad.report["partitions"] if p["error"]}
+    log = bad.b / "torn-0" / f"{0:020d}.log"
+    assert failed["torn"].startswith(f"{log}: byte {len(recs(0, [b'a', b'a']))}:")
+    state = json.loads((bad.b / "kcompact-state.torn-0.json").read_text())
+    assert state["state"] == "uncleanable" and state["reason"] == failed["torn"]
+
+
+def test_leftover_cleaned_file_is_bad_input_to_the_planner(bad):
+    row = bad.first_plan["left-0"]  # planned before the compaction: the leftover is still there
     assert not row["selected"]
     leftover = bad.b / "left-0" / f"{0:020d}.log.cleaned"
     assert row["skip_reason"] == f"bad input: {leftover}: leftover of an interrupted swap (run kcompact recover)"
-    assert ("left", 0) not in cleaner_checkpoint(bad.b)
+
+
+def test_compact_recovers_a_leftover_cleaned_file_first_then_cleans(bad):
+    # the broker's load rule: a .cleaned file is an unfinished swap's output, deleted; the old
+    # segments stay and the partition is cleaned as usual
+    assert f"{0:020d}.log.cleaned" not in bad.after["left-0"]
+    assert "left" in {p["topic"] for p in bad.report["partitions"] if p["committed"]}
+    assert cleaner_checkpoint(bad.b)[("left", 0)] == 3
 
 
 def test_corrupt_batch_the_planner_reads_is_skipped_as_bad_input(bad):

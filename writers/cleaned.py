@@ -1,4 +1,5 @@
-"""Write one cleaned segment group: ``<base>.log.cleaned`` and its three indexes.
+"""Write one cleaned segment group: ``<base>.log.cleaned`` and its three indexes (on an object
+store, staged names instead: ``writers.s3commit``).
 
 Each input batch arrives with its decided outcome: copied byte for byte, rebuilt
 with only its kept records (and perhaps a new delete horizon), written as Kafka's
@@ -21,6 +22,7 @@ from compaction.decisions import COPY, DROP, EMPTY, REWRITE, Outcome
 from readers.batch import Batch
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name
+from writers import s3commit
 from writers.rebuild import rebuild
 from writers.segment import SegmentWriter
 
@@ -33,7 +35,7 @@ class WrittenGroup:
     size: int
     batches: int
     records: int
-    files: tuple[str, ...]  # the .cleaned files, full paths
+    files: tuple[str, ...]  # the .cleaned (or staged) files, full paths
 
 
 def output_bytes(batch: Batch, outcome: Outcome, keep: np.ndarray | None) -> bytes | None:
@@ -69,12 +71,24 @@ class _Pieces:
             self.parts, self.pending = [], 0
 
 
+def output_path(partition_dir: str, base_offset: int, kind: str, owner: str | None) -> str:
+    """Where a task writes a new segment file: ``.cleaned`` beside the old one for Kafka's swap
+    protocol; on an object store a staged name of the job's lease ``owner`` (``writers.s3commit``)."""
+    name = segment_name(base_offset, kind)
+    if storage.is_local(storage.resolve(partition_dir)[0]):
+        return storage.join(partition_dir, name + CLEANED)
+    if owner is None:
+        raise ValueError(f"{partition_dir}: staging on an object store needs the job's lease owner")
+    return storage.join(partition_dir, s3commit.staged_name(name, owner))
+
+
 def write_group(partition_dir: str, base_offset: int, items: Iterable[tuple[Batch, Outcome, np.ndarray | None]],
-                aborted: list[AbortedTxn], mtime_ms: int, index_interval_bytes: int) -> WrittenGroup:
-    """Write the group's kept batches, in order, as ``.cleaned`` files; returns what was written.
-    The .log is streamed (a group may be as large as segment.bytes); indexes are small. The
+                aborted: list[AbortedTxn], mtime_ms: int, index_interval_bytes: int,
+                owner: str | None = None) -> WrittenGroup:
+    """Write the group's kept batches, in order, as ``.cleaned`` (or staged) files; returns what was
+    written. The .log is streamed (a group may be as large as segment.bytes); indexes are small. The
     index files are written (and fsynced) while the .log is fsynced: each fsync waits for the disk."""
-    log_path = storage.join(partition_dir, segment_name(base_offset, "log") + CLEANED)
+    log_path = output_path(partition_dir, base_offset, "log", owner)
     batches = records = 0
     with ThreadPoolExecutor(max_workers=3) as pool:
         with storage.create_durable(log_path) as log:
@@ -95,7 +109,7 @@ def write_group(partition_dir: str, base_offset: int, items: Iterable[tuple[Batc
             indexes = {"index": files.offset_index, "timeindex": files.time_index}
             if files.txn_index:
                 indexes["txnindex"] = files.txn_index
-            paths = {kind: storage.join(partition_dir, segment_name(base_offset, kind) + CLEANED) for kind in indexes}
+            paths = {kind: output_path(partition_dir, base_offset, kind, owner) for kind in indexes}
             pending = [pool.submit(storage.write_durable, paths[kind], data) for kind, data in indexes.items()]
         for done in pending:
             done.result()

@@ -24,6 +24,7 @@ renamed, which is still a suffix of the log but not Kafka's protocol; the report
 
 from __future__ import annotations
 
+import contextlib
 import json
 import posixpath
 import time
@@ -139,14 +140,18 @@ class RetentionReport:
 # -- the job --------------------------------------------------------------------------------------
 def retain(spark, paths: Sequence[str], conf=None, now: int | None = None, dry_run: bool = False,
            progress: Callable[[str], None] = print) -> RetentionReport:
-    """Plan retention for every partition under ``paths`` (on Spark), then delete (driver)."""
+    """Plan retention for every partition under ``paths`` (on Spark), then delete (driver), holding
+    each log dir's ``.lock`` throughout (``storage.LogDirBusy`` when another process has one)."""
     from planner.build import plan
 
     started = time.monotonic()
     now = int(time.time() * 1000) if now is None else now
-    progress("retention: planning")
-    table = plan(spark, paths, conf=conf, now=now, retention_only=True).toArrow()
-    report = execute(table, now=now, dry_run=dry_run, progress=progress)
+    with contextlib.ExitStack() as held:
+        for path in paths:  # re-entrant: the command line holds them already
+            held.enter_context(storage.LogDirLock(path, create=not dry_run))
+        progress("retention: planning")
+        table = plan(spark, paths, conf=conf, now=now, retention_only=True).toArrow()
+        report = execute(table, now=now, dry_run=dry_run, progress=progress)
     report.seconds = time.monotonic() - started
     return report
 
@@ -227,10 +232,7 @@ def _state_skip(partition_dir: str, policy: str) -> str | None:
         state = states.parse(path, storage.read_bytes(path))
     except FormatError as exc:
         return f"unreadable cleaning state: {exc}"
-    if state.state in (states.IN_PROGRESS, states.ABORTED, states.PAUSED) or (
-            state.state == states.UNCLEANABLE and "compact" in policy):
-        return state.skip_reason
-    return None
+    return states.retention_skip(state, policy)
 
 
 def _move_checkpoints(log_dir: str, new_starts: dict[tuple[str, int], int]) -> None:

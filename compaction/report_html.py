@@ -1,0 +1,377 @@
+"""Every job's report as one self-contained HTML page: tables and plots, nothing fetched.
+
+``render(doc)`` takes a report's JSON document (``compaction.report.Report.to_json()``,
+``writers.retention.RetentionReport.to_json()`` or ``jobs.run.NightlyReport.to_json()``), so the
+page shows exactly the numbers the JSON file holds. Every table cell carries the place of its
+value in that document as a JSON pointer (``data-path``) and the value itself as JSON
+(``data-value``); the cell's text shows integers and strings as they are, decimals rounded to
+3 places, booleans as yes/no, null as a dash, lists and objects as JSON. Plots are matplotlib
+PNGs inlined as base64 ``data:`` URIs (built without pyplot, so no display or global state is
+involved); the CSS is inline; nothing on the page points outside it.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import posixpath
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import jinja2
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+import storage
+from compaction.report import METRICS, REASONS
+
+TOP = 40  # partitions drawn in a per-partition plot: the largest ones
+DPI = 100
+MB = 1e6  # as the JSON's mb_per_s
+REASON_COLOURS = dict(zip(REASONS, ("#1864ab", "#c92a2a", "#e67700", "#868e96", "#862e9c")))
+RULE = ("Every number is the report's JSON value: integers as they are, decimals rounded to 3 places "
+        "(the exact value is in each cell's data-value, its place in the JSON in data-path).")
+
+TEMPLATE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{{ title }}</title>
+<style>
+body { font-family: "DejaVu Sans", Helvetica, Arial, sans-serif; margin: 1.5em 2em; color: #212529; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; }
+h2 { font-size: 1.25em; border-bottom: 2px solid #dee2e6; padding-bottom: 0.2em; margin-top: 1.6em; }
+p.rule, p.when { color: #495057; margin: 0.3em 0; }
+.scroll { overflow-x: auto; margin: 0.8em 0 1.2em; }
+table { border-collapse: collapse; font-size: 0.85em; }
+caption { text-align: left; font-weight: bold; padding: 0.3em 0; }
+th, td { border: 1px solid #dee2e6; padding: 0.25em 0.5em; vertical-align: top; }
+thead th { background: #e9ecef; position: sticky; top: 0; }
+tbody th { background: #f8f9fa; text-align: left; font-weight: normal; }
+tbody tr:nth-child(even) td { background: #f8f9fa; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.text { max-width: 40em; overflow-wrap: break-word; }
+figure { display: inline-block; margin: 0.5em 1.5em 0.5em 0; }
+figure img { max-width: 100%; border: 1px solid #dee2e6; }
+figcaption { font-size: 0.85em; color: #495057; }
+dl { font-size: 0.85em; } dt { font-weight: bold; margin-top: 0.4em; } dd { margin-left: 1.5em; }
+</style>
+</head>
+<body>
+<h1>{{ title }}</h1>
+<p class="rule">{{ rule }}</p>
+{% for s in sections %}
+<section id="{{ s.id }}">
+<h2>{{ s.title }}</h2>
+{% for p in s.paragraphs %}<p class="when">{{ p }}</p>
+{% endfor %}
+{% for t in s.tables %}
+<div class="scroll"><table id="{{ t.id }}">
+<caption>{{ t.caption }}</caption>
+<thead><tr>{% for h in t.headers %}<th scope="col">{{ h }}</th>{% endfor %}</tr></thead>
+<tbody>
+{% for row in t.rows %}<tr>{% if row.label is not none %}<th scope="row">{{ row.label }}</th>{% endif %}
+{%- for c in row.cells %}<td class="{{ c.kind }}" data-path="{{ c.path }}" data-value="{{ c.value }}">{{ c.text }}</td>{% endfor %}</tr>
+{% endfor %}
+</tbody></table></div>
+{% endfor %}
+{% for f in s.figures %}<figure><img data-plot="{{ f.name }}" alt="{{ f.caption }}" src="data:image/png;base64,{{ f.png }}">
+<figcaption>{{ f.caption }}</figcaption></figure>
+{% endfor %}
+{% if s.notes %}<dl>{% for term, text in s.notes %}<dt>{{ term }}</dt><dd>{{ text }}</dd>{% endfor %}</dl>{% endif %}
+</section>
+{% endfor %}
+</body>
+</html>
+"""
+_TEMPLATE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string(TEMPLATE)
+
+
+# -- the page's parts --------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Cell:
+    text: str
+    path: str  # JSON pointer (RFC 6901) into the report's document
+    value: str  # the value, as JSON
+    kind: str  # "num" or "text": how it is aligned
+
+
+@dataclass(slots=True)
+class Row:
+    label: str | None
+    cells: list[Cell]
+
+
+@dataclass(slots=True)
+class Table:
+    id: str
+    caption: str
+    headers: list[str]
+    rows: list[Row] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Plot:
+    name: str
+    caption: str
+    png: str  # base64
+
+
+@dataclass(slots=True)
+class Section:
+    id: str
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    figures: list[Plot] = field(default_factory=list)
+    notes: list[tuple[str, str]] = field(default_factory=list)
+
+
+class Doc:
+    """A report document (or one of its sections, under ``prefix``) that hands out cells."""
+
+    def __init__(self, root: dict, prefix: tuple = ()):
+        self.root, self.prefix = root, prefix
+        self.data = root
+        for part in prefix:
+            self.data = self.data[part]
+
+    def sub(self, *parts) -> Doc:
+        return Doc(self.root, self.prefix + parts)
+
+    def cell(self, *parts) -> Cell:
+        value = self.data
+        for part in parts:
+            value = value[part]
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        return Cell(show(value), pointer(self.prefix + parts), json.dumps(value), "num" if numeric else "text")
+
+
+def pointer(parts: tuple) -> str:
+    """The RFC 6901 JSON pointer of a path of keys and list indexes."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def show(value) -> str:
+    """A JSON value as a cell shows it (the rule the page states)."""
+    if value is None:
+        return "\u2014"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, int | str):
+        return str(value)
+    return json.dumps(value)
+
+
+def _key_values(doc: Doc, id: str, caption: str, keys: list[tuple], strip: int = 0) -> Table:
+    """A two-column table: each key path's label (less its first ``strip`` keys), then its value."""
+    return Table(id, caption, ["", "value"], [Row(".".join(map(str, k[strip:])), [doc.cell(*k)]) for k in keys])
+
+
+# -- plots -------------------------------------------------------------------------------------
+def _figure(rows: int = 0) -> tuple[Figure, object]:
+    fig = Figure(figsize=(8.0, max(2.6, 1.2 + 0.28 * rows)), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def _png(name: str, caption: str, fig: Figure) -> Plot:
+    out = io.BytesIO()
+    fig.savefig(out, format="png", metadata={"Software": None})  # no URL in the file either
+    return Plot(name, caption, base64.b64encode(out.getvalue()).decode("ascii"))
+
+
+def _nothing(ax, why: str) -> None:
+    ax.axis("off")
+    ax.text(0.5, 0.5, why, ha="center", va="center", fontsize=12, color="#495057")
+
+
+def _largest(parts: list[dict], key) -> list[dict]:
+    """At most TOP partitions, the largest by ``key``, drawn largest at the top."""
+    return sorted(parts, key=key, reverse=True)[:TOP][::-1]
+
+
+def _name(p: dict) -> str:
+    return f"{p['topic']}-{p['partition']}" if p.get("topic") is not None else posixpath.basename(p["path"])
+
+
+def _bytes_plot(parts: list[dict]) -> Plot:
+    done = _largest([p for p in parts if not p["error"] and not p["skipped"]], lambda p: p["bytes_read"])
+    fig, ax = _figure(2 * len(done))
+    if done:
+        y = range(len(done))
+        ax.barh([i + 0.2 for i in y], [p["bytes_read"] / MB for p in done], 0.4, label="before (bytes read)",
+                color="#adb5bd")
+        ax.barh([i - 0.2 for i in y], [p["bytes_written"] / MB for p in done], 0.4, label="after (bytes written)",
+                color="#2b8a3e")
+        ax.set_yticks(list(y), [_name(p) for p in done])
+        ax.set_xlabel("MB (10^6 bytes)")
+        fig.legend(loc="outside right upper")
+    else:
+        _nothing(ax, "no partition was cleaned")
+    return _png("bytes", f"Bytes before and after, per partition ({TOP} largest at most)", fig)
+
+
+def _removed_plot(parts: list[dict]) -> Plot:
+    done = _largest([p for p in parts if not p["error"] and not p["skipped"]],
+                    lambda p: sum(p["removed"].values()))
+    fig, ax = _figure(len(done))
+    if done and any(sum(p["removed"].values()) for p in done):
+        left = [0] * len(done)
+        for reason in REASONS:
+            counts = [p["removed"].get(reason, 0) for p in done]
+            ax.barh(range(len(done)), counts, left=left, label=reason, color=REASON_COLOURS[reason])
+            left = [a + b for a, b in zip(left, counts)]
+        ax.set_yticks(range(len(done)), [_name(p) for p in done])
+        ax.set_xlabel("records removed")
+        fig.legend(loc="outside right upper")
+    else:
+        _nothing(ax, "no record was removed")
+    return _png("removed", f"Records removed by reason, per partition ({TOP} most at most)", fig)
+
+
+def _stages_plot(stages: dict[str, float]) -> Plot:
+    fig, ax = _figure(len(stages))
+    if stages:
+        names = list(stages)[::-1]
+        ax.barh(names, [stages[n] for n in names], color="#1864ab")
+        ax.set_xlabel("seconds (wall)")
+    else:
+        _nothing(ax, "no stage timings")
+    return _png("stages", "Stage timings, back to back", fig)
+
+
+def _retention_plots(parts: list[dict]) -> list[Plot]:
+    due = _largest([p for p in parts if p["bytes_deleted"]], lambda p: p["bytes_deleted"])
+    fig, ax = _figure(len(due))
+    if due:
+        ax.barh(range(len(due)), [p["bytes_deleted"] / MB for p in due], color="#c92a2a")
+        ax.set_yticks(range(len(due)), [_name(p) for p in due])
+        ax.set_xlabel("MB (10^6 bytes)")
+    else:
+        _nothing(ax, "no segment due for deletion")
+    by_bytes = _png("retention-bytes", f"Bytes deleted (due, in a dry run), per partition ({TOP} largest at most)",
+                    fig)
+    rules: dict[str, int] = {}
+    for p in parts:
+        for rule, n in p["reasons"].items():
+            rules[rule] = rules.get(rule, 0) + n
+    fig, ax = _figure(len(rules))
+    if rules:
+        ax.barh(list(rules), list(rules.values()), color="#e67700")
+        ax.set_xlabel("segments")
+    else:
+        _nothing(ax, "no segment due for deletion")
+    return [by_bytes, _png("retention-rules", "Segments deleted (due, in a dry run), by rule", fig)]
+
+
+# -- sections ----------------------------------------------------------------------------------
+def _when(data: dict) -> str:
+    at = datetime.fromtimestamp(data["now"] / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"Run at {at}" + (" (dry run: nothing was written)" if data["dry_run"] else "")
+
+
+PARTITION_COLUMNS = (("topic",), ("partition",), ("path",), ("dirty_start",), ("dirty_end",), ("bytes_read",),
+                     ("bytes_written",), ("records_read",), ("records_kept",),
+                     *(("removed", r) for r in REASONS), ("seconds",), ("mb_per_s",), ("committed",), ("error",),
+                     ("skipped",))
+
+
+def compaction_section(doc: Doc, id: str = "compaction") -> Section:
+    data = doc.data
+    s = Section(id, "Compaction", [_when(data)])
+    s.tables.append(_key_values(doc, f"{id}-run", "Run", [("now",), ("dry_run",)]))
+    totals = [("totals", k, *sub) for k, v in data["totals"].items()
+              for sub in ([(r,) for r in v] if isinstance(v, dict) else [()])]
+    s.tables.append(_key_values(doc, f"{id}-totals", "Totals", totals, strip=1))
+    s.tables.append(Table(f"{id}-partitions", "Partitions", [" ".join(c) for c in PARTITION_COLUMNS],
+                          [Row(None, [doc.cell("partitions", i, *c) for c in PARTITION_COLUMNS])
+                           for i in range(len(data["partitions"]))]))
+    s.tables.append(Table(f"{id}-stages", "Stages (wall seconds)", ["stage", "seconds"],
+                          [Row(name, [doc.cell("stages", name)]) for name in data["stages"]]))
+    rows = []
+    for name, value in data["metrics"].items():
+        if isinstance(value, dict) and value:  # per log dir
+            rows += [Row(f"{name} {log_dir}", [doc.cell("metrics", name, log_dir)]) for log_dir in value]
+        else:
+            rows.append(Row(name, [doc.cell("metrics", name)]))
+    s.tables.append(Table(f"{id}-metrics", "Kafka's cleaner metrics", ["metric", "value"], rows))
+    notes = data["metric_notes"]
+    s.notes += [(name, METRICS[name] + (f". Note: {notes[name]}" if name in notes else "")) for name in data["metrics"]]
+    s.figures += [_bytes_plot(data["partitions"]), _removed_plot(data["partitions"]), _stages_plot(data["stages"])]
+    return s
+
+
+def retention_section(doc: Doc, id: str = "retention") -> Section:
+    data = doc.data
+    s = Section(id, "Retention", [_when(data)])
+    s.tables.append(_key_values(doc, f"{id}-run", "Run", [("now",), ("dry_run",)]))
+    s.tables.append(_key_values(doc, f"{id}-totals", "Totals", [("totals", k) for k in data["totals"]], strip=1))
+    columns = ("topic", "partition", "path", "log_start", "new_log_start", "bytes_deleted", "deleted", "skipped",
+               "error")
+    s.tables.append(Table(f"{id}-partitions", "Partitions", list(columns),
+                          [Row(None, [doc.cell("partitions", i, c) for c in columns])
+                           for i in range(len(data["partitions"]))]))
+    segment_columns = ("base_offset", "size", "largest_timestamp", "reason")
+    s.tables.append(Table(f"{id}-segments", "Segments due for deletion", ["topic", "partition", *segment_columns],
+                          [Row(None, [doc.cell("partitions", i, "topic"), doc.cell("partitions", i, "partition")]
+                               + [doc.cell("partitions", i, "segments", j, c) for c in segment_columns])
+                           for i, p in enumerate(data["partitions"]) for j in range(len(p["segments"]))]))
+    s.notes += [("note", note) for note in data["notes"]]
+    s.notes += [(f"warning: {_name(p)}", w) for p in data["partitions"] for w in p["warnings"]]
+    s.figures += _retention_plots(data["partitions"])
+    return s
+
+
+def recovery_section(doc: Doc, id: str = "recovery") -> Section:
+    """Whatever the recovery step reports: its counts, then one row per partition it changed."""
+    data = doc.data
+    s = Section(id, "Recovery")
+    scalars = [(k,) for k, v in data.items() if not isinstance(v, list | dict)]
+    s.tables.append(_key_values(doc, f"{id}-totals", "Totals", scalars))
+    parts = data.get("partitions") or []
+    if parts:
+        columns = list(parts[0])
+        s.tables.append(Table(f"{id}-partitions", "Partitions recovered or with problems", columns,
+                              [Row(None, [doc.cell("partitions", i, c) for c in columns]) for i in range(len(parts))]))
+    else:
+        s.paragraphs.append("No partition needed recovery.")
+    s.notes += [(f"skipped: {path}", why) for path, why in (data.get("skipped") or {}).items()]
+    s.notes += [("removed", path) for path in data.get("temp_files") or []]
+    return s
+
+
+def sections(doc: dict) -> tuple[str, list[Section]]:
+    """The page's title and sections for any of the three report documents."""
+    root = Doc(doc)
+    if "compaction" in doc and "retention" in doc:
+        run = _key_values(root, "nightly-run", "Run", [("now",), ("dry_run",)])
+        out = [Section("nightly", "Nightly run", [_when(doc)], [run])]
+        if doc.get("recovery") is not None:
+            out.append(recovery_section(root.sub("recovery")))
+        out += [retention_section(root.sub("retention")), compaction_section(root.sub("compaction"))]
+        return "kcompact run: recovery, retention, compaction", out
+    if "stages" in doc:
+        return "kcompact compact", [compaction_section(root)]
+    return "kcompact retain", [retention_section(root)]
+
+
+def render(doc: dict) -> str:
+    title, parts = sections(doc)
+    return _TEMPLATE.render(title=title, rule=RULE, sections=parts)
+
+
+def html_path(json_path: str) -> str:
+    """The HTML report's path beside the JSON one: same stem, ``.html``."""
+    stem, ext = posixpath.splitext(json_path)
+    return f"{stem if ext.lower() == '.json' else json_path}.html"
+
+
+def write_beside(json_path: str, doc: dict) -> str:
+    """Write ``doc``'s page beside its JSON file (local or ``s3://``); returns the page's path."""
+    path = html_path(json_path)
+    storage.write_durable(path, render(doc).encode())
+    return path

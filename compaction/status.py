@@ -1,0 +1,70 @@
+"""``kcompact status``: every partition's cleaning state, why a job would pass it over, and the
+way out, so that no state strands a partition unnoticed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compaction import states
+from readers.errors import FormatError
+from readers.logdir import scan_log_dir
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    partition: str
+    path: str
+    state: str
+    detail: str
+    way_out: str
+
+    def as_dict(self) -> dict:
+        return {"partition": self.partition, "path": self.path, "state": self.state, "detail": self.detail,
+                "way_out": self.way_out}
+
+
+def _row(part, state: states.CleaningState) -> Row:
+    name = part.name
+    if part.leftovers:
+        files = ", ".join(sorted(f.path.rsplit("/", 1)[-1] for f in part.leftovers)[:3])
+        return Row(name, part.path, "interrupted", f"files of an unfinished swap: {files}",
+                   "'kcompact recover' (or any compaction job) finishes or undoes it")
+    if state.state in (states.IN_PROGRESS, states.ABORTED):
+        if state.expired():
+            return Row(name, part.path, f"{state.state} (lease expired)",
+                       f"{state.holder} stopped renewing its lease at {state.heartbeat_ms}",
+                       "none needed: the next job takes it over ('kcompact abort' clears it now)")
+        pause = f", {state.pause_count} pause(s) requested" if state.pause_count else ""
+        return Row(name, part.path, state.state, f"{state.holder}, started {state.started_ms}, {state.lease_end}{pause}",
+                   "wait, or 'kcompact abort' (stops at the next segment group)")
+    if state.state == states.PAUSED:
+        return Row(name, part.path, "paused", f"paused {state.pause_count}x", f"'kcompact resume' ({state.pause_count}x)")
+    if state.state == states.UNCLEANABLE:
+        return Row(name, part.path, "uncleanable", f"{state.reason} (since {state.since_ms})",
+                   "fix or remove the named file, then 'kcompact reset-uncleanable'")
+    return Row(name, part.path, "idle", "", "")
+
+
+def status(paths: list[str], show_idle: bool = False) -> list[Row]:
+    rows = []
+    for log_dir in paths:
+        for part in scan_log_dir(log_dir).partitions:
+            try:
+                state, _ = states.read(part.path)
+            except FormatError as exc:
+                rows.append(Row(part.name, part.path, "unreadable", str(exc),
+                                "fix or delete the state file (deleting it makes the partition idle)"))
+                continue
+            row = _row(part, state)
+            if show_idle or row.state != "idle":
+                rows.append(row)
+    return rows
+
+
+def render(rows: list[Row]) -> str:
+    if not rows:
+        return "every partition is idle"
+    width = max(len(r.partition) for r in rows)
+    state_width = max(len(r.state) for r in rows)
+    return "\n".join(f"{r.partition:<{width}}  {r.state:<{state_width}}  {r.detail}" + (f"  -> {r.way_out}" if r.way_out else "")
+                     for r in rows)

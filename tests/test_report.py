@@ -1,0 +1,190 @@
+"""The compaction report's text and metrics on a small report built by hand.
+
+Expected lines follow LogCleaner.recordStats's format (MB = 2^20 bytes, Java's ``%,.1f``: the
+shortest decimal of the double rounded half up, so 0.25 prints as 0.3 where Python's own format
+says 0.2); expected metrics follow the gauges' definitions in LogCleaner and LogCleanerManager.
+Every figure below is worked out by hand in the comments.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from compaction.report import METRICS, MIB, NO_BUFFER, NO_PLAN, PartitionReport, Report, java_fixed
+from planner.build import PLAN_SCHEMA
+
+NOW = 1_720_001_000_000
+
+
+def cleaned() -> PartitionReport:
+    # 3 MiB read, 0.25 MiB written; 2,000 records, 500 kept; 1.5 s
+    return PartitionReport("orders", 0, "/logs/a/orders-0", 100, 2100, bytes_read=3 * MIB, bytes_written=MIB // 4,
+                           records_read=2000, records_kept=500,
+                           removed={"superseded": 1400, "tombstone": 100, "aborted": 0, "keyless": 0, "marker": 0},
+                           seconds=1.5, committed=True)
+
+
+def users() -> PartitionReport:
+    # 10 MiB read, 5 MiB written; 12,345 records, 2,345 kept; 0.25 s
+    return PartitionReport("users", 1, "/logs/b/users-1", 0, 12345, bytes_read=10 * MIB, bytes_written=5 * MIB,
+                           records_read=12345, records_kept=2345,
+                           removed={"superseded": 10000, "tombstone": 0, "aborted": 0, "keyless": 0, "marker": 0},
+                           seconds=0.25, committed=True)
+
+
+def failed() -> PartitionReport:
+    return PartitionReport.failed({"topic": "orders", "partition": 1, "path": "/logs/a/orders-1", "first_dirty": 7,
+                                   "seconds": 0.5, "error": "/logs/a/orders-1/00000000000000000000.log: byte 42: "
+                                                            "CRC mismatch"})
+
+
+def skipped() -> PartitionReport:
+    return PartitionReport.skipped_for({"topic": "orders", "partition": 5, "path": "/logs/a/orders-5",
+                                        "first_dirty_offset": 0}, "held by another job")
+
+
+def report(dry_run: bool = False) -> Report:
+    return Report(NOW, dry_run, [cleaned(), users(), failed(), skipped()], seconds=4.0,
+                  stages={"plan": 2.5, "1 batch plans": 0.5, "2-4 offset map, keep flags, rewrite": 3.0,
+                          "5 commit": 0.5})
+
+
+def plan_row(path: str, policy: str | None, state: str, total: int | None, cleanable: int | None,
+             ratio: float | None, delay: int | None) -> dict:
+    log_dir, _, name = path.rpartition("/")
+    topic, _, number = name.rpartition("-")
+    return {"topic": topic, "partition": int(number), "log_dir": log_dir, "path": path, "cleanup_policy": policy,
+            "state": state, "total_bytes": total, "cleanable_bytes": cleanable, "cleanable_ratio": ratio,
+            "max_compaction_delay_ms": delay, "selected": False}
+
+
+def plan() -> pa.Table:
+    rows = [
+        plan_row("/logs/a/orders-0", "compact", "idle", 4_000_000, 3_000_000, 0.75, 0),
+        plan_row("/logs/b/users-1", "compact,delete", "idle", 12_000_000, 10_500_000, 0.875, 61_999),
+        plan_row("/logs/a/orders-1", "compact", "idle", None, None, None, None),  # unreadable: this run fails it
+        plan_row("/logs/a/orders-2", "compact", "uncleanable", 9_000, 5_000, 0.99, 999_000),  # marked earlier
+        plan_row("/logs/b/orders-3", "compact", "paused", 8_000, 7_600, 0.95, 500_000),
+        plan_row("/logs/a/orders-4", "compact", "idle", 0, 0, 0.0, 0),  # empty
+        plan_row("/logs/b/clicks-0", "delete", "idle", None, None, None, None),
+    ]
+    return pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
+
+
+def test_java_fixed_rounds_as_javas_formatter():
+    assert java_fixed(0.25, 1) == "0.3"  # Python: format(0.25, ".1f") == "0.2"
+    assert java_fixed(0.125, 2) == "0.13"
+    assert java_fixed(2.675, 2) == "2.68"  # the double is 2.67499999..., its shortest decimal 2.675
+    assert java_fixed(1234567.891, 1) == "1,234,567.9"
+    assert java_fixed(91.66666666666667, 1, grouping=False) == "91.7"
+    assert java_fixed(3586.25, 0) == "3,586"
+
+
+def test_summary_is_kafkas_stats_message():
+    assert cleaned().summary().split("\n") == [
+        "Log cleaner thread 0 cleaned log orders-0 (dirty section = [100, 2100])",
+        "\t3.0 MB of log processed in 1.5 seconds (2.0 MB/sec).",  # 3 MiB / 1.5 s
+        "\tStart size: 3.0 MB (2,000 messages)",
+        "\tEnd size: 0.3 MB (500 messages)",  # 0.25 MiB, half up
+        "\t91.7% size reduction (75.0% fewer messages)",  # 1 - 0.25/3 = 0.91666..; 1 - 500/2000
+        "\tRemoved: 1,400 superseded, 100 tombstone",
+    ]
+    assert users().summary().split("\n")[1:3] == [
+        "\t10.0 MB of log processed in 0.3 seconds (40.0 MB/sec).",  # 0.25 s prints 0.3; 10 MiB / 0.25 s = 40
+        "\tStart size: 10.0 MB (12,345 messages)",
+    ]
+
+
+def test_summary_of_a_dry_run_failure_and_skip():
+    dry = cleaned()
+    dry.committed, dry.bytes_written = False, 0
+    assert dry.summary().split("\n") == [
+        "Log cleaner thread 0 would clean log orders-0 (dirty section = [100, 2100])",
+        "\t3.0 MB of log processed in 1.5 seconds (2.0 MB/sec).",
+        "\tStart size: 3.0 MB (2,000 messages)",
+        "\tEnd size: not written in a dry run (500 messages)",
+        "\t75.0% fewer messages",
+        "\tRemoved: 1,400 superseded, 100 tombstone",
+    ]
+    assert failed().summary() == ("orders-1: NOT cleaned, its files left as they were: "
+                                  "/logs/a/orders-1/00000000000000000000.log: byte 42: CRC mismatch")
+    assert skipped().summary() == "orders-5: skipped: held by another job"
+
+
+def test_text_ends_with_the_totals():
+    # read 3 + 10 = 13 MiB, written 0.25 + 5 = 5.25 MiB (half up: 5.3); 2,000 + 12,345 = 14,345 messages,
+    # 500 + 2,345 = 2,845 kept; 4.0 s: 13 / 4 = 3.25 MB/sec (3.3), 14,345 / 4 = 3,586.25 messages/sec
+    assert report().text().split("\n")[-1] == (
+        "4 partitions: 2 cleaned, 1 failed, 1 skipped; 13.0 MB -> 5.3 MB, 14,345 -> 2,845 messages in "
+        "4.0 seconds (3.3 MB/sec, 3,586 messages/sec)")
+
+
+def test_metrics_without_the_plan():
+    values, notes = report().metrics()
+    assert values == {
+        "max-dirty-percent": None,
+        "max-clean-time-secs": 1,  # max(1.5, 0.25) truncated; the failed one's 0.5 s does not count
+        "max-buffer-utilization-percent": 0,
+        # (0.25 + 5) MiB / (3 + 10) MiB = 0.4038..: 40
+        "cleaner-recopy-percent": 40,
+        "max-compaction-delay-secs": None,
+        "uncleanable-partitions-count": None,
+        "uncleanable-bytes": None,
+        "time-since-last-run-ms": 6500,  # planning 2.5 s + the job's 4.0 s
+    }
+    assert set(values) == set(METRICS)
+    assert notes == {"max-buffer-utilization-percent": NO_BUFFER, "max-dirty-percent": NO_PLAN,
+                     "max-compaction-delay-secs": NO_PLAN, "uncleanable-partitions-count": NO_PLAN,
+                     "uncleanable-bytes": NO_PLAN}
+
+
+def test_metrics_with_the_plan():
+    r = report()
+    r.observe_plan(plan(), marked=["/logs/a/orders-1"])
+    values, _ = r.metrics()
+    # compacted and idle with bytes: orders-0 0.75, users-1 0.875 (orders-2 is uncleanable, orders-3 paused,
+    # orders-4 empty, clicks-0 not compacted): 100 * 0.875 = 87.5 -> 87
+    assert values["max-dirty-percent"] == 87
+    # delays of the compacted idle ones: 0, 61,999 ms, 0 -> 61,999 // 1000 = 61 (orders-2's and orders-3's
+    # larger delays do not count: Kafka's manager passes over uncleanable and paused partitions)
+    assert values["max-compaction-delay-secs"] == 61
+    # marked: orders-2 (before the run), orders-1 (by it), both in /logs/a; orders-1's bytes unknown: 0
+    assert values["uncleanable-partitions-count"] == {"/logs/a": 2, "/logs/b": 0}
+    assert values["uncleanable-bytes"] == {"/logs/a": 5_000, "/logs/b": 0}
+    assert (values["cleaner-recopy-percent"], values["time-since-last-run-ms"]) == (40, 6500)
+
+
+@pytest.mark.parametrize(("ratio", "percent"), [(0.29, 28), (0.5, 50), (1.0, 100)])
+def test_max_dirty_percent_truncates_as_kafka(ratio, percent):
+    r = Report(NOW, False)
+    r.observe_plan(pa.Table.from_pylist([plan_row("/l/t-0", "compact", "idle", 100, 29, ratio, 0)],
+                                        schema=PLAN_SCHEMA))
+    assert r.metrics()[0]["max-dirty-percent"] == percent  # (100 * 0.29).toInt == 28 in Scala too
+
+
+def test_dry_run_and_empty_run():
+    values, notes = report(dry_run=True).metrics()
+    assert notes["cleaner-recopy-percent"] == "dry run: nothing was written"
+    empty = Report(NOW, False, seconds=0.25)
+    values, _ = empty.metrics()
+    assert (values["max-clean-time-secs"], values["cleaner-recopy-percent"], values["time-since-last-run-ms"]) \
+        == (0, 0, 250)
+    empty.observe_plan(PLAN_SCHEMA.empty_table())
+    values, _ = empty.metrics()
+    assert (values["max-dirty-percent"], values["max-compaction-delay-secs"]) == (0, 0)
+    assert values["uncleanable-partitions-count"] == values["uncleanable-bytes"] == {}
+
+
+def test_json_carries_metrics_and_notes(tmp_path):
+    r = report()
+    r.observe_plan(plan(), marked=["/logs/a/orders-1"])
+    path = tmp_path / "r.json"
+    r.write(str(path))
+    doc = json.loads(path.read_text())
+    assert doc["metrics"] == r.metrics()[0] and doc["metric_notes"] == r.metrics()[1]
+    assert doc["totals"]["bytes_written"] == MIB // 4 + 5 * MIB
+    nothing = {"superseded": 0, "tombstone": 0, "aborted": 0, "keyless": 0, "marker": 0}
+    assert [p["removed"] for p in doc["partitions"][2:]] == [nothing, nothing]  # failed, skipped: none removed

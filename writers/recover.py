@@ -1,0 +1,297 @@
+"""Finish or roll back interrupted swaps exactly as a Kafka broker does when it loads a log dir,
+so that our tool and a restarted broker reach the same files; then rebuild broken indexes.
+
+The broker's load rules (LogLoader), in order:
+1. ``.deleted`` files are deleted; ``.cleaned`` files are noted, with the smallest base offset
+   among them;
+2. ``.swap`` files at or above that smallest ``.cleaned`` base offset are deleted (a swap
+   that had not finished being published), then every ``.cleaned`` file;
+3. the remaining ``.log.swap`` segments span [smallest base, largest next offset); every
+   non-swap file whose name starts with an offset in that span is deleted (the segments those
+   swaps replace, including their indexes and producer snapshots);
+4. every ``.swap`` file takes its final name.
+Then, per segment: a missing ``.index`` or an index failing the broker's sanity check is
+rebuilt from the ``.log`` (LogSegment.recover's entries: one chunk per batch). A missing
+``.timeindex`` beside a sound ``.index`` is left to the broker, which creates it empty on load;
+our readers fall back to the segment's modification time, as the broker then does.
+
+``plan_recovery`` is the pure decision (file names in, actions out); ``recover_partition``
+applies it through ``storage``, each step made durable before the next.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import posixpath
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+
+import storage
+from readers import indexes
+from readers.errors import FormatError
+from readers.logdir import segment_name
+from readers.segment import iter_batches
+from writers import s3commit
+from writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentWriter
+
+SWAP, CLEANED, DELETED = ".swap", ".cleaned", ".deleted"
+# What ``storage.write_atomic`` may leave at a log dir's root after a crash: our checkpoints'
+# and cleaning states' temp files.
+_ROOT_TEMP = re.compile(r"^(cleaner-offset-checkpoint|log-start-offset-checkpoint|kcompact-state\..+\.json)\.tmp$")
+_OFFSET_PREFIX = re.compile(r"^(\d+)\.")
+
+
+def _offset(name: str) -> int | None:
+    """The broker's offsetFromFile: the digits before the first dot, if any."""
+    match = _OFFSET_PREFIX.match(name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(slots=True)
+class Actions:
+    delete: list[str] = field(default_factory=list)  # in this order
+    rename: list[tuple[str, str]] = field(default_factory=list)  # after the deletions
+
+    def __bool__(self) -> bool:
+        return bool(self.delete or self.rename)
+
+
+def plan_recovery(names: Iterable[str], next_offset_of_swap: Callable[[str], int]) -> Actions:
+    """The broker's decision for one partition dir's file ``names``. ``next_offset_of_swap``
+    gives a ``.log.swap`` file's next offset (last offset + 1; its base offset when empty)."""
+    names = sorted(names)
+    actions = Actions()
+    # KRaft snapshots (``.checkpoint.deleted``) are the metadata log's own business
+    actions.delete += [n for n in names if n.endswith(DELETED) and not n.endswith(".checkpoint" + DELETED)]
+    cleaned = [n for n in names if n.endswith(CLEANED)]
+    swaps = [n for n in names if n.endswith(SWAP)]
+    min_cleaned = min((_offset(n) for n in cleaned if _offset(n) is not None), default=None)
+    if min_cleaned is not None:
+        unfinished = [n for n in swaps if (_offset(n) or 0) >= min_cleaned]
+        actions.delete += unfinished
+        swaps = [n for n in swaps if n not in unfinished]
+    actions.delete += cleaned
+    log_swaps = [n for n in swaps if n.endswith(".log" + SWAP)]
+    if log_swaps:
+        low = min(_offset(n) for n in log_swaps)
+        high = max(next_offset_of_swap(n) for n in log_swaps)
+        gone = set(actions.delete)
+        actions.delete += [n for n in names if n not in gone and not n.endswith(SWAP)
+                           and (o := _offset(n)) is not None and low <= o < high]
+    # In the commit's order (highest base first, each group's .log first): should this run stop
+    # part way, the swaps left all lie below the files already renamed, whose base offsets the next
+    # run's range then cannot reach (it would delete them as replaced and rebuild the indexes).
+    swaps.sort(key=lambda n: (-(_offset(n) or 0), not n.endswith(".log" + SWAP), n))
+    actions.rename = [(n, n.removesuffix(SWAP)) for n in swaps]
+    return actions
+
+
+def _next_offset(path: str, base_offset: int) -> int:
+    next_offset = base_offset
+    with storage.open_read(path) as f:
+        for batch in iter_batches(f, path, strict=False):
+            next_offset = batch.next_offset
+    return next_offset
+
+
+@dataclass(slots=True)
+class PartitionRecovery:
+    path: str
+    deleted: list[str] = field(default_factory=list)
+    renamed: list[tuple[str, str]] = field(default_factory=list)
+    indexes_rebuilt: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    generation: int | None = None  # object stores: the latest commit record's generation (0: none)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.deleted or self.renamed or self.indexes_rebuilt)
+
+    def summary(self) -> str:
+        parts = [f"{len(self.deleted)} deleted", f"{len(self.renamed)} swaps completed"]
+        if self.indexes_rebuilt:
+            parts.append(f"indexes rebuilt: {', '.join(self.indexes_rebuilt)}")
+        if self.problems:
+            parts.append(f"problems: {'; '.join(self.problems)}")
+        return f"{self.path}: " + ", ".join(parts)
+
+
+def recover_partition(partition_dir: str, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> PartitionRecovery:
+    """Apply the broker's load-time recovery to one partition dir (idempotent: a second run, or
+    a run after a crash of this one, finds less to do and ends in the same files). On an object
+    store, first the commit protocol's (``writers.s3commit``): the caller holds the partition's
+    lease, or no job can take it."""
+    out = PartitionRecovery(partition_dir)
+    files, _ = storage.list_dir(partition_dir)
+    for f in files:  # an index rebuild of ours cut short (write_atomic's temp file)
+        if f.path.endswith((".index" + storage.TMP, ".timeindex" + storage.TMP)):
+            storage.remove(f.path)
+            out.deleted.append(posixpath.basename(f.path))
+    if s3commit.on_object_store(partition_dir):
+        done = s3commit.recover_partition(partition_dir, files)
+        out.generation, out.renamed = done.generation, done.copied
+        out.deleted += done.deleted
+        if done.copied or done.deleted:
+            files, _ = storage.list_dir(partition_dir)
+    names = [posixpath.basename(f.path) for f in files if not f.path.endswith(storage.TMP)]
+    actions = plan_recovery(names, lambda n: _next_offset(storage.join(partition_dir, n), _offset(n)))
+    if actions:
+        for name in actions.delete:
+            storage.remove(storage.join(partition_dir, name))
+        storage.fsync_dir(partition_dir)
+        for src, dst in actions.rename:
+            storage.rename(storage.join(partition_dir, src), storage.join(partition_dir, dst))
+        storage.fsync_dir(partition_dir)
+        out.deleted += actions.delete
+        out.renamed = actions.rename
+        files, _ = storage.list_dir(partition_dir)
+        names = [posixpath.basename(f.path) for f in files]
+    sizes = {posixpath.basename(f.path): f.size for f in files}
+    for name in sorted(n for n in names if n.endswith(".log") and _offset(n) is not None):
+        base = _offset(name)
+        try:
+            rebuilt = _repair_indexes(partition_dir, base, sizes, index_interval_bytes)
+        except FormatError as exc:  # a corrupt .log: reported by verify and the job, not guessed at here
+            out.problems.append(str(exc))
+            continue
+        out.indexes_rebuilt += rebuilt
+    return out
+
+
+def _index_broken(path: str, data: bytes, parse, entry_size: int) -> bool:
+    """The broker's sanityCheck: whole entries, and a last entry not before the first."""
+    if len(data) % entry_size:
+        return True
+    try:
+        entries = parse(path, data)
+    except FormatError:
+        return True
+    if not entries:
+        return False
+    if isinstance(entries[0], indexes.TimeEntry):
+        return entries[-1].timestamp < entries[0].timestamp or entries[-1].relative_offset < 0
+    return entries[-1].relative_offset < 0
+
+
+def _repair_indexes(partition_dir: str, base: int, sizes: dict[str, int], interval: int) -> list[str]:
+    index, timeindex = segment_name(base, "index"), segment_name(base, "timeindex")
+    index_path, time_path = storage.join(partition_dir, index), storage.join(partition_dir, timeindex)
+    broken = index not in sizes or _index_broken(index_path, storage.read_bytes(index_path),
+                                                  indexes.parse_offset_index, 8)
+    if not broken and timeindex in sizes:
+        broken = _index_broken(time_path, storage.read_bytes(time_path), indexes.parse_time_index, 12)
+    if not broken:
+        return []
+    log_path = storage.join(partition_dir, segment_name(base, "log"))
+    writer = SegmentWriter(_Discard(), base, index_interval_bytes=interval)
+    with storage.open_read(log_path) as f:
+        for batch in iter_batches(f, log_path):
+            writer.append(_Sized(batch.size), batch.last_offset, batch.max_timestamp, batch.last_offset)
+    built = writer.close()
+    storage.write_atomic(index_path, built.offset_index)
+    storage.write_atomic(time_path, built.time_index)
+    return [index, timeindex]
+
+
+class _Discard:
+    """A sink for SegmentWriter when only the index entries are wanted."""
+
+    def write(self, chunk) -> int:
+        return len(chunk)
+
+
+class _Sized:
+    """Stands for a batch's bytes by its length alone (the index rules read nothing else)."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def remove_root_temp_files(log_dir: str) -> list[str]:
+    """Temp files of checkpoints and cleaning states an interrupted atomic write left behind."""
+    files, _ = storage.list_dir(log_dir)
+    gone = [f.path for f in files if _ROOT_TEMP.match(posixpath.basename(f.path))]
+    for path in gone:
+        storage.remove(path)
+    return gone
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    partitions: list[PartitionRecovery] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # partition dir or log dir -> why
+    temp_files: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for p in self.partitions if p.problems) + len(self.skipped)
+
+    def text(self) -> str:
+        lines = [p.summary() for p in self.partitions if p.changed or p.problems]
+        lines += [f"{path}: skipped: {why}" for path, why in self.skipped.items()]
+        lines += [f"{path}: removed (interrupted atomic write)" for path in self.temp_files]
+        changed = sum(p.changed for p in self.partitions)
+        lines.append(f"recovery: {len(self.partitions)} partitions checked, {changed} recovered, "
+                     f"{len(self.skipped)} skipped, {sum(bool(p.problems) for p in self.partitions)} with problems")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"partitions": [asdict(p) for p in self.partitions if p.changed or p.problems],
+                "checked": len(self.partitions), "skipped": self.skipped, "temp_files": self.temp_files}
+
+
+def recover_log_dirs(paths: Iterable[str], progress=print) -> RecoveryReport:
+    """Recover every partition of the log dirs, holding their ``.lock`` (re-entrant: usually the
+    caller's), except one a live job is working on: its swap is not interrupted, it is under way.
+    A log dir another process locks is skipped with the holder named. A job holds a local
+    log dir's ``.lock`` for as long as it runs, so a lease found there is a dead job's (killed,
+    say): its partition is recovered and the lease given back, as if it had expired. On an object
+    store a partition with a commit to finish or staged files to delete is recovered under a lease
+    of its own, so no job commits to it meanwhile."""
+    import uuid
+
+    report = RecoveryReport()
+    owner = f"kcompact-recover-{uuid.uuid4().hex[:12]}"
+    with contextlib.ExitStack() as held:
+        for log_dir in paths:
+            try:
+                held.enter_context(storage.LogDirLock(log_dir))  # re-entrant: the caller's, usually
+            except storage.LogDirBusy as exc:
+                report.skipped[log_dir] = str(exc)
+                continue
+            _recover_log_dir(log_dir, owner, report, progress)
+    return report
+
+
+def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress) -> None:
+    from compaction import states
+    from readers.logdir import scan_log_dir
+
+    locked = storage.is_local(storage.resolve(log_dir)[0])  # object stores have no .lock
+    report.temp_files += remove_root_temp_files(log_dir)
+    for part in scan_log_dir(log_dir).partitions:
+        state, version = states.read(part.path)
+        leased = state.state in (states.IN_PROGRESS, states.ABORTED)
+        if leased and not state.expired() and not locked:
+            report.skipped[part.path] = state.skip_reason
+            continue
+        if not locked and state.skip_reason is None and s3commit.pending(part.commit, part.staged):
+            lease = states.acquire(part.path, owner)  # paused, uncleanable: no job can take it anyway
+            if isinstance(lease, str):
+                report.skipped[part.path] = lease
+                continue
+            try:
+                done = recover_partition(part.path)
+            finally:
+                states.release(lease)
+        else:
+            done = recover_partition(part.path)
+            if leased:  # after the files: a crash in between leaves the lease for the next recovery
+                states.release(states.Lease(part.path, state, version))
+        if done.changed:
+            progress(f"  recovered {done.summary()}")
+        report.partitions.append(done)
