@@ -172,6 +172,7 @@ def _compact(args: argparse.Namespace) -> int:
     """Recover, plan (or take --plan), clean every selected partition, report; exit 0 when all
     were cleaned, 4 when some failed or their log dir was in use, 5 when none could be cleaned."""
     from compaction import job
+    from compaction.leases import LeaseKeeper
     from jobs.spark import session
     from planner import output, plan
 
@@ -193,7 +194,7 @@ def _compact(args: argparse.Namespace) -> int:
             import pyarrow.compute as pc
 
             table = table.filter(pc.is_in(table.column("log_dir"), value_set=pa.array(free)))
-        result = job.run(spark, table, now=now, dry_run=args.dry_run,
+        result = job.run(spark, table, now=now, dry_run=args.dry_run, leases=LeaseKeeper(lease_ms=args.lease_ms),
                          progress=lambda line: print(line, flush=True), ready=ready)
     print(result.report.text())
     if args.report:
@@ -245,7 +246,7 @@ def _run(args: argparse.Namespace) -> int:
     with _log_dirs_held(args.paths, args.dry_run) as (free, busy):
         if not free:
             return EXIT_FAILED
-        result = nightly(spark, free, conf=config, now=args.now, dry_run=args.dry_run,
+        result = nightly(spark, free, conf=config, now=args.now, dry_run=args.dry_run, lease_ms=args.lease_ms,
                          max_partitions=args.max_partitions, progress=lambda line: print(line, flush=True))
     print(result.text())
     if args.report:
@@ -274,6 +275,14 @@ def _job_parser(sub, name: str, help: str) -> argparse.ArgumentParser:
     return p
 
 
+def _lease_option(p: argparse.ArgumentParser) -> None:
+    from compaction.states import LEASE_MS
+
+    p.add_argument("--lease-ms", type=int, default=LEASE_MS, metavar="MS",
+                   help=f"lease on each partition being cleaned, renewed every quarter of it; a job silent for "
+                        f"that long is taken for dead and its partitions taken over (default {LEASE_MS})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kcompact", description="Spark-native compaction for Kafka log dirs.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -300,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-partitions", type=int, metavar="N", help="clean at most N partitions (highest ratio first)")
     p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
     p.add_argument("--report", metavar="FILE", help="write the report as JSON")
+    _lease_option(p)
     p.set_defaults(func=_compact)
 
     p = _job_parser(sub, "retain", help="delete the segments Kafka's retention would delete, move the log start")
@@ -331,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-partitions", type=int, metavar="N", help="clean at most N partitions (highest ratio first)")
     p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
     p.add_argument("--report", metavar="FILE", help="write the report as JSON (retention and compaction)")
+    _lease_option(p)
     p.set_defaults(func=_run)
 
     p = sub.add_parser("gen", help="generate a realistic sample log dir")

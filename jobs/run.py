@@ -57,8 +57,10 @@ class NightlyReport:
 
 
 def nightly(spark, paths, conf=None, now: int | None = None, dry_run: bool = False,
-            max_partitions: int | None = None, progress=print) -> NightlyReport:
+            max_partitions: int | None = None, progress=print, lease_ms: int | None = None) -> NightlyReport:
     from compaction import job
+    from compaction.leases import LeaseKeeper
+    from compaction.states import LEASE_MS
     from planner.build import build_config, plan
     from writers.retention import retain
 
@@ -75,7 +77,8 @@ def nightly(spark, paths, conf=None, now: int | None = None, dry_run: bool = Fal
     progress("compaction: planning")
     table = plan(spark, paths, conf=conf, now=now, top=max_partitions).toArrow()
     # 3. compaction
-    compaction = job.run(spark, table, now=now, dry_run=dry_run, progress=progress, ready=ready)
+    compaction = job.run(spark, table, now=now, dry_run=dry_run, progress=progress, ready=ready,
+                         leases=LeaseKeeper(lease_ms=lease_ms or LEASE_MS))
     return NightlyReport(now, dry_run, recovery, retention, compaction.report)
 
 

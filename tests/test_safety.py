@@ -387,3 +387,24 @@ def test_disk_full_while_writing_cleaned_segments(spark, tiny_disk):
     assert all(p.committed for p in again.report.partitions), again.report.text()
     assert kept_offsets(log_dir / "small-0") == [3, 4, 5, 6]
     assert kept_offsets(log_dir / "big-0") == list(range(1, 32))
+
+
+def test_lease_length_is_a_job_option(spark, tmp_path):
+    """``--lease-ms`` on compact and run; the lease a job writes says how long it stands unrenewed."""
+    from compaction import job
+    from jobs.cli import build_parser
+
+    for command in ("compact", "run"):
+        assert build_parser().parse_args([command, "x", "--lease-ms", "60000"]).lease_ms == 60000
+        assert build_parser().parse_args([command, "x"]).lease_ms == states.LEASE_MS
+    log_dir = tmp_path / "logs"
+    dirty_partition(log_dir / "b-0")
+    seen = {}
+
+    def progress(line: str) -> None:
+        if line.startswith("stages 2-4"):
+            seen.update(state_file(log_dir, "b-0"))
+
+    job.run(spark, _plan(spark, log_dir), now=NOW, progress=progress, leases=LeaseKeeper(lease_ms=45_000))
+    assert seen["state"] == "in_progress" and seen["lease_ms"] == 45_000
+    assert state_file(log_dir, "b-0") is None
