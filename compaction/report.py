@@ -10,12 +10,10 @@ figure of the project.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
-import storage
 from compaction.states import IDLE, UNCLEANABLE
 
 REASONS = ("superseded", "tombstone", "aborted", "keyless", "marker")
@@ -224,6 +222,3 @@ class Report:
         return {"now": self.now, "dry_run": self.dry_run, "totals": self.totals(), "stages": self.stages,
                 "metrics": metrics, "metric_notes": notes,
                 "partitions": [asdict(p) | {"mb_per_s": p.mb_per_s} for p in self.partitions]}
-
-    def write(self, path: str) -> None:
-        storage.write_durable(path, json.dumps(self.to_json(), indent=1).encode())

@@ -370,8 +370,12 @@ def html_path(json_path: str) -> str:
     return f"{stem if ext.lower() == '.json' else json_path}.html"
 
 
-def write_beside(json_path: str, doc: dict) -> str:
-    """Write ``doc``'s page beside its JSON file (local or ``s3://``); returns the page's path."""
+def write_report(json_path: str, doc: dict, page: bool = True) -> list[str]:
+    """Write a job's report ``doc`` as JSON to ``json_path`` (local or ``s3://``) and, with
+    ``page``, its HTML page beside it; returns the paths written."""
+    storage.write_durable(json_path, json.dumps(doc, indent=1).encode())
+    if not page:
+        return [json_path]
     path = html_path(json_path)
     storage.write_durable(path, render(doc).encode())
-    return path
+    return [json_path, path]

@@ -102,12 +102,7 @@ def _recover(args: argparse.Namespace) -> int:
             if not (any(p.changed for p in report.partitions) or report.skipped or report.temp_files):
                 print(report.text())  # else _recover_first printed it
             if args.report:
-                import json
-
-                import storage
-
-                storage.write_durable(args.report, json.dumps(report.to_json(), indent=1).encode())
-                print(f"report written to {args.report}")
+                _write_report(args.report, report.to_json(), page=False)  # no page layout for recovery
     failed = len(busy) + (report.failed if report else 0)
     return _exit_status(failed, len(args.paths) + (len(report.partitions) if report else 0))
 
@@ -198,12 +193,15 @@ def _compact(args: argparse.Namespace) -> int:
                          progress=lambda line: print(line, flush=True), ready=ready)
     print(result.report.text())
     if args.report:
-        from compaction.report_html import write_beside
-
-        result.report.write(args.report)
-        print(f"report written to {args.report} and {write_beside(args.report, result.report.to_json())}")
+        _write_report(args.report, result.report.to_json())
     totals = result.report.totals()
     return _exit_status(totals["failed"] + len(busy), totals["partitions"] - totals["skipped"] + len(busy))
+
+
+def _write_report(path: str, doc: dict, page: bool = True) -> None:
+    from compaction.report_html import write_report
+
+    print(f"report written to {' and '.join(write_report(path, doc, page))}")
 
 
 def _exit_status(failed: int, attempted: int) -> int:
@@ -229,10 +227,7 @@ def _retain(args: argparse.Namespace) -> int:
                         progress=lambda line: print(line, flush=True))
     print(report.text())
     if args.report:
-        from compaction.report_html import write_beside
-
-        report.write(args.report)
-        print(f"report written to {args.report} and {write_beside(args.report, report.to_json())}")
+        _write_report(args.report, report.to_json())
     return _exit_status(report.totals()["failed"] + len(busy), report.attempted + len(busy))
 
 
@@ -250,10 +245,7 @@ def _run(args: argparse.Namespace) -> int:
                          max_partitions=args.max_partitions, progress=lambda line: print(line, flush=True))
     print(result.text())
     if args.report:
-        from compaction.report_html import write_beside
-
-        result.write(args.report)
-        print(f"report written to {args.report} and {write_beside(args.report, result.to_json())}")
+        _write_report(args.report, result.to_json())
     return _exit_status(result.failed + len(busy), result.attempted + len(busy))
 
 

@@ -14,12 +14,10 @@ each log dir's ``.lock``:
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass
 
-import storage
 from compaction.report import Report
 from writers.recover import RecoveryReport
 from writers.retention import RetentionReport
@@ -51,9 +49,6 @@ class NightlyReport:
         return {"now": self.now, "dry_run": self.dry_run,
                 "recovery": self.recovery.to_json() if self.recovery else None,
                 "retention": self.retention.to_json(), "compaction": self.compaction.to_json()}
-
-    def write(self, path: str) -> None:
-        storage.write_durable(path, json.dumps(self.to_json(), indent=1).encode())
 
 
 def nightly(spark, paths, conf=None, now: int | None = None, dry_run: bool = False,

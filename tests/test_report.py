@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from compaction.report import METRICS, MIB, NO_BUFFER, NO_PLAN, PartitionReport, Report, java_fixed
+from compaction.report_html import write_report
 from planner.build import PLAN_SCHEMA
 
 NOW = 1_720_001_000_000
@@ -182,7 +183,7 @@ def test_json_carries_metrics_and_notes(tmp_path):
     r = report()
     r.observe_plan(plan(), marked=["/logs/a/orders-1"])
     path = tmp_path / "r.json"
-    r.write(str(path))
+    write_report(str(path), r.to_json(), page=False)
     doc = json.loads(path.read_text())
     assert doc["metrics"] == r.metrics()[0] and doc["metric_notes"] == r.metrics()[1]
     assert doc["totals"]["bytes_written"] == MIB // 4 + 5 * MIB

@@ -25,7 +25,6 @@ renamed, which is still a suffix of the log but not Kafka's protocol; the report
 from __future__ import annotations
 
 import contextlib
-import json
 import posixpath
 import time
 from collections.abc import Callable, Sequence
@@ -132,9 +131,6 @@ class RetentionReport:
     def to_json(self) -> dict:
         return {"now": self.now, "dry_run": self.dry_run, "totals": self.totals(), "notes": self.notes,
                 "partitions": [asdict(p) | {"reasons": p.reasons} for p in self.partitions]}
-
-    def write(self, path: str) -> None:
-        storage.write_durable(path, json.dumps(self.to_json(), indent=1).encode())
 
 
 # -- the job --------------------------------------------------------------------------------------
