@@ -393,7 +393,8 @@ def _take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult,
             result.report.partitions.append(PartitionReport.skipped_for(row, busy))
             progress(f"  skipped {row['topic']}-{row['partition']}: {busy}")
             continue
-        recovered = recover_partition(row["path"])
+        # swaps only: the command line recovered the whole log dirs (indexes too) before planning
+        recovered = recover_partition(row["path"], indexes=False)
         if recovered.generation is not None:
             result.generations[row["path"]] = recovered.generation
         if recovered.changed:
@@ -487,7 +488,7 @@ def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: 
             continue
         except OSError as exc:  # the swap stopped part way: finish or undo it as a broker would
             try:
-                recover_partition(row["path"])
+                recover_partition(row["path"], indexes=False)
                 error = f"{IO_ERROR}commit failed ({exc}); the interrupted swap was recovered"
             except OSError as again:
                 error = f"{IO_ERROR}commit failed ({exc}), recovery too ({again}): run 'kcompact recover'"

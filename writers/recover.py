@@ -117,11 +117,13 @@ class PartitionRecovery:
         return f"{self.path}: " + ", ".join(parts)
 
 
-def recover_partition(partition_dir: str, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> PartitionRecovery:
+def recover_partition(partition_dir: str, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+                      indexes: bool = True) -> PartitionRecovery:
     """Apply the broker's load-time recovery to one partition dir (idempotent: a second run, or
     a run after a crash of this one, finds less to do and ends in the same files). On an object
     store, first the commit protocol's (``writers.s3commit``): the caller holds the partition's
-    lease, or no job can take it."""
+    lease, or no job can take it. ``indexes=False`` leaves the index check out: it reads every
+    segment's index files, work for ``recover_log_dirs``, not for a job's check of each partition."""
     out = PartitionRecovery(partition_dir)
     files, _ = storage.list_dir(partition_dir)
     for f in files:  # an index rebuild of ours cut short (write_atomic's temp file)
@@ -147,6 +149,8 @@ def recover_partition(partition_dir: str, index_interval_bytes: int = DEFAULT_IN
         out.renamed = actions.rename
         files, _ = storage.list_dir(partition_dir)
         names = [posixpath.basename(f.path) for f in files]
+    if not indexes:
+        return out
     sizes = {posixpath.basename(f.path): f.size for f in files}
     for name in sorted(n for n in names if n.endswith(".log") and _offset(n) is not None):
         base = _offset(name)
