@@ -251,12 +251,18 @@ def _dir_flock(fs_path: str) -> Iterator[None]:
         os.close(fd)  # closing releases the flock
 
 
-def _local_version(fs_path: str) -> str | None:
+def _read_local(fs_path: str) -> tuple[bytes, str] | None:
     try:
         with open(fs_path, "rb") as f:
-            return hashlib.md5(f.read()).hexdigest()
+            data = f.read()
     except FileNotFoundError:
         return None
+    return data, hashlib.md5(data).hexdigest()
+
+
+def _local_version(fs_path: str) -> str | None:
+    found = _read_local(fs_path)
+    return found[1] if found else None
 
 
 def _precondition_failed(exc: OSError) -> bool:
@@ -269,12 +275,7 @@ def read_versioned(path: str) -> tuple[bytes, str] | None:
     """A small file's bytes and version, or None when it does not exist."""
     fs, fs_path = resolve(path)
     if is_local(fs):
-        try:
-            with open(fs_path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return None
-        return data, hashlib.md5(data).hexdigest()
+        return _read_local(fs_path)
     while True:  # the ETag before and after the read agree: the bytes are that version's
         try:
             before = fs.info(fs_path, refresh=True)["ETag"]
