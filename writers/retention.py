@@ -221,11 +221,8 @@ def _delete_prefix(row: dict) -> str | None:
 
 def _state_skip(partition_dir: str, policy: str) -> str | None:
     """The cleaning state as it is now (the plan's may be minutes old), as retention sees it."""
-    path = states.state_path(partition_dir)
-    if not storage.exists(path):
-        return None
     try:
-        state = states.parse(path, storage.read_bytes(path))
+        state, _ = states.read(partition_dir)
     except FormatError as exc:
         return f"unreadable cleaning state: {exc}"
     return states.retention_skip(state, policy)
