@@ -22,7 +22,7 @@ $(STAMP): setup.cfg constraints.txt pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	rm -rf $(DEMO_DIR) $(DEMO_DIR)-plan.json $(DEMO_DIR)-plan.png $(DEMO_DIR)-report.json
+	rm -rf $(DEMO_DIR) $(DEMO_DIR)-plan.json $(DEMO_DIR)-plan.png $(DEMO_DIR)-report.json $(DEMO_DIR)-report.html
 	$(BIN)/kcompact gen --out $(DEMO_DIR) --seed 7
 	$(BIN)/kcompact dump $(DEMO_DIR)/orders-0 | head -n 12
 	$(BIN)/kcompact verify $(DEMO_DIR)
