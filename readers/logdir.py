@@ -58,9 +58,11 @@ class Partition:
     segments: list[Segment] = field(default_factory=list)
     leftovers: list[FileInfo] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
-    # object stores (writers.s3commit): the latest commit record, and the staged files no reader sees
+    # object stores (writers.s3commit): the latest commit record, the staged files no reader sees,
+    # and why the records could not be followed (also in ``problems``)
     commit: CommitRecord | None = None
     staged: list[FileInfo] = field(default_factory=list)
+    commit_problem: Problem | None = None
 
     @property
     def name(self) -> str:
@@ -110,6 +112,7 @@ def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] 
         entries, part.commit, part.staged = followed.entries, followed.record, followed.staged
         if followed.problem is not None:
             part.problems.append(followed.problem)
+            part.commit_problem = followed.problem
     by_base: dict[int, Segment] = {}
     for name, info in entries:
         match = _SEGMENT_FILE.match(name)

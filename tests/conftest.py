@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 
@@ -52,3 +54,15 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_s3(spark, s3_endpoint):
+    """The test session's Spark, its Python workers pointed at moto (a registration of the
+    environment starts workers of their own), for jobs run in this process."""
+    import fsspec
+
+    environment = spark.sparkContext.environment
+    environment["FSSPEC_S3"] = json.dumps(fsspec.config.conf["s3"])
+    yield spark
+    del environment["FSSPEC_S3"]

@@ -361,3 +361,54 @@ def assert_same_lines(ours: list[str], expected: list[str]) -> None:
     for i, (a, b) in enumerate(zip(ours, expected)):
         assert a == b, f"line {i + 1} differs"
     assert len(ours) == len(expected)
+
+
+# -- object stores ----------------------------------------------------------------------------------
+FAULTY = "faults3"
+
+
+def failing_s3():
+    """An fsspec filesystem class over the same S3, protocol ``faults3://``, that fails its Nth
+    write-like call (a PUT, a copy, a delete; set ``fail_at``, read ``calls``) with EIO, as a flaky
+    store or network would; every call before it goes through. Registered with fsspec, with the
+    ``s3`` configuration, when called."""
+    import errno
+
+    import fsspec
+    import s3fs
+
+    class FailingS3FileSystem(s3fs.S3FileSystem):
+        protocol = (FAULTY,)
+        fail_at = 0
+        calls = 0
+
+        def _count(self):
+            cls = type(self)
+            cls.calls += 1
+            if cls.calls == cls.fail_at:
+                raise OSError(errno.EIO, f"injected I/O error at write {cls.calls}")
+
+        async def _pipe_file(self, *args, **kwargs):
+            self._count()
+            return await super()._pipe_file(*args, **kwargs)
+
+        async def _copy(self, *args, **kwargs):
+            self._count()
+            return await super()._copy(*args, **kwargs)
+
+        async def _rm_file(self, *args, **kwargs):
+            self._count()
+            return await super()._rm_file(*args, **kwargs)
+
+        async def _rm(self, *args, **kwargs):
+            self._count()
+            return await super()._rm(*args, **kwargs)
+
+        async def _call_s3(self, method, *args, **kwargs):
+            if method in ("delete_object", "copy_object"):
+                self._count()
+            return await super()._call_s3(method, *args, **kwargs)
+
+    fsspec.register_implementation(FAULTY, FailingS3FileSystem, clobber=True)
+    fsspec.config.conf[FAULTY] = fsspec.config.conf["s3"]
+    return FailingS3FileSystem

@@ -298,28 +298,177 @@ def test_partition_changed_since_planning_is_left_alone(tmp_path):
     assert cli._exit_status(1, 2) == cli.EXIT_PARTIAL and cli._exit_status(0, 2) == cli.EXIT_OK
 
 
-def test_object_store(s3_endpoint, tmp_path):
-    """The same deletion on s3:// (moto): every file of segment 0 and its snapshot gone, both
-    checkpoints written, and the report notes that renames there are not atomic."""
+# -- object stores: deletions published by a commit record (writers.s3commit) -----------------------
+BUCKET = "ret"
+X_ROW = {"topic": "x", "partition": 0, "cleanup_policy": "delete", "log_start_offset": 0, "retention_log_start": 10,
+         "retention_bytes_deleted": S, "retention_deletes": deletes((0, S, NOW - 3 * HOUR, "retention.ms")),
+         "problems": []}
+X_GONE = seg_files(0, kinds=("log", "index", "timeindex", "txnindex", "snapshot"))  # segment 0 and its snapshot
+
+
+@pytest.fixture(scope="module")
+def store(s3_endpoint, tmp_path_factory):
+    """The bucket, and a local partition x-0 to upload: segments 0 (3 h old, with a .txnindex and
+    a producer snapshot) and 10, active 20; retention.ms 1 h takes segment 0 (row ``X_ROW``)."""
     import s3fs
 
-    from writers.retention import OBJECT_STORE_NOTE
-
-    part = write_partition(tmp_path / "x-0", closed([(0, NOW - 3 * HOUR), (10, NOW - 3 * HOUR)], 20), txns={0: b""})
+    fs = s3fs.S3FileSystem(use_listings_cache=False)
+    fs.mkdir(BUCKET)
+    src = tmp_path_factory.mktemp("x")
+    part = write_partition(src / "x-0", closed([(0, NOW - 3 * HOUR), (10, NOW - 3 * HOUR)], 20), txns={0: b""})
     (part / f"{0:020d}.snapshot").write_bytes(b"snapshot at 0")
-    fs = s3fs.S3FileSystem()
-    fs.mkdir("ret")
-    fs.put(f"{tmp_path}/", "ret/logs/", recursive=True)
-    fs.pipe("ret/logs/cleaner-offset-checkpoint", checkpoint_text([("x", 0, 3), ("y", 1, 9)]))
-    row = {"topic": "x", "partition": 0, "log_dir": "s3://ret/logs", "path": "s3://ret/logs/x-0",
-           "cleanup_policy": "delete", "log_start_offset": 0, "retention_log_start": 10, "retention_bytes_deleted": S,
-           "retention_deletes": deletes((0, S, NOW - 3 * HOUR, "retention.ms")), "problems": []}
-    report = execute(pa.Table.from_pylist([row], schema=PLAN_SCHEMA), now=NOW)
-    assert report.partitions[0].deleted and report.notes == [OBJECT_STORE_NOTE]
-    fs.invalidate_cache()
-    assert {p.rsplit("/", 1)[1] for p in fs.find("ret/logs/x-0")} == seg_files(10, 20)
-    assert fs.cat("ret/logs/log-start-offset-checkpoint") == b"0\n1\nx 0 10\n"
-    assert fs.cat("ret/logs/cleaner-offset-checkpoint") == b"0\n2\nx 0 10\ny 1 9\n"
+    (src / "cleaner-offset-checkpoint").write_bytes(checkpoint_text([("x", 0, 3), ("y", 1, 9)]))
+    return SimpleNamespace(fs=fs, src=src)
+
+
+def uploaded(store, prefix: str) -> str:
+    store.fs.put(f"{store.src}/", f"{BUCKET}/{prefix}/", recursive=True)
+    return f"s3://{BUCKET}/{prefix}"
+
+
+def objects(store, prefix: str) -> dict[str, bytes]:
+    """Every object under the prefix: name relative to it -> bytes."""
+    root = f"{BUCKET}/{prefix}/"
+    return {p[len(root):]: store.fs.cat(p) for p in store.fs.find(root)}
+
+
+def x_row(log_dir: str) -> pa.Table:
+    return pa.Table.from_pylist([X_ROW | {"log_dir": log_dir, "path": f"{log_dir}/x-0"}], schema=PLAN_SCHEMA)
+
+
+def seen_bases(log_dir: str) -> list[int]:
+    from readers.logdir import scan_partition
+
+    return [s.base_offset for s in scan_partition(f"{log_dir}/x-0", "x", 0).segments]
+
+
+def test_object_store_deletes_through_a_commit_record(store):
+    """On s3:// (moto) the deletion is one commit record: generation 1, no staged files, segment
+    0's files and snapshot replaced, log start 10; applied, it left those files gone and both
+    checkpoints moved by compare-and-swap (the cleaner entry 3 below the new log start raised)."""
+    from writers import s3commit
+
+    log_dir = uploaded(store, "plain")
+    report = execute(x_row(log_dir), now=NOW)
+    (entry,) = report.partitions
+    assert entry.deleted and entry.error is None and report.notes == []
+    after = objects(store, "plain")
+    assert {k[len("x-0/"):] for k in after if k.startswith("x-0/")} == seg_files(10, 20)
+    assert after["log-start-offset-checkpoint"] == b"0\n1\nx 0 10\n"
+    assert after["cleaner-offset-checkpoint"] == b"0\n2\nx 0 10\ny 1 9\n"
+    record = json.loads(after[s3commit.record_name("x", 0, 1)])
+    assert (record["staged"], sorted(record["replaced"]), record["log_start"], record["checkpoint"]) == \
+        ({}, sorted(X_GONE), 10, None)
+    assert record["copied"] and record["applied"]
+    assert seen_bases(log_dir) == [10, 20]
+
+
+def test_object_store_every_write_failure_is_old_or_new(store):
+    """The same retention through a filesystem failing its Nth write (EIO), for every N: the
+    partition fails (transient), readers see all of it or the new log start, never a mix;
+    ``kcompact recover`` then ends where the record decides: untouched byte for byte without
+    one, segment 0 gone and both checkpoints moved with one."""
+    from tests.support import FAULTY, failing_s3
+    from writers import s3commit
+
+    failing = failing_s3()
+    failing.calls, failing.fail_at = 0, 0
+    execute(x_row(uploaded(store, "sweep/none").replace("s3://", f"{FAULTY}://")), now=NOW)
+    writes = failing.calls
+    assert writes >= 9  # the record, copied, 5 deletions, 2 checkpoints, applied
+    committed_at = []
+    for n in range(1, writes + 1):
+        prefix = f"sweep/{n:02d}"
+        log_dir = uploaded(store, prefix)
+        before = objects(store, prefix)
+        failing.calls, failing.fail_at = 0, n
+        (entry,) = execute(x_row(log_dir.replace("s3://", f"{FAULTY}://")), now=NOW).partitions
+        assert not entry.deleted and f"injected I/O error at write {n}" in entry.error, n
+        committed = s3commit.record_name("x", 0, 1) in objects(store, prefix)
+        assert seen_bases(log_dir) == ([10, 20] if committed else [0, 10, 20]), n
+        assert cli.main(["recover", log_dir]) == 0
+        assert seen_bases(log_dir) == ([10, 20] if committed else [0, 10, 20]), n
+        after = objects(store, prefix)
+        if not committed:
+            assert after == before, n
+            continue
+        committed_at.append(n)
+        assert {k[len("x-0/"):] for k in after if k.startswith("x-0/")} == seg_files(10, 20), n
+        assert after["log-start-offset-checkpoint"] == b"0\n1\nx 0 10\n", n
+        assert after["cleaner-offset-checkpoint"] == b"0\n2\nx 0 10\ny 1 9\n", n
+        assert json.loads(after[s3commit.record_name("x", 0, 1)])["applied"], n
+    assert committed_at == list(range(2, writes + 1))  # the record's PUT is the commit point
+
+
+def test_object_store_waits_for_an_unapplied_commit(store):
+    """A commit record not yet applied (a compaction committing, or interrupted) blocks retention
+    of its partition: nothing touched. Once ``kcompact recover`` applied it, retention takes the
+    next generation."""
+    from writers import s3commit
+
+    log_dir = uploaded(store, "unapplied")
+    pending = s3commit.CommitRecord("x", 0, 1, "kcompact-other", {}, (), 3)
+    store.fs.pipe(f"{BUCKET}/unapplied/{s3commit.record_name('x', 0, 1)}", pending.to_json())
+    before = objects(store, "unapplied")
+    (entry,) = execute(x_row(log_dir), now=NOW).partitions
+    assert not entry.deleted and "generation 1 is not applied yet" in entry.error
+    assert objects(store, "unapplied") == before
+    assert cli.main(["recover", log_dir]) == 0
+    (entry,) = execute(x_row(log_dir), now=NOW).partitions
+    assert entry.deleted and entry.error is None
+    after = objects(store, "unapplied")
+    assert json.loads(after[s3commit.record_name("x", 0, 2)])["applied"]
+    assert s3commit.record_name("x", 0, 1) in after and seen_bases(log_dir) == [10, 20]
+
+
+def test_object_store_loses_the_generation_to_a_compaction(store, monkeypatch):
+    """A compaction commits the partition between retention's listing and its record: the
+    compaction's record has generation 1, retention's PUT of generation 1 fails, the partition is
+    reported failed and nothing of retention's is applied."""
+    from writers import retention, s3commit
+
+    log_dir = uploaded(store, "race")
+    winner = s3commit.CommitRecord("x", 0, 1, "kcompact-other", {}, (), 3, copied=True, applied=True)
+    check = retention._state_skip
+
+    def compaction_commits_meanwhile(partition_dir, policy):
+        store.fs.pipe(f"{BUCKET}/race/{s3commit.record_name('x', 0, 1)}", winner.to_json())
+        return check(partition_dir, policy)
+
+    monkeypatch.setattr(retention, "_state_skip", compaction_commits_meanwhile)
+    before = objects(store, "race")
+    (entry,) = execute(x_row(log_dir), now=NOW).partitions
+    assert not entry.deleted and "created by another writer first" in entry.error
+    assert objects(store, "race") == before | {s3commit.record_name("x", 0, 1): winner.to_json()}
+    assert seen_bases(log_dir) == [0, 10, 20]
+
+
+def test_run_on_object_store(spark_s3, store, tmp_path):
+    """``kcompact run`` on s3://: Q's compact,delete partition retained (generation 1) then
+    compacted (generation 2) with the result worked out for the local run above."""
+    from readers.logdir import scan_partition
+    from writers import s3commit
+
+    build_q(tmp_path / "q")
+    store.fs.put(f"{tmp_path / 'q'}/", f"{BUCKET}/q/", recursive=True)
+    log_dir, report = f"s3://{BUCKET}/q", tmp_path / "run.json"
+    assert cli.main(["run", log_dir, "--now", str(NOW), "--topic-config",
+                     "both:cleanup.policy=[compact,delete],retention.ms=3600000", "--report", str(report)]) == 0
+    doc = json.loads(report.read_text())
+    (ret,) = doc["retention"]["partitions"]
+    assert ([s["base_offset"] for s in ret["segments"]], ret["new_log_start"], ret["deleted"]) == ([0, 10], 20, True)
+    (comp,) = doc["compaction"]["partitions"]
+    assert (comp["dirty_start"], comp["dirty_end"], comp["committed"], comp["records_kept"]) == (20, 40, True, 15)
+    after = objects(store, "q")
+    assert {k for k in after if k.startswith("both-0/") and k.endswith(".log")} == \
+        {f"both-0/{20:020d}.log", f"both-0/{40:020d}.log"}
+    assert [r.offset for b in kp_batches(after[f"both-0/{20:020d}.log"]) for r in b] == list(range(25, 40))
+    assert after["log-start-offset-checkpoint"] == b"0\n1\nboth 0 20\n"
+    assert after["cleaner-offset-checkpoint"] == b"0\n1\nboth 0 40\n"
+    records = [json.loads(after[s3commit.record_name("both", 0, g)]) for g in (1, 2)]
+    assert [(r["log_start"], r["checkpoint"], r["applied"]) for r in records] == [(20, None, True), (None, 40, True)]
+    assert not [k for k in after if k.endswith(".staged")]
+    assert [s.base_offset for s in scan_partition(f"{log_dir}/both-0", "both", 0).segments] == [20, 40]
 
 
 @pytest.mark.parametrize("arg, key", [

@@ -32,7 +32,7 @@ from jobs import cli
 from readers.checkpoint import parse as parse_checkpoint
 from readers.dump import dump_path
 from readers.logdir import SEGMENT_KINDS, scan_partition, segment_name
-from tests.support import kp_batches, kp_record
+from tests.support import FAULTY, failing_s3, kp_batches, kp_record
 from writers import s3commit
 
 NOW = "1720001000000"
@@ -69,18 +69,6 @@ def child_env(s3_endpoint):
 def faults_env(env: dict, **settings: str) -> dict:
     return env | {"PYTHONPATH": os.pathsep.join([str(FAULTS), env.get("PYTHONPATH", "")]), "KCOMPACT_S3_FAULTS": "1",
                   "KCOMPACT_S3_CRASH_PARTITION": TARGET} | settings
-
-
-@pytest.fixture(scope="module")
-def spark_s3(spark, s3):
-    """The test session's Spark, its Python workers pointed at moto (a registration of the
-    environment starts workers of their own), for compactions run in this process."""
-    import fsspec
-
-    environment = spark.sparkContext.environment
-    environment["FSSPEC_S3"] = json.dumps(fsspec.config.conf["s3"])
-    yield spark
-    del environment["FSSPEC_S3"]
 
 
 def url(prefix: str) -> str:
@@ -481,61 +469,12 @@ def test_two_jobs_at_once_never_clean_the_same_partition(jobs, s3, gen, local_tr
 
 # -- 5. write failures through a failing fsspec filesystem -------------------------------------------
 
-FAULTY = "faults3"
-
-
-def _failing_s3():
-    """An fsspec filesystem over the same S3 that fails its Nth write-like call (a PUT, a copy, a
-    delete) with EIO, as a flaky store or network would; every call before it goes through."""
-    import errno
-
-    import s3fs
-
-    class FailingS3FileSystem(s3fs.S3FileSystem):
-        protocol = (FAULTY,)
-        fail_at = 0
-        calls = 0
-
-        def _count(self):
-            cls = type(self)
-            cls.calls += 1
-            if cls.calls == cls.fail_at:
-                raise OSError(errno.EIO, f"injected I/O error at write {cls.calls}")
-
-        async def _pipe_file(self, *args, **kwargs):
-            self._count()
-            return await super()._pipe_file(*args, **kwargs)
-
-        async def _copy(self, *args, **kwargs):
-            self._count()
-            return await super()._copy(*args, **kwargs)
-
-        async def _rm_file(self, *args, **kwargs):
-            self._count()
-            return await super()._rm_file(*args, **kwargs)
-
-        async def _rm(self, *args, **kwargs):
-            self._count()
-            return await super()._rm(*args, **kwargs)
-
-        async def _call_s3(self, method, *args, **kwargs):
-            if method in ("delete_object", "copy_object"):
-                self._count()
-            return await super()._call_s3(method, *args, **kwargs)
-
-    return FailingS3FileSystem
-
-
 def test_write_failures_through_a_failing_filesystem(s3, gen, merged_truth):
     """The commit of orders-0 through a failing fsspec filesystem, an EIO at each of its writes in
     turn: the commit raises, readers see the old or the new partition whole, ``kcompact recover``
     (through the sound filesystem) ends in the state the record decides, nothing staged is left."""
-    import fsspec
-
     old_records, new_records, end, prepare = commit_fixture(s3, gen, merged_truth)
-    failing = _failing_s3()
-    fsspec.register_implementation(FAULTY, failing, clobber=True)
-    fsspec.config.conf[FAULTY] = fsspec.config.conf["s3"]
+    failing = failing_s3()
 
     def commit_through_failing(point: str, fail_at: int) -> None:
         args = {k: (v.replace("s3://", f"{FAULTY}://") if isinstance(v, str) else

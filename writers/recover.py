@@ -133,8 +133,8 @@ def recover_partition(partition_dir: str, index_interval_bytes: int = DEFAULT_IN
     if s3commit.on_object_store(partition_dir):
         done = s3commit.recover_partition(partition_dir, files)
         out.generation, out.renamed = done.generation, done.copied
-        out.deleted += done.deleted
-        if done.copied or done.deleted:
+        out.deleted += done.replaced + done.deleted
+        if done.redone or done.deleted:
             files, _ = storage.list_dir(partition_dir)
     names = [posixpath.basename(f.path) for f in files if not f.path.endswith(storage.TMP)]
     actions = plan_recovery(names, lambda n: _next_offset(storage.join(partition_dir, n), _offset(n)))

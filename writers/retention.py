@@ -17,9 +17,15 @@ Then, per log dir, once all its partitions are done, one atomic write each (temp
 
 A crash at any instant leaves a log dir a broker loads as the old or the new log: it deletes
 ``.deleted`` files on load, takes max(checkpoint, first base offset) as the log start, and its
-cleaner resets a checkpoint below the log start. On object stores (``s3://``) a rename is a
-copy then a delete and no directory is fsynced: a crash can leave a segment's files partly
-renamed, which is still a suffix of the log but not Kafka's protocol; the report says so.
+cleaner resets a checkpoint below the log start.
+
+On object stores (``s3://``) a rename is a copy and a delete, so steps 2-5 are one commit record
+of ``writers.s3commit`` instead (no staged files; the deleted files as replaced; the new log
+start), created by a conditional PUT on the partition's next generation: from that instant
+readers see the new log start, and the apply (or ``kcompact recover`` after a crash) deletes the
+files and moves both checkpoint entries by compare-and-swap. A compaction commit of the same
+partition racing it loses the generation to it, or wins it and this partition is reported
+failed (transient), never mixed.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import posixpath
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -37,12 +44,11 @@ from compaction import states
 from readers import checkpoint
 from readers.errors import FormatError
 from readers.logdir import scan_partition, segment_name
+from writers import s3commit
 
 DELETED = ".deleted"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
-OBJECT_STORE_NOTE = ("object store: renames are copies followed by deletes, not atomic, and directories are not "
-                     "fsynced; an interrupted run can leave .deleted copies behind")
 
 
 class Changed(Exception):
@@ -156,14 +162,14 @@ def execute(plan: pa.Table, now: int, dry_run: bool = False,
             progress: Callable[[str], None] = print) -> RetentionReport:
     """Delete what the plan's ``retention_*`` columns say, log dir by log dir."""
     report = RetentionReport(now=now, dry_run=dry_run)
+    owner = f"kcompact-retention-{uuid.uuid4().hex[:12]}"  # names this run in its object-store commit records
     rows = [r for r in plan.to_pylist()
             if r["retention_deletes"] or (r["retention_skip_reason"] or "").startswith("bad input")]
     by_dir: dict[str, list[dict]] = {}
     for row in sorted(rows, key=lambda r: (r["log_dir"], r["topic"] or "", r["partition"] or 0, r["path"])):
         by_dir.setdefault(row["log_dir"], []).append(row)
     for log_dir, dir_rows in by_dir.items():
-        if not storage.is_local(storage.resolve(log_dir)[0]) and OBJECT_STORE_NOTE not in report.notes:
-            report.notes.append(OBJECT_STORE_NOTE)
+        local = storage.is_local(storage.resolve(log_dir)[0])
         done: list[PartitionRetention] = []
         for row in dir_rows:
             entry = PartitionRetention.of(row)
@@ -171,15 +177,15 @@ def execute(plan: pa.Table, now: int, dry_run: bool = False,
             if entry.skipped or dry_run:
                 continue
             try:
-                entry.skipped = _delete_prefix(row)
-            except (Changed, FormatError, OSError) as exc:
+                entry.skipped = _delete_prefix(row, owner)
+            except (Changed, FormatError, OSError, s3commit.CommitLost) as exc:
                 entry.error = str(exc)
                 continue
             if entry.skipped is None:
                 entry.deleted = True
                 done.append(entry)
                 progress(f"  deleted {len(entry.segments)} segments of {entry.name}: log start {entry.new_log_start}")
-        if done:
+        if done and local:  # an object store's commit records moved them already
             try:
                 _move_checkpoints(log_dir, {(p.topic, p.partition): p.new_log_start for p in done})
             except (FormatError, OSError) as exc:
@@ -188,9 +194,10 @@ def execute(plan: pa.Table, now: int, dry_run: bool = False,
     return report
 
 
-def _delete_prefix(row: dict) -> str | None:
+def _delete_prefix(row: dict, owner: str) -> str | None:
     """Delete one partition's planned prefix; returns a skip reason instead when its cleaning
-    state changed since planning. Raises ``Changed`` when its segments did."""
+    state changed since planning. Raises ``Changed`` when its segments did, ``CommitLost`` when
+    a compaction committed the partition first (object stores)."""
     path = row["path"]
     files, _ = storage.list_dir(path)
     part = scan_partition(path, row["topic"], row["partition"], files)
@@ -199,16 +206,26 @@ def _delete_prefix(row: dict) -> str | None:
     if len(found) <= len(planned) or found[:len(planned)] != planned or part.leftovers:
         raise Changed(f"{path}: changed since planning (planned to delete (base, size) {planned}; "
                       f"found {found[:len(planned) + 1]}{', leftovers' if part.leftovers else ''}); nothing deleted")
+    unsettled = _unsettled_commit(part)
+    if unsettled:
+        raise Changed(f"{path}: {unsettled}; nothing deleted")
     skip = _state_skip(path, row["cleanup_policy"] or "")
     if skip:
         return skip
-    by_name = {posixpath.basename(info.path): info.path for info in files}
+    names = {posixpath.basename(info.path) for info in files}
     victims = []
     for seg in part.segments[:len(planned)]:
-        victims += [info.path for info in (seg.log, seg.index, seg.timeindex, seg.txnindex) if info is not None]
-        snapshot = by_name.get(segment_name(seg.base_offset, "snapshot"))
-        if snapshot is not None:
-            victims.append(snapshot)
+        victims += [segment_name(seg.base_offset, kind) for kind in ("log", "index", "timeindex", "txnindex")
+                    if getattr(seg, kind) is not None]
+        if segment_name(seg.base_offset, "snapshot") in names:
+            victims.append(segment_name(seg.base_offset, "snapshot"))
+    if s3commit.on_object_store(path):
+        generation = part.commit.generation + 1 if part.commit else 1
+        record = s3commit.retention_record(row["topic"], row["partition"], generation, owner, victims,
+                                           row["retention_log_start"])
+        s3commit.commit_partition(row["log_dir"], path, record)
+        return None
+    victims = [storage.join(path, name) for name in victims]
     renamed = []
     for victim in victims:
         storage.rename(victim, victim + DELETED)
@@ -216,6 +233,17 @@ def _delete_prefix(row: dict) -> str | None:
     storage.fsync_dir(path)
     for gone in renamed:
         storage.remove(gone)
+    return None
+
+
+def _unsettled_commit(part) -> str | None:
+    """Object stores: why the partition's commit records forbid a new one now (a commit listed
+    meanwhile, or one not yet applied: its owner is at work, or ``kcompact recover`` finishes it)."""
+    if part.commit_problem is not None:
+        return str(part.commit_problem)
+    if part.commit is not None and not part.commit.applied:
+        return (f"its commit record generation {part.commit.generation} is not applied yet (a compaction "
+                "committing, or one interrupted: kcompact recover finishes it)")
     return None
 
 

@@ -25,6 +25,12 @@ commit record decides instead, created by one conditional PUT that exactly one w
 5. Recovery (``writers.recover``): redo the latest record unless applied; delete staged files
    no such record names whose owner holds no live lease.
 
+Retention (``writers.retention``) publishes its deletions the same way: a record with no staged
+files, the deleted segments' files as ``replaced`` and the partition's new log start, which the
+apply raises ``log-start-offset-checkpoint`` to (and a ``cleaner-offset-checkpoint`` entry below
+it, as Kafka's cleaner resets one), both by compare-and-swap. From the record on, readers no
+longer see the deleted segments, whichever of their objects are still there.
+
 A reader's listing of the root may predate a commit. The apply of generation ``g`` deletes record
 ``g - 2`` before it marks itself applied, so while record ``g`` exists, ``g + 1`` has never been
 deleted. A reader that saw generation ``g`` at the root therefore reads record ``g`` and asks for
@@ -43,7 +49,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 
 import storage
@@ -53,6 +59,7 @@ from storage import FileInfo
 
 STAGED = ".staged"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CAS_ATTEMPTS = 100  # compare-and-swap rounds on the checkpoint before giving up (transient)
 _OWNER = re.compile(r"^[A-Za-z0-9_-]+$")
 _STAGED = re.compile(r"^(?P<final>\d{20}\.(?:log|index|timeindex|txnindex))\.(?P<owner>[A-Za-z0-9_-]+)\.staged$")
@@ -109,9 +116,10 @@ class CommitRecord:
     owner: str
     staged: dict[str, str]  # staged file name -> final name, in the partition dir
     replaced: tuple[str, ...]  # names of the segment files the commit replaces
-    checkpoint: int  # the partition's cleaner-offset-checkpoint entry once applied
+    checkpoint: int | None  # the partition's cleaner-offset-checkpoint entry once applied (None: kept)
     copied: bool = False  # every staged file is at its final name
     applied: bool = False  # and the rest is done
+    log_start: int | None = None  # retention: the partition's new log start offset
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self) | {"replaced": list(self.replaced)}, sort_keys=True).encode()
@@ -122,14 +130,21 @@ class CommitRecord:
             doc = json.loads(data)
             record = cls(str(doc["topic"]), int(doc["partition"]), int(doc["generation"]), str(doc["owner"]),
                          {str(k): str(v) for k, v in doc["staged"].items()}, tuple(map(str, doc["replaced"])),
-                         int(doc["checkpoint"]), bool(doc["copied"]), bool(doc["applied"]))
+                         _optional_int(doc["checkpoint"]), bool(doc["copied"]), bool(doc["applied"]),
+                         _optional_int(doc.get("log_start")))
         except (ValueError, KeyError, TypeError, AttributeError):
             raise FormatError(path, None, "commit record is not a JSON object with generation, owner, staged, "
                                           "replaced, checkpoint, copied and applied") from None
+        if record.checkpoint is None and record.log_start is None:
+            raise FormatError(path, None, "commit record moves neither the cleaner checkpoint nor the log start")
         if parse_record_name(path) != (record.topic, record.partition, record.generation):
             raise FormatError(path, None, f"commit record's content is for {record.topic}-{record.partition} "
                                           f"generation {record.generation}, not its file name's")
         return record
+
+
+def _optional_int(value) -> int | None:
+    return None if value is None else int(value)
 
 
 def plan_record(topic: str, partition: int, generation: int, owner: str, staged_paths: Iterable[str],
@@ -143,6 +158,15 @@ def plan_record(topic: str, partition: int, generation: int, owner: str, staged_
             raise ValueError(f"{path}: not a staged file of owner {owner}")
         staged[posixpath.basename(path)] = parsed[0]
     return CommitRecord(topic, partition, generation, owner, staged, tuple(sorted(set(replaced))), checkpoint_offset)
+
+
+def retention_record(topic: str, partition: int, generation: int, owner: str, deleted: Iterable[str],
+                     log_start: int) -> CommitRecord:
+    """The record of a retention: the segment files named ``deleted`` go, the log starts at ``log_start``."""
+    names = tuple(sorted(set(deleted)))
+    if not names or any("/" in name for name in names):
+        raise ValueError(f"a retention record names the deleted files of one partition dir, not {names}")
+    return CommitRecord(topic, partition, generation, owner, {}, names, None, log_start=log_start)
 
 
 def latest_generations(root_files: Iterable[FileInfo]) -> dict[tuple[str, int], int]:
@@ -228,19 +252,33 @@ def _copy(src: str, dst: str) -> None:
         raise OSError(f"{src}: staged file missing; its commit record cannot be applied") from None
 
 
-def set_checkpoint(log_dir: str, topic: str, partition: int, offset: int) -> None:
-    """Set one entry of ``cleaner-offset-checkpoint`` by compare-and-swap, retried while commits
-    of other partitions change the file in between."""
-    path = storage.join(log_dir, CLEANER_CHECKPOINT)
+def update_checkpoint(log_dir: str, name: str, change: Callable[[dict], dict | None]) -> None:
+    """Rewrite the checkpoint file ``name`` of ``log_dir`` to ``change(entries)`` by compare-and-swap,
+    retried while commits of other partitions change it in between; ``None``: leave it as it is."""
+    path = storage.join(log_dir, name)
     for _ in range(CAS_ATTEMPTS):
         found = storage.read_versioned(path)
         entries = checkpoint.parse(path, found[0]) if found else {}
-        if entries.get((topic, partition)) == offset:
+        wanted = change(dict(entries))
+        if wanted is None or wanted == entries:
             return
-        entries[(topic, partition)] = offset
-        if storage.write_if(path, checkpoint.render(entries), found[1] if found else None):
+        if storage.write_if(path, checkpoint.render(wanted), found[1] if found else None):
             return
     raise OSError(f"{path}: changed by others {CAS_ATTEMPTS} times while this commit set its entry; try again")
+
+
+def move_checkpoints(log_dir: str, record: CommitRecord) -> None:
+    """The checkpoint entries ``record`` moves: the cleaner's set to its ``checkpoint``; for a
+    retention, the log start raised to ``log_start`` and a cleaner entry below it raised too."""
+    key = (record.topic, record.partition)
+    if record.checkpoint is not None:
+        update_checkpoint(log_dir, CLEANER_CHECKPOINT, lambda entries: entries | {key: record.checkpoint})
+    start = record.log_start
+    if start is not None:
+        update_checkpoint(log_dir, LOG_START_CHECKPOINT,
+                          lambda entries: entries | {key: max(entries.get(key, start), start)})
+        update_checkpoint(log_dir, CLEANER_CHECKPOINT,
+                          lambda entries: entries | {key: start} if entries.get(key, start) < start else None)
 
 
 def discard(partition_dir: str, staged: Iterable[str]) -> None:
@@ -288,7 +326,7 @@ def apply(log_dir: str, partition_dir: str, record: CommitRecord, version: str) 
     for name in record.replaced:
         if name not in finals:
             _remove(storage.join(partition_dir, name))
-    set_checkpoint(log_dir, record.topic, record.partition, record.checkpoint)
+    move_checkpoints(log_dir, record)
     discard(partition_dir, sorted(record.staged))
     if record.generation > 2:  # before marking applied, so a crash cannot leave it behind
         _remove(record_path(log_dir, record.topic, record.partition, record.generation - 2))
@@ -320,7 +358,9 @@ def latest_record(log_dir: str, topic: str, partition: int,
 @dataclass(slots=True)
 class Recovered:
     generation: int = 0  # of the partition's latest record; 0: none
-    copied: list[tuple[str, str]] = field(default_factory=list)  # (staged, final) of a record redone
+    redone: bool = False  # the latest record was applied now
+    copied: list[tuple[str, str]] = field(default_factory=list)  # (staged, final) of the record redone
+    replaced: list[str] = field(default_factory=list)  # files the record redone deleted (a retention's segments)
     deleted: list[str] = field(default_factory=list)  # staged files of no such record and no live job
 
 
@@ -344,7 +384,8 @@ def recover_partition(partition_dir: str, files: list[FileInfo]) -> Recovered:
     named: set[str] = set()
     if record is not None and not record.applied:
         apply(log_dir, partition_dir, record, version)
-        out.copied = sorted(record.staged.items())
+        out.redone, out.copied = True, sorted(record.staged.items())
+        out.replaced = sorted(set(record.replaced) - set(record.staged.values()))
         named = set(record.staged)
     live = _live_owner(partition_dir)
     for info in files:
