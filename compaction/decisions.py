@@ -200,14 +200,17 @@ class Outcome:
     delete_horizon_ms: int | None = None  # to stamp (REWRITE), else None
 
 
-def batch_outcome(plan: BatchPlan, kept: int, kept_tombstone: bool, now: int, delete_retention_ms: int) -> Outcome:
-    """MemoryRecords.filterTo for one batch, given how many records stay."""
+def batch_outcome(plan: BatchPlan, kept: int, kept_tombstone: bool, now: int, delete_retention_ms: int,
+                  inner_magic_differs: bool = False) -> Outcome:
+    """MemoryRecords.filterTo for one batch, given how many records stay. A legacy wrapper
+    holding an inner message of another magic (``inner_magic_differs``, KAFKA-4298) is never
+    written back as stored (filterBatch's writeOriginalBatch is false): it is rebuilt."""
     b = plan.batch
     if plan.delete:
         return Outcome(DROP)
     if kept:
         needs_horizon = b.magic >= 2 and (kept_tombstone or plan.marker_for_empty_txn) and b.delete_horizon_ms is None
-        if kept == b.record_count and not needs_horizon:
+        if kept == b.record_count and not needs_horizon and not inner_magic_differs:
             return Outcome(COPY)
         return Outcome(REWRITE, now + delete_retention_ms if needs_horizon else None)
     return Outcome(EMPTY) if plan.retain_empty else Outcome(DROP)

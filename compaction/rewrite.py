@@ -156,7 +156,9 @@ def _decided(job: GroupJob, plans: GroupPlans, lookup: OffsetLookup,
 def _items(job: GroupJob, plans: GroupPlans, lookup: OffsetLookup,
            counts: np.ndarray) -> Iterator[tuple[Batch, Outcome, np.ndarray | None]]:
     for batch, plan, keep, kept, kept_tombstone in _decided(job, plans, lookup, counts):
-        outcome = batch_outcome(plan, kept, batch.magic == 2 and kept_tombstone, job.now, job.delete_retention_ms)
+        legacy = batch.magic != 2
+        outcome = batch_outcome(plan, kept, not legacy and kept_tombstone, job.now, job.delete_retention_ms,
+                                legacy and kept > 0 and batch.inner_magic_differs)
         yield batch, outcome, keep
 
 
@@ -187,7 +189,7 @@ def rewrite_group(job: GroupJob, plans: GroupPlans, entries: pa.Table) -> dict:
             job.path, job.base_offset, _items(job, plans, OffsetLookup(entries), counts),
             list(job.aborted), job.mtime_ms, job.index_interval_bytes, job.owner,
         )
-    except (FormatError, OSError, ValueError) as exc:  # ValueError: a legacy entry that cannot be rebuilt
+    except (FormatError, OSError, ValueError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
         error = f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc)
         for kind in ("log", "index", "timeindex", "txnindex"):
             leftover = output_path(job.path, job.base_offset, kind, job.owner)

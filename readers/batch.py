@@ -45,7 +45,7 @@ class Batch:
         "path", "buf", "start", "end", "position", "magic", "base_offset_field", "crc",
         "attributes", "partition_leader_epoch", "last_offset_delta", "base_timestamp",
         "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "records_count",
-        "_legacy_records", "_scanned",
+        "_legacy_records", "_legacy_mixed_magic", "_scanned",
     )
 
     def __init__(self, path: str, buf: bytes, start: int, end: int, position: int):
@@ -55,6 +55,7 @@ class Batch:
         self.end = end
         self.position = position
         self._legacy_records: list[Record] | None = None
+        self._legacy_mixed_magic = False
         self._scanned: tuple[bytes, np.ndarray, np.ndarray] | None = None
         magic = buf[start + 16]
         self.magic = magic
@@ -186,7 +187,7 @@ class Batch:
     def records(self) -> list[Record]:
         if self.magic != 2:
             if self._legacy_records is None:
-                self._legacy_records = _legacy_records(self)
+                self._legacy_records, self._legacy_mixed_magic = _legacy_records(self)
             return self._legacy_records
         data, buf, cols = self.scan_records()
         append_time = self.max_timestamp if self.timestamp_type == LOG_APPEND_TIME else None
@@ -200,6 +201,16 @@ class Batch:
         return FormatError(self.path, self.position, (
             f"{prefix}: byte {section_pos} of its decompressed {codecs.name(self.codec)} records: {what}"
         ))
+
+    @property
+    def inner_magic_differs(self) -> bool:
+        """A compressed legacy wrapper holding an inner message whose magic is not the
+        wrapper's (KAFKA-4298: cleaners before 0.10.1 wrote such wrappers). Kafka's
+        cleaner never copies one as stored: it rebuilds it with the wrapper's magic."""
+        if self.magic == 2 or self.codec == codecs.NONE:
+            return False
+        self.records()
+        return self._legacy_mixed_magic
 
     def control_type(self) -> int | None:
         """ABORT (0) or COMMIT (1) for a control batch, else None."""
@@ -215,16 +226,16 @@ class Batch:
         )
 
 
-def _legacy_records(batch: Batch) -> list[Record]:
-    """The message itself, or for a compressed wrapper its inner messages."""
+def _legacy_records(batch: Batch) -> tuple[list[Record], bool]:
+    """The message itself, or for a compressed wrapper its inner messages; and whether an
+    inner message's magic differs from the wrapper's."""
     key, value, _ = _legacy_key_value(batch.path, batch.buf, batch.start, batch.end, batch.position, batch.magic)
     if batch.codec == codecs.NONE:
-        return [Record(batch.base_offset_field, batch.base_timestamp, key, value)]
+        return [Record(batch.base_offset_field, batch.base_timestamp, key, value)], False
     if value is None:
         raise FormatError(batch.path, batch.position, "compressed legacy wrapper message has no value")
-    raw = codecs.fix_legacy_lz4_header(value) if batch.magic == 0 and batch.codec == codecs.LZ4 else value
     try:
-        inner = codecs.decompress(batch.codec, raw)
+        inner = codecs.decompress_legacy(batch.magic, batch.codec, value)
     except codecs.CodecError as exc:
         raise FormatError(batch.path, batch.position, f"legacy wrapper at offset {batch.base_offset_field}: {exc}") from None
     entries = []
@@ -236,21 +247,21 @@ def _legacy_records(batch: Batch) -> list[Record]:
         end = pos + LOG_OVERHEAD + size
         if magic not in (0, 1) or size < LEGACY_MIN_SIZE[magic] or end > len(inner):
             raise FormatError(batch.path, batch.position, f"legacy wrapper: bad inner message at inner byte {pos}")
-        attributes = inner[pos + 17]
         ts = LEGACY_V1_TIMESTAMP.unpack_from(inner, pos + 18)[0] if magic == 1 else NO_TIMESTAMP
         k, v, _ = _legacy_key_value(batch.path, inner, pos, end, batch.position, magic)
-        entries.append((offset, ts, k, v, attributes))
+        entries.append((offset, ts, k, v, magic))
         pos = end
     if not entries:
-        return []
+        return [], False
     # v1 wrappers carry relative inner offsets ending at the wrapper's own offset; like
     # Kafka, a shift that would go negative is not applied (the inner offsets stand).
     shift = max(batch.base_offset_field - entries[-1][0], 0) if batch.magic >= 1 else 0
     append_time = batch.timestamp_type == LOG_APPEND_TIME
-    return [
+    records = [
         Record(offset + shift, batch.max_timestamp if append_time else ts, k, v)
         for offset, ts, k, v, _ in entries
     ]
+    return records, any(magic != batch.magic for *_, magic in entries)
 
 
 def _legacy_key_value(path, buf, start, end, position, magic):

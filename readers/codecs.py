@@ -114,12 +114,39 @@ def _lz4_decode(data: bytes | memoryview) -> bytes:
     return b"".join(out)
 
 
+def _lz4_header_checksum_at(frame: bytes) -> int:
+    """Where an lz4 frame's header checksum byte lies: after magic, FLG, BD and the
+    optional 8-byte content size."""
+    return 4 + 2 + (8 if frame[4] & 0x08 else 0)
+
+
 def fix_legacy_lz4_header(data: bytes) -> bytes:
     """Magic-0 messages carry Kafka's pre-0.10 lz4 frames, whose header checksum
     was computed over the magic bytes too (KAFKA-3160). Recompute it the standard way."""
     if len(data) < 7:
         return bytes(data)
-    flags = data[4]
-    end = 4 + 2 + (8 if flags & 0x08 else 0)
+    end = _lz4_header_checksum_at(data)
     checksum = (xxhash.xxh32(data[4:end]).intdigest() >> 8) & 0xFF
     return data[:end] + bytes([checksum]) + data[end + 1 :]
+
+
+def break_legacy_lz4_header(frame: bytes) -> bytes:
+    """The inverse of ``fix_legacy_lz4_header``: the header checksum computed over the
+    magic bytes too, as KafkaLZ4BlockOutputStream writes it for magic 0
+    (useBrokenFlagDescriptorChecksum), so that magic-0 readers accept the frame."""
+    end = _lz4_header_checksum_at(frame)
+    checksum = (xxhash.xxh32(frame[:end]).intdigest() >> 8) & 0xFF
+    return frame[:end] + bytes([checksum]) + frame[end + 1 :]
+
+
+def compress_legacy(magic: int, codec: int, data: bytes) -> bytes:
+    """The value of a compressed magic-0/1 wrapper message holding ``data`` (its inner
+    message set): ``compress``, with magic 0's lz4 header checksum quirk."""
+    out = compress(codec, data)
+    return break_legacy_lz4_header(out) if magic == 0 and codec == LZ4 else out
+
+
+def decompress_legacy(magic: int, codec: int, data: bytes | memoryview) -> bytes:
+    """The inner message set of a compressed magic-0/1 wrapper message's value."""
+    raw = fix_legacy_lz4_header(bytes(data)) if magic == 0 and codec == LZ4 else data
+    return decompress(codec, raw)

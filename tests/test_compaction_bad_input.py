@@ -259,9 +259,6 @@ def test_all_partitions_corrupt_fail_the_run(bad):
     assert not (bad.c / "cleaner-offset-checkpoint").exists() or cleaner_checkpoint(bad.c) == {}
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="a legacy compressed wrapper that loses records is not rebuilt: the partition "
-                   "is marked uncleanable (ValueError from writers/rebuild.py), and the reason names no file or "
-                   "position (see report)")
 def test_legacy_compressed_wrapper_rebuilt_without_superseded_records(bad):
     # v1 gzip wrapper [0 a, 1 b] | 2 a (v2) | active 3: a -> 2, so inner record 0 goes. Kafka's filterTo
     # rebuilds the wrapper with the same magic and codec (MemoryRecordsBuilder(magic 1, gzip)) around 1.
@@ -269,3 +266,5 @@ def test_legacy_compressed_wrapper_rebuilt_without_superseded_records(bad):
     assert offsets(bad.l / "lw-0") == {0: [1, 2], 3: [3]}
     first = next(iter(MemoryRecords((bad.l / "lw-0" / f"{0:020d}.log").read_bytes())))
     assert (first.magic, first.compression_type) == (1, codecs.GZIP)
+    assert first.validate_crc() and first.base_offset == 1  # the wrapper's offset: its last inner offset
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in first] == [(1, TS, b"b", b"y" * 100)]

@@ -127,7 +127,7 @@ def encode_like(batch: Batch, records: Sequence[Record], delete_horizon_ms: int 
     header: uncompressed, no first timestamp, the original max timestamp.
     """
     if batch.magic != 2:
-        raise ValueError("only magic-v2 batches are re-encoded; legacy entries are kept as they are")
+        raise ValueError("only magic-v2 batches are re-encoded here; legacy wrappers: writers.legacy")
     fields = dict(
         base_offset=batch.base_offset_field,
         timestamp_type=batch.timestamp_type,

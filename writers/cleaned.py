@@ -23,6 +23,7 @@ from readers.batch import Batch
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name
 from writers import s3commit
+from writers.legacy import rebuild_wrapper
 from writers.rebuild import rebuild
 from writers.segment import SegmentWriter
 
@@ -39,15 +40,35 @@ class WrittenGroup:
 
 
 def output_bytes(batch: Batch, outcome: Outcome, keep: np.ndarray | None) -> bytes | None:
-    """The bytes a batch becomes, or None when it is dropped."""
+    """The bytes a batch becomes, or None when it is dropped. A legacy (v0/v1) entry is
+    copied, dropped, or (a compressed wrapper) rebuilt around its kept inner messages; it has
+    no empty form, and Kafka's cleaner fails on one it must keep empty."""
     if outcome.kind == DROP:
         return None
     if outcome.kind == COPY:
         return bytes(batch.data)
+    if batch.magic != 2:
+        if outcome.kind == EMPTY:
+            raise ValueError(f"{batch.path}: byte {batch.position}: magic-{batch.magic} entry at offset "
+                             f"{batch.base_offset_field} loses every record but must be kept (the last batch of "
+                             "the cleaning round): empty batches are only supported for magic v2 and above, "
+                             "so Kafka's cleaner fails here too")
+        assert outcome.kind == REWRITE and keep is not None
+        return rebuild_wrapper(batch, keep)
     if outcome.kind == EMPTY:
         return rebuild(batch, np.zeros(batch.count, dtype=bool))
     assert outcome.kind == REWRITE and keep is not None
     return rebuild(batch, keep, outcome.delete_horizon_ms)
+
+
+def _records_written(batch: Batch, outcome: Outcome, keep: np.ndarray | None, written: Batch) -> int:
+    """Records in a written batch; a legacy wrapper counts its inner messages (known without
+    decompressing the output again)."""
+    if written.magic == 2:
+        return written.records_count
+    if outcome.kind == REWRITE:
+        return int(np.count_nonzero(keep))
+    return batch.count
 
 
 class _Pieces:
@@ -101,7 +122,7 @@ def write_group(partition_dir: str, base_offset: int, items: Iterable[tuple[Batc
                 written = Batch(batch.path, data, 0, len(data), writer.size)
                 writer.append(data, written.last_offset, written.max_timestamp, written.last_offset)
                 batches += 1
-                records += written.records_count
+                records += _records_written(batch, outcome, keep, written)
             out.flush()
             for txn in aborted:
                 writer.add_aborted_txn(txn)

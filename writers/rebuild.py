@@ -138,7 +138,7 @@ def rebuild(batch: Batch, keep: np.ndarray, delete_horizon_ms: int | None = None
     """``batch`` keeping the records where ``keep`` (one bool per stored record) is set,
     as ``encode_like`` encodes it; ``delete_horizon_ms`` stamps a delete horizon."""
     if batch.magic != 2:
-        raise ValueError("only magic-v2 batches are rebuilt; legacy entries are kept as they are")
+        raise ValueError("only magic-v2 batches are rebuilt here; legacy wrappers: writers.legacy")
     keep = np.asarray(keep, dtype=np.bool_)
     if keep.shape != (batch.records_count,):
         raise ValueError(f"keep mask of shape {keep.shape} for a batch of {batch.records_count} records")
