@@ -19,6 +19,8 @@ $(STAMP): setup.cfg constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
+	# the JVM class-data archive of embedded Spark (jobs/cds.py): an optimisation, so install goes on without it
+	$(BIN)/python -m jobs.cds || true
 	touch $(STAMP)
 
 demo: $(STAMP)

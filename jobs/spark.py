@@ -10,6 +10,8 @@ import os
 import sys
 from pathlib import Path
 
+from jobs import cds
+
 LOG4J = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
 
 
@@ -27,7 +29,7 @@ def session(app_name: str):
                    # C1 only: a command's JVM lives seconds, and C2's compilations cost more CPU
                    # than they win back (bench-compact: JVM CPU 22.7 -> 13.7 s, whole run 22.9 -> 20.2 s)
                    .config("spark.driver.extraJavaOptions",
-                           f"-Dlog4j2.configurationFile={LOG4J.as_uri()} -XX:TieredStopAtLevel=1")
+                           f"-Dlog4j2.configurationFile={LOG4J.as_uri()} -XX:TieredStopAtLevel=1 {cds.java_options()}")
                    .config("spark.ui.showConsoleProgress", "false")
                    .config("spark.sql.debug.maxToStringFields", "200")
                    .config("spark.sql.shuffle.partitions", str(max(2, (os.cpu_count() or 2) * 2))))

@@ -46,7 +46,10 @@ def spark():
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    from jobs import cds
+
     session = (SparkSession.builder.master("local[2]").appName("kcompact-tests")
+               .config("spark.driver.extraJavaOptions", cds.java_options())  # the jobs' class-data archive
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "4")

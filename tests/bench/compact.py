@@ -27,7 +27,8 @@ as a child process. Measured:
     and prints its stages (read, offset map, rewrite) too.
 MB/s is given for the whole corpus and for the bytes the cleaner read (the segments below
 each partition's active one). The table gives the median of the runs, and each run.
-``--java-options`` passes JVM options to the run (JDK_JAVA_OPTIONS), for experiments.
+``--java-options`` passes JVM options to the run (JDK_JAVA_OPTIONS), for experiments;
+``KCOMPACT_CDS=off`` runs without the JVM class-data archive ``make install`` builds.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jobs import cds
 from writers import generator
 
 MB = 1_000_000
@@ -367,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         runs.append(run)
     print(table(runs, corpus_bytes, manifest["records"]))
+    options = cds.java_options()
+    print(f"JVM class-data archive (jobs/cds.py): {options.split('=', 1)[1] if options else 'not used'}")
     if args.spark_stages:
         print(spark_table(sorted(runs, key=lambda r: r.ready_to_commit_s)[len(runs) // 2]))
     return 0
