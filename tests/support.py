@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import crc32c
@@ -114,6 +115,15 @@ def kp_build(
     return bytes(recompute_crc32c(buf))
 
 
+def kp_keyed(first: int, kv: list, ts: int) -> bytes:
+    """kafka-python v2 batch at offsets first..; items are keys (value b"v<offset>") or (key, value)."""
+    records = []
+    for i, item in enumerate(kv):
+        key, value = item if isinstance(item, tuple) else (item, b"v%d" % (first + i))
+        records.append(Record(first + i, ts, key, value))
+    return kp_build(records, base_offset=first)
+
+
 def hand_varint(value: int) -> bytes:
     """Zigzag LEB128 written out independently of writers.batch.varint."""
     z = (value << 1) ^ (value >> 63)
@@ -183,17 +193,24 @@ def make_batches(first: int, n_batches: int, per_batch: int = 5, codecs: tuple[i
     return out
 
 
-def broker_indexes(batches: list[bytes], base: int, closed: bool, interval: int = INTERVAL) -> tuple[bytes, bytes]:
-    """``.index`` and ``.timeindex`` as LogSegment.append builds them, batch fields read by kafka-python."""
+def _v2_fields(data: bytes) -> tuple[int, int]:
+    batch = DefaultRecordBatch(data)
+    return batch.last_offset, batch.max_timestamp
+
+
+def broker_indexes(batches: list[bytes], base: int, closed: bool, interval: int = INTERVAL,
+                   fields: Callable[[bytes], tuple[int, int]] = _v2_fields) -> tuple[bytes, bytes]:
+    """``.index`` and ``.timeindex`` as LogSegment.append builds them. ``fields``: an entry's (last
+    offset, max timestamp), read by kafka-python by default (v2 batches)."""
     index, timeindex = [], []
     position = since = 0
     max_ts, max_off, last_ts = -1, base, -1
     for data in batches:
-        batch = DefaultRecordBatch(data)
-        if batch.max_timestamp > max_ts:
-            max_ts, max_off = batch.max_timestamp, batch.last_offset
+        last, ts = fields(data)
+        if ts > max_ts:
+            max_ts, max_off = ts, last
         if since > interval:
-            index.append(OFFSET_ENTRY.pack(batch.last_offset - base, position))
+            index.append(OFFSET_ENTRY.pack(last - base, position))
             if max_ts > last_ts:
                 timeindex.append(TIME_ENTRY.pack(max_ts, max_off - base))
                 last_ts = max_ts

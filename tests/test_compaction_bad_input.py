@@ -23,7 +23,7 @@ from jobs.cli import main
 from readers import codecs
 from readers.records import Record
 from readers.verify import verify_log_dir
-from tests.support import TIME_ENTRY, checkpoint_text, kp_build, seg_path, write_partition
+from tests.support import TIME_ENTRY, checkpoint_text, kp_keyed, seg_path, write_partition
 from tests.test_legacy import legacy_message_set
 
 NOW = 1_720_300_000_000
@@ -33,12 +33,7 @@ TOPIC_ARGS = ["*:cleanup.policy=compact", "huge:max.message.bytes=1000"]
 
 
 def recs(first: int, kv: list, ts: int = TS) -> bytes:
-    """kafka-python batch at offsets first..; items are keys (value b"v<offset>") or (key, value)."""
-    records = []
-    for i, item in enumerate(kv):
-        key, value = item if isinstance(item, tuple) else (item, b"v%d" % (first + i))
-        records.append(Record(first + i, ts, key, value))
-    return kp_build(records, base_offset=first)
+    return kp_keyed(first, kv, ts)
 
 
 def empty_producer_snapshot() -> bytes:

@@ -34,7 +34,7 @@ from jobs.cli import main
 from readers import codecs
 from readers.records import Record
 from readers.verify import verify_log_dir
-from tests.support import OFFSET_ENTRY, TIME_ENTRY, checkpoint_text, kp_build, read_one, seg_path
+from tests.support import OFFSET_ENTRY, TIME_ENTRY, broker_indexes, checkpoint_text, kp_keyed, read_one, seg_path
 from tests.test_legacy import legacy_message_set
 from writers.legacy import rebuild_wrapper
 
@@ -224,12 +224,7 @@ def test_wrapper_with_inner_messages_of_another_magic_is_rebuilt_in_its_own_magi
 
 # -- end to end: kcompact compact --------------------------------------------------------------------------
 def recs(first: int, kv: list, ts: int = T) -> bytes:
-    """kafka-python v2 batch at offsets first..; items are keys (value b"v<offset>") or (key, value)."""
-    records = []
-    for i, item in enumerate(kv):
-        key, value = item if isinstance(item, tuple) else (item, b"v%d" % (first + i))
-        records.append(Record(first + i, ts, key, value))
-    return kp_build(records, base_offset=first)
+    return kp_keyed(first, kv, ts)
 
 
 def single(magic: int, offset: int, key: bytes | None, value: bytes | None, ts: int = T) -> bytes:
@@ -254,33 +249,12 @@ def entry_fields(data: bytes) -> tuple[int, int]:
     return struct.unpack_from(">q", data)[0], struct.unpack_from(">q", data, 18)[0] if data[16] == 1 else -1
 
 
-def hand_indexes(batches: list[bytes], base: int, closed: bool, interval: int = 4096) -> tuple[bytes, bytes]:
-    """The broker's LogSegment.append index rules, per entry, fields read with struct."""
-    index, timeindex = [], []
-    position = since = 0
-    max_ts, max_off, last_ts = -1, base, -1
-    for data in batches:
-        last, ts = entry_fields(data)
-        if ts > max_ts:
-            max_ts, max_off = ts, last
-        if since > interval:
-            index.append(OFFSET_ENTRY.pack(last - base, position))
-            if max_ts > last_ts:
-                timeindex.append(TIME_ENTRY.pack(max_ts, max_off - base))
-                last_ts = max_ts
-            since = 0
-        position += len(data)
-        since += len(data)
-    if closed and max_ts > last_ts:
-        timeindex.append(TIME_ENTRY.pack(max_ts, max_off - base))
-    return b"".join(index), b"".join(timeindex)
-
-
 def write_part(part: Path, segments: dict[int, list[bytes]], mtimes: dict[int, int] | None = None) -> None:
     part.mkdir(parents=True)
     bases = sorted(segments)
     for base in bases:
-        index, timeindex = hand_indexes(segments[base], base, closed=base != bases[-1])
+        index, timeindex = broker_indexes(segments[base], base, closed=base != bases[-1], interval=4096,
+                                          fields=entry_fields)
         for kind, data in (("log", b"".join(segments[base])), ("index", index), ("timeindex", timeindex)):
             path = seg_path(part, base, kind)
             path.write_bytes(data)
