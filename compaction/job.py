@@ -51,7 +51,7 @@ from readers.indexes import AbortedTxn
 from readers.logdir import SEGMENT_KINDS, scan_partition, segment_name
 from writers import s3commit
 from writers.recover import recover_partition
-from writers.swap import CLEANER_CHECKPOINT, commit_partition, set_cleaner_checkpoint
+from writers.swap import commit_partition, set_cleaner_checkpoint
 
 CONFIG_KEYS = ("delete.retention.ms", "segment.bytes", "segment.index.bytes", "producer.id.expiration.ms",
                "index.interval.bytes")
@@ -419,7 +419,7 @@ def _cleaned_since_plan(row: dict) -> str | None:
     import storage
     from readers import checkpoint
 
-    path = storage.join(row["log_dir"], CLEANER_CHECKPOINT)
+    path = storage.join(row["log_dir"], checkpoint.CLEANER_OFFSET)
     found = storage.read_versioned(path)
     try:
         now = checkpoint.parse(path, found[0]).get((row["topic"], row["partition"])) if found else None
@@ -671,10 +671,11 @@ def _per_group(spark, jobs: dict[int, tuple[GroupJob, GroupPlans]], entries, slo
 
 
 def _commit(row: dict, groups: list[dict], owner: str, generation: int | None) -> None:
+    import storage
     from writers.cleaned import WrittenGroup
 
     end = row["latest_offset"] + 1
-    if s3commit.on_object_store(row["path"]):  # no atomic rename there: a commit record decides
+    if not storage.is_local_path(row["path"]):  # no atomic rename there: a commit record decides
         replaced = [segment_name(base, kind) for g in row["groups"] for base in g["segments"] for kind in SEGMENT_KINDS]
         staged = [path for g in groups for path in g["files"]]
         record = s3commit.plan_record(row["topic"], row["partition"], generation + 1, owner, staged, replaced, end)

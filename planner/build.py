@@ -28,9 +28,6 @@ from readers import checkpoint
 from readers.errors import FormatError
 from readers.logdir import METADATA_TOPIC, is_live_partition_dir, parse_partition_dir
 
-CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
-LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
-
 SEGMENT_TYPE = pa.struct([
     ("base_offset", pa.int64()), ("size", pa.int64()), ("mtime_ms", pa.int64()),
     ("largest_timestamp", pa.int64()), ("first_batch_timestamp", pa.int64()),
@@ -83,8 +80,8 @@ def tasks_for(log_dir: str, config: Config) -> list[Task]:
     log_dir = log_dir.rstrip("/")
     files, dirs = storage.list_dir(log_dir)
     by_name = {posixpath.basename(f.path): f.path for f in files}
-    cleaner, cleaner_problem = _checkpoint(by_name.get(CLEANER_CHECKPOINT))
-    log_start, log_start_problem = _checkpoint(by_name.get(LOG_START_CHECKPOINT))
+    cleaner, cleaner_problem = _checkpoint(by_name.get(checkpoint.CLEANER_OFFSET))
+    log_start, log_start_problem = _checkpoint(by_name.get(checkpoint.LOG_START_OFFSET))
     root_problem = cleaner_problem or log_start_problem
     cleaning = _states(by_name)
     configs: dict[str, str] = {}

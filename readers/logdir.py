@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import storage
+from readers import checkpoint
 from readers.errors import Problem
 from storage import FileInfo
 
@@ -25,8 +26,8 @@ LEFTOVER_SUFFIXES = (".cleaned", ".swap", ".deleted")
 SEGMENT_KINDS = ("log", "index", "timeindex", "txnindex")
 BROKER_FILES = {"leader-epoch-checkpoint", "partition.metadata"}
 CHECKPOINTS = (
-    "cleaner-offset-checkpoint",
-    "log-start-offset-checkpoint",
+    checkpoint.CLEANER_OFFSET,
+    checkpoint.LOG_START_OFFSET,
     "recovery-point-offset-checkpoint",
     "replication-offset-checkpoint",
 )
@@ -105,7 +106,7 @@ def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] 
         files, _ = storage.list_dir(path)
     part = Partition(topic, partition, path)
     entries = [(posixpath.basename(info.path), info) for info in files]
-    if not storage.is_local(storage.resolve(path)[0]):
+    if not storage.is_local_path(path):
         from writers import s3commit
 
         followed = s3commit.follow(path, files, commits)
@@ -139,7 +140,7 @@ def scan_log_dir(path: str) -> LogDir:
     files, dirs = storage.list_dir(path)
     logdir = LogDir(path)
     commits = None
-    if not storage.is_local(storage.resolve(path)[0]):
+    if not storage.is_local_path(path):
         from writers.s3commit import latest_generations
 
         commits = latest_generations(files)

@@ -31,7 +31,6 @@ from readers.logdir import LogDir, Partition, Segment, scan_log_dir, segment_nam
 from readers.records import Record
 from readers.segment import iter_batches, problems
 
-CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 MAX_RELATIVE_OFFSET = 0x7FFFFFFF  # index entries store offset - base offset as an int32
 LEFTOVER_MEANING = {
     ".cleaned": "leftover of an unfinished segment rewrite (.cleaned): a broker deletes it on load",
@@ -265,7 +264,7 @@ def check_checkpoints(logdir: LogDir) -> list[Problem]:
         except FormatError as exc:
             found.append(Problem.of(exc))
             continue
-        if name != CLEANER_CHECKPOINT:
+        if name != checkpoint.CLEANER_OFFSET:
             continue
         lines = _line_positions(text)
         found += [Problem(path, lines[key], f"entry for {key[0]}-{key[1]}, which has no partition directory")

@@ -48,6 +48,11 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
+def is_local_path(path: str) -> bool:
+    """``path`` is on local disk (else an object store, where renames are copies)."""
+    return is_local(resolve(path)[0])
+
+
 def join(base: str, *names: str) -> str:
     return posixpath.join(base, *names)
 

@@ -96,7 +96,7 @@ def output_path(partition_dir: str, base_offset: int, kind: str, owner: str | No
     """Where a task writes a new segment file: ``.cleaned`` beside the old one for Kafka's swap
     protocol; on an object store a staged name of the job's lease ``owner`` (``writers.s3commit``)."""
     name = segment_name(base_offset, kind)
-    if storage.is_local(storage.resolve(partition_dir)[0]):
+    if storage.is_local_path(partition_dir):
         return storage.join(partition_dir, name + CLEANED)
     if owner is None:
         raise ValueError(f"{partition_dir}: staging on an object store needs the job's lease owner")

@@ -130,7 +130,7 @@ def recover_partition(partition_dir: str, index_interval_bytes: int = DEFAULT_IN
         if f.path.endswith((".index" + storage.TMP, ".timeindex" + storage.TMP)):
             storage.remove(f.path)
             out.deleted.append(posixpath.basename(f.path))
-    if s3commit.on_object_store(partition_dir):
+    if not storage.is_local_path(partition_dir):
         done = s3commit.recover_partition(partition_dir, files)
         out.generation, out.renamed = done.generation, done.copied
         out.deleted += done.replaced + done.deleted
@@ -275,7 +275,7 @@ def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress)
     from compaction import states
     from readers.logdir import scan_log_dir
 
-    locked = storage.is_local(storage.resolve(log_dir)[0])  # object stores have no .lock
+    locked = storage.is_local_path(log_dir)  # object stores have no .lock
     report.temp_files += remove_root_temp_files(log_dir)
     for part in scan_log_dir(log_dir).partitions:
         state, version = states.read(part.path)

@@ -43,12 +43,10 @@ import storage
 from compaction import states
 from readers import checkpoint
 from readers.errors import FormatError
-from readers.logdir import scan_partition, segment_name
+from readers.logdir import SEGMENT_KINDS, scan_partition, segment_name
 from writers import s3commit
 
 DELETED = ".deleted"
-LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
-CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 
 
 class Changed(Exception):
@@ -169,7 +167,7 @@ def execute(plan: pa.Table, now: int, dry_run: bool = False,
     for row in sorted(rows, key=lambda r: (r["log_dir"], r["topic"] or "", r["partition"] or 0, r["path"])):
         by_dir.setdefault(row["log_dir"], []).append(row)
     for log_dir, dir_rows in by_dir.items():
-        local = storage.is_local(storage.resolve(log_dir)[0])
+        local = storage.is_local_path(log_dir)
         done: list[PartitionRetention] = []
         for row in dir_rows:
             entry = PartitionRetention.of(row)
@@ -215,11 +213,10 @@ def _delete_prefix(row: dict, owner: str) -> str | None:
     names = {posixpath.basename(info.path) for info in files}
     victims = []
     for seg in part.segments[:len(planned)]:
-        victims += [segment_name(seg.base_offset, kind) for kind in ("log", "index", "timeindex", "txnindex")
-                    if getattr(seg, kind) is not None]
+        victims += [segment_name(seg.base_offset, kind) for kind in SEGMENT_KINDS if getattr(seg, kind) is not None]
         if segment_name(seg.base_offset, "snapshot") in names:
             victims.append(segment_name(seg.base_offset, "snapshot"))
-    if s3commit.on_object_store(path):
+    if not storage.is_local_path(path):
         generation = part.commit.generation + 1 if part.commit else 1
         record = s3commit.retention_record(row["topic"], row["partition"], generation, owner, victims,
                                            row["retention_log_start"])
@@ -258,16 +255,13 @@ def _state_skip(partition_dir: str, policy: str) -> str | None:
 
 def _move_checkpoints(log_dir: str, new_starts: dict[tuple[str, int], int]) -> None:
     """One atomic write of each checkpoint for every partition of ``log_dir`` that changed."""
-    path = posixpath.join(log_dir, LOG_START_CHECKPOINT)
+    path = posixpath.join(log_dir, checkpoint.LOG_START_OFFSET)
     entries = checkpoint.parse(path, storage.read_bytes(path)) if storage.exists(path) else {}
-    for key, start in new_starts.items():
-        entries[key] = max(entries.get(key, start), start)
-    storage.write_atomic(path, checkpoint.render(entries))
-    path = posixpath.join(log_dir, CLEANER_CHECKPOINT)
+    storage.write_atomic(path, checkpoint.render(checkpoint.raise_log_starts(entries, new_starts)))
+    path = posixpath.join(log_dir, checkpoint.CLEANER_OFFSET)
     if not storage.exists(path):
         return
     entries = checkpoint.parse(path, storage.read_bytes(path))
-    raised = {key: start for key, start in new_starts.items() if key in entries and entries[key] < start}
-    if raised:
-        entries.update(raised)
-        storage.write_atomic(path, checkpoint.render(entries))
+    raised = checkpoint.raise_cleaner_offsets(entries, new_starts)
+    if raised != entries:
+        storage.write_atomic(path, checkpoint.render(raised))

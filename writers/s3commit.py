@@ -58,8 +58,6 @@ from readers.errors import FormatError, Problem
 from storage import FileInfo
 
 STAGED = ".staged"
-CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
-LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CAS_ATTEMPTS = 100  # compare-and-swap rounds on the checkpoint before giving up (transient)
 _OWNER = re.compile(r"^[A-Za-z0-9_-]+$")
 _STAGED = re.compile(r"^(?P<final>\d{20}\.(?:log|index|timeindex|txnindex))\.(?P<owner>[A-Za-z0-9_-]+)\.staged$")
@@ -68,10 +66,6 @@ _RECORD = re.compile(r"^kcompact-commit\.(?P<topic>.+)-(?P<partition>\d+)\.(?P<g
 
 class CommitLost(Exception):
     """Another writer created this generation's record first; this job's result was discarded."""
-
-
-def on_object_store(path: str) -> bool:
-    return not storage.is_local(storage.resolve(path)[0])
 
 
 # -- names ---------------------------------------------------------------------------------------
@@ -272,13 +266,13 @@ def move_checkpoints(log_dir: str, record: CommitRecord) -> None:
     retention, the log start raised to ``log_start`` and a cleaner entry below it raised too."""
     key = (record.topic, record.partition)
     if record.checkpoint is not None:
-        update_checkpoint(log_dir, CLEANER_CHECKPOINT, lambda entries: entries | {key: record.checkpoint})
-    start = record.log_start
-    if start is not None:
-        update_checkpoint(log_dir, LOG_START_CHECKPOINT,
-                          lambda entries: entries | {key: max(entries.get(key, start), start)})
-        update_checkpoint(log_dir, CLEANER_CHECKPOINT,
-                          lambda entries: entries | {key: start} if entries.get(key, start) < start else None)
+        update_checkpoint(log_dir, checkpoint.CLEANER_OFFSET, lambda entries: entries | {key: record.checkpoint})
+    if record.log_start is not None:
+        starts = {key: record.log_start}
+        update_checkpoint(log_dir, checkpoint.LOG_START_OFFSET,
+                          lambda entries: checkpoint.raise_log_starts(entries, starts))
+        update_checkpoint(log_dir, checkpoint.CLEANER_OFFSET,
+                          lambda entries: checkpoint.raise_cleaner_offsets(entries, starts))
 
 
 def discard(partition_dir: str, staged: Iterable[str]) -> None:

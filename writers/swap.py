@@ -24,7 +24,6 @@ from readers.logdir import Segment
 from writers.cleaned import CLEANED, WrittenGroup
 
 SWAP, DELETED = ".swap", ".deleted"
-CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 
 
 def _segment_files(seg: Segment) -> list[str]:
@@ -56,7 +55,7 @@ def commit_partition(partition_dir: str, written: Sequence[WrittenGroup], replac
 
 def set_cleaner_checkpoint(log_dir: str, topic: str, partition: int, offset: int) -> None:
     """Set one partition's entry in ``cleaner-offset-checkpoint`` (temp file, fsync, rename)."""
-    path = posixpath.join(log_dir, CLEANER_CHECKPOINT)
+    path = posixpath.join(log_dir, checkpoint.CLEANER_OFFSET)
     entries = checkpoint.parse(path, storage.read_bytes(path)) if storage.exists(path) else {}
     entries[(topic, partition)] = offset
     storage.write_atomic(path, checkpoint.render(entries))
