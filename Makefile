@@ -59,7 +59,7 @@ test-airflow: $(AIRFLOW_STAMP)
 # spark-submit's inputs: the wheel (for executors' Python environments), the --py-files archive of
 # the same packages, and the entry scripts. Built from a staged copy, so the tree gets no build/.
 DIST ?= dist
-PACKAGES := compaction conf jobs planner readers storage writers
+PACKAGES := compaction conf jobs operations planner readers storage writers
 ENTRY_SCRIPTS := jobs/plan.py jobs/compact.py jobs/retain.py jobs/run.py jobs/recover.py
 
 dist: $(STAMP)

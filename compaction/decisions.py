@@ -23,12 +23,11 @@ from compaction.transactions import (
     is_last_of_active_producer,
 )
 from readers.indexes import AbortedTxn
+from writers.cleaned import COPY, DROP, EMPTY, REWRITE, Outcome
 
 INT32_MAX = 2**31 - 1
-COPY, REWRITE, EMPTY, DROP = "copy", "rewrite", "empty", "drop"
 
 
-@dataclass(frozen=True, slots=True)
 class BatchPlan:
     """What the cleaner decided for one batch before looking at its records."""
 
@@ -192,12 +191,6 @@ def keep_record(plan: BatchPlan, latest_offset: int, offset: int, has_key: bool,
         return False
     latest_for_key = offset >= (mapped_offset if mapped_offset is not None else -1)
     return latest_for_key and (not tombstone or plan.retain_deletes)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    kind: str  # COPY, REWRITE, EMPTY or DROP
-    delete_horizon_ms: int | None = None  # to stamp (REWRITE), else None
 
 
 def batch_outcome(plan: BatchPlan, kept: int, kept_tombstone: bool, now: int, delete_retention_ms: int,

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from compaction import partition_scan, states
+from compaction import partition_scan
+from operations import states
 from compaction.leases import LeaseKeeper
 from compaction.report import PartitionReport, Report
 from compaction.rewrite import (
@@ -49,9 +50,9 @@ from readers.datasource import DEFAULT_MAX_SPLIT_BYTES, OffsetRange, Split, part
 from readers.errors import FormatError
 from readers.indexes import AbortedTxn
 from readers.logdir import SEGMENT_KINDS, scan_partition, segment_name
-from writers import s3commit
-from writers.recover import recover_partition
-from writers.swap import commit_partition, set_cleaner_checkpoint
+from operations import s3commit
+from operations.recover import recover_partition
+from operations.swap import commit_partition, set_cleaner_checkpoint
 
 CONFIG_KEYS = ("delete.retention.ms", "segment.bytes", "segment.index.bytes", "producer.id.expiration.ms",
                "index.interval.bytes")
@@ -672,7 +673,7 @@ def _per_group(spark, jobs: dict[int, tuple[GroupJob, GroupPlans]], entries, slo
 
 def _commit(row: dict, groups: list[dict], owner: str, generation: int | None) -> None:
     import storage
-    from writers.cleaned import WrittenGroup
+    from operations.cleaned import WrittenGroup
 
     end = row["latest_offset"] + 1
     if not storage.is_local_path(row["path"]):  # no atomic rename there: a commit record decides

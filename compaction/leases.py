@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import uuid
 
-from compaction import states
+from operations import states
 
 
 class LeaseKeeper:

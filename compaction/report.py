@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
-from compaction.states import IDLE, UNCLEANABLE
+from operations.states import IDLE, UNCLEANABLE
 
 REASONS = ("superseded", "tombstone", "aborted", "keyless", "marker")
 MIB = 1024 * 1024  # LogCleaner.recordStats: mb(bytes) = bytes / (1024 * 1024)

@@ -28,7 +28,7 @@ from readers.errors import FormatError
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name
 from readers.segment import iter_batches
-from writers.cleaned import WrittenGroup, output_path, write_group
+from operations.cleaned import WrittenGroup, output_path, write_group
 
 PLAN_FLAGS = ("delete", "discard_records", "retain_empty", "retain_deletes", "marker_for_empty_txn")
 DISCARD, RETAIN_DELETES = PLAN_FLAGS.index("discard_records"), PLAN_FLAGS.index("retain_deletes")

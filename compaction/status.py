@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compaction import states
+from operations import states
 from readers.errors import FormatError
 from readers.logdir import scan_log_dir
 

@@ -17,11 +17,10 @@ import storage
 from readers import metadata
 from readers.batch import Batch
 from readers.errors import FormatError
-from readers.logdir import METADATA_TOPIC
+from readers.logdir import METADATA_DIR
 from readers.records import Record
 from readers.segment import iter_batches
 
-METADATA_DIR = f"{METADATA_TOPIC}-0"
 
 _SEGMENT = re.compile(r"^(\d{20})\.log$")
 _SNAPSHOT = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")

@@ -86,7 +86,7 @@ def _log_dirs_held(paths: list[str], dry_run: bool = False) -> Iterator[tuple[li
 
 def _recover_first(paths: list[str]):
     """Interrupted swaps of an earlier run finished or undone, as a broker would on start."""
-    from writers.recover import recover_log_dirs
+    from operations.recover import recover_log_dirs
 
     report = recover_log_dirs(paths, progress=lambda line: print(line, flush=True))
     if any(p.changed for p in report.partitions) or report.skipped or report.temp_files:
@@ -122,7 +122,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _state_command(args: argparse.Namespace) -> int:
     """pause / resume / abort / reset-uncleanable on named partitions of one log dir."""
-    from compaction import states
+    from operations import states
     from readers.logdir import parse_partition_dir
 
     change = {"pause": states.pause, "resume": states.resume, "abort": states.abort,
@@ -214,7 +214,7 @@ def _exit_status(failed: int, attempted: int) -> int:
 def _retain(args: argparse.Namespace) -> int:
     """Plan retention, delete each partition's due prefix, move the checkpoints, report."""
     from jobs.spark import session
-    from writers.retention import retain
+    from jobs.run import retain
 
     config = _config(args)  # a bad setting ends here, before Spark starts
     spark = session("kcompact retain")
@@ -268,7 +268,7 @@ def _job_parser(sub, name: str, help: str) -> argparse.ArgumentParser:
 
 
 def _lease_option(p: argparse.ArgumentParser) -> None:
-    from compaction.states import LEASE_MS
+    from operations.states import LEASE_MS
 
     p.add_argument("--lease-ms", type=int, default=LEASE_MS, metavar="MS",
                    help=f"lease on each partition being cleaned, renewed every quarter of it; a job silent for "

@@ -4,9 +4,9 @@
 Steps, in this order, on one Spark session and one clock (``now``), while the caller holds
 each log dir's ``.lock``:
 0. recovery: swaps an earlier run left unfinished are completed or undone, as a broker would
-   on start (``writers.recover``);
+   on start (``operations.recover``);
 1. retention: each partition's due prefix deleted, log start and cleaner checkpoints moved
-   (``writers.retention``);
+   (``operations.retention``);
 2. plan: Kafka's cleaning decision, made on the log as retention left it, so a cleaner
    checkpoint retention raised to the new log start is the first dirty offset;
 3. compaction of every selected partition (``compaction.job.run``).
@@ -14,13 +14,16 @@ each log dir's ``.lock``:
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import storage
 from compaction.report import Report
-from writers.recover import RecoveryReport
-from writers.retention import RetentionReport
+from operations.recover import RecoveryReport
+from operations.retention import RetentionReport
 
 
 @dataclass(slots=True)
@@ -55,11 +58,9 @@ def nightly(spark, paths, conf=None, now: int | None = None, dry_run: bool = Fal
             max_partitions: int | None = None, progress=print, lease_ms: int | None = None) -> NightlyReport:
     from compaction import job
     from compaction.leases import LeaseKeeper
-    from compaction.states import LEASE_MS
+    from operations.states import LEASE_MS
+    from operations.recover import recover_log_dirs
     from planner.build import build_config, plan
-    from writers.retention import retain
-
-    from writers.recover import recover_log_dirs
 
     now = int(time.time() * 1000) if now is None else now
     conf = build_config(paths, conf)  # one configuration and one clock for every step
@@ -75,6 +76,25 @@ def nightly(spark, paths, conf=None, now: int | None = None, dry_run: bool = Fal
     compaction = job.run(spark, table, now=now, dry_run=dry_run, progress=progress, ready=ready,
                          leases=LeaseKeeper(lease_ms=lease_ms or LEASE_MS))
     return NightlyReport(now, dry_run, recovery, retention, compaction.report)
+
+
+def retain(spark, paths: Sequence[str], conf=None, now: int | None = None, dry_run: bool = False,
+           progress: Callable[[str], None] = print) -> RetentionReport:
+    """Plan retention for every partition under ``paths`` (on Spark), then delete (driver), holding
+    each log dir's ``.lock`` throughout (``storage.LogDirBusy`` when another process has one)."""
+    from operations.retention import execute
+    from planner.build import plan
+
+    started = time.monotonic()
+    now = int(time.time() * 1000) if now is None else now
+    with contextlib.ExitStack() as held:
+        for path in paths:  # re-entrant: the command line holds them already
+            held.enter_context(storage.LogDirLock(path, create=not dry_run))
+        progress("retention: planning")
+        table = plan(spark, paths, conf=conf, now=now, retention_only=True).toArrow()
+        report = execute(table, now=now, dry_run=dry_run, progress=progress)
+    report.seconds = time.monotonic() - started
+    return report
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 import storage
-from compaction import states
+from operations import states
 from conf import kraft, resolve
 from conf.resolve import Config, TopicConfig
 from planner import retention, rules, scan

@@ -10,18 +10,16 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import storage
 from readers import checkpoint
+from readers.commits import CommitRecord, follow, latest_generations
 from readers.errors import Problem
 from storage import FileInfo
 
-if TYPE_CHECKING:
-    from writers.s3commit import CommitRecord
-
 NOT_LIVE_SUFFIXES = ("-delete", "-future", "-stray")
 METADATA_TOPIC = "__cluster_metadata"  # KRaft's own log: configuration, not data to clean
+METADATA_DIR = f"{METADATA_TOPIC}-0"
 LEFTOVER_SUFFIXES = (".cleaned", ".swap", ".deleted")
 SEGMENT_KINDS = ("log", "index", "timeindex", "txnindex")
 BROKER_FILES = {"leader-epoch-checkpoint", "partition.metadata"}
@@ -59,7 +57,7 @@ class Partition:
     segments: list[Segment] = field(default_factory=list)
     leftovers: list[FileInfo] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
-    # object stores (writers.s3commit): the latest commit record, the staged files no reader sees,
+    # object stores (readers.commits): the latest commit record, the staged files no reader sees,
     # and why the records could not be followed (also in ``problems``)
     commit: CommitRecord | None = None
     staged: list[FileInfo] = field(default_factory=list)
@@ -100,16 +98,14 @@ def is_live_partition_dir(name: str) -> bool:
 def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] | None = None,
                    commits: dict[tuple[str, int], int] | None = None) -> Partition:
     """Group a partition dir's files into segments; ``files`` skips the listing when known. On an
-    object store the files are those the latest commit record makes them (``writers.s3commit``);
+    object store the files are those the latest commit record makes them (``readers.commits``);
     ``commits``: the latest record generations of a listing of the log dir root made before."""
     if files is None:
         files, _ = storage.list_dir(path)
     part = Partition(topic, partition, path)
     entries = [(posixpath.basename(info.path), info) for info in files]
     if not storage.is_local_path(path):
-        from writers import s3commit
-
-        followed = s3commit.follow(path, files, commits)
+        followed = follow(path, files, commits)
         entries, part.commit, part.staged = followed.entries, followed.record, followed.staged
         if followed.problem is not None:
             part.problems.append(followed.problem)
@@ -141,8 +137,6 @@ def scan_log_dir(path: str) -> LogDir:
     logdir = LogDir(path)
     commits = None
     if not storage.is_local_path(path):
-        from writers.s3commit import latest_generations
-
         commits = latest_generations(files)
     for info in files:
         name = posixpath.basename(info.path)

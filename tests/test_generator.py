@@ -21,7 +21,7 @@ from jobs.cli import main
 from readers import checkpoint
 from readers.indexes import AbortedTxn, parse_offset_index, parse_time_index, parse_txn_index
 from tests.support import FIXTURE_DIR
-from conf.kraft import METADATA_DIR
+from readers.logdir import METADATA_DIR
 from writers import generator
 
 FIXTURE_SPEC = FIXTURE_DIR / "generator-spec.json"

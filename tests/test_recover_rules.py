@@ -1,4 +1,4 @@
-"""The broker's load-time recovery (``writers.recover``), one test per rule of Kafka's
+"""The broker's load-time recovery (``operations.recover``), one test per rule of Kafka's
 LogLoader (``removeTempFilesAndCollectSwapFiles`` and the swap completion in ``load``):
 file-name lists in, deletions and renames out, every expectation worked out by hand.
 Then ``recover_partition`` on real partitions: idempotent, and indexes rebuilt byte for
@@ -12,9 +12,9 @@ from pathlib import Path
 
 from kafka.record.memory_records import MemoryRecords
 
-from compaction import states
+from operations import states
 from tests.support import FIXTURE_INPUT, broker_indexes, make_batches, seg_path, write_partition
-from writers.recover import plan_recovery, recover_log_dirs, recover_partition
+from operations.recover import plan_recovery, recover_log_dirs, recover_partition
 
 
 def n(offset: int, suffix: str) -> str:

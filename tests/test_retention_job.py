@@ -25,7 +25,7 @@ from planner import output
 from planner.build import PLAN_SCHEMA, plan
 from readers.records import Record
 from tests.support import checkpoint_text, kp_batches, kp_build, seg_path, write_partition
-from writers.retention import execute
+from operations.retention import execute
 
 MIN, HOUR = 60_000, 3_600_000
 NOW = 1_720_100_000_000  # a whole second: mtimes set from it read back exactly
@@ -298,7 +298,7 @@ def test_partition_changed_since_planning_is_left_alone(tmp_path):
     assert cli._exit_status(1, 2) == cli.EXIT_PARTIAL and cli._exit_status(0, 2) == cli.EXIT_OK
 
 
-# -- object stores: deletions published by a commit record (writers.s3commit) -----------------------
+# -- object stores: deletions published by a commit record (operations.s3commit) -----------------------
 BUCKET = "ret"
 X_ROW = {"topic": "x", "partition": 0, "cleanup_policy": "delete", "log_start_offset": 0, "retention_log_start": 10,
          "retention_bytes_deleted": S, "retention_deletes": deletes((0, S, NOW - 3 * HOUR, "retention.ms")),
@@ -346,7 +346,7 @@ def test_object_store_deletes_through_a_commit_record(store):
     """On s3:// (moto) the deletion is one commit record: generation 1, no staged files, segment
     0's files and snapshot replaced, log start 10; applied, it left those files gone and both
     checkpoints moved by compare-and-swap (the cleaner entry 3 below the new log start raised)."""
-    from writers import s3commit
+    from readers import commits
 
     log_dir = uploaded(store, "plain")
     report = execute(x_row(log_dir), now=NOW)
@@ -356,7 +356,7 @@ def test_object_store_deletes_through_a_commit_record(store):
     assert {k[len("x-0/"):] for k in after if k.startswith("x-0/")} == seg_files(10, 20)
     assert after["log-start-offset-checkpoint"] == b"0\n1\nx 0 10\n"
     assert after["cleaner-offset-checkpoint"] == b"0\n2\nx 0 10\ny 1 9\n"
-    record = json.loads(after[s3commit.record_name("x", 0, 1)])
+    record = json.loads(after[commits.record_name("x", 0, 1)])
     assert (record["staged"], sorted(record["replaced"]), record["log_start"], record["checkpoint"]) == \
         ({}, sorted(X_GONE), 10, None)
     assert record["copied"] and record["applied"]
@@ -369,7 +369,7 @@ def test_object_store_every_write_failure_is_old_or_new(store):
     ``kcompact recover`` then ends where the record decides: untouched byte for byte without
     one, segment 0 gone and both checkpoints moved with one."""
     from tests.support import FAULTY, failing_s3
-    from writers import s3commit
+    from readers import commits
 
     failing = failing_s3()
     failing.calls, failing.fail_at = 0, 0
@@ -384,7 +384,7 @@ def test_object_store_every_write_failure_is_old_or_new(store):
         failing.calls, failing.fail_at = 0, n
         (entry,) = execute(x_row(log_dir.replace("s3://", f"{FAULTY}://")), now=NOW).partitions
         assert not entry.deleted and f"injected I/O error at write {n}" in entry.error, n
-        committed = s3commit.record_name("x", 0, 1) in objects(store, prefix)
+        committed = commits.record_name("x", 0, 1) in objects(store, prefix)
         assert seen_bases(log_dir) == ([10, 20] if committed else [0, 10, 20]), n
         assert cli.main(["recover", log_dir]) == 0
         assert seen_bases(log_dir) == ([10, 20] if committed else [0, 10, 20]), n
@@ -396,7 +396,7 @@ def test_object_store_every_write_failure_is_old_or_new(store):
         assert {k[len("x-0/"):] for k in after if k.startswith("x-0/")} == seg_files(10, 20), n
         assert after["log-start-offset-checkpoint"] == b"0\n1\nx 0 10\n", n
         assert after["cleaner-offset-checkpoint"] == b"0\n2\nx 0 10\ny 1 9\n", n
-        assert json.loads(after[s3commit.record_name("x", 0, 1)])["applied"], n
+        assert json.loads(after[commits.record_name("x", 0, 1)])["applied"], n
     assert committed_at == list(range(2, writes + 1))  # the record's PUT is the commit point
 
 
@@ -404,11 +404,11 @@ def test_object_store_waits_for_an_unapplied_commit(store):
     """A commit record not yet applied (a compaction committing, or interrupted) blocks retention
     of its partition: nothing touched. Once ``kcompact recover`` applied it, retention takes the
     next generation."""
-    from writers import s3commit
+    from readers import commits
 
     log_dir = uploaded(store, "unapplied")
-    pending = s3commit.CommitRecord("x", 0, 1, "kcompact-other", {}, (), 3)
-    store.fs.pipe(f"{BUCKET}/unapplied/{s3commit.record_name('x', 0, 1)}", pending.to_json())
+    pending = commits.CommitRecord("x", 0, 1, "kcompact-other", {}, (), 3)
+    store.fs.pipe(f"{BUCKET}/unapplied/{commits.record_name('x', 0, 1)}", pending.to_json())
     before = objects(store, "unapplied")
     (entry,) = execute(x_row(log_dir), now=NOW).partitions
     assert not entry.deleted and "generation 1 is not applied yet" in entry.error
@@ -417,29 +417,30 @@ def test_object_store_waits_for_an_unapplied_commit(store):
     (entry,) = execute(x_row(log_dir), now=NOW).partitions
     assert entry.deleted and entry.error is None
     after = objects(store, "unapplied")
-    assert json.loads(after[s3commit.record_name("x", 0, 2)])["applied"]
-    assert s3commit.record_name("x", 0, 1) in after and seen_bases(log_dir) == [10, 20]
+    assert json.loads(after[commits.record_name("x", 0, 2)])["applied"]
+    assert commits.record_name("x", 0, 1) in after and seen_bases(log_dir) == [10, 20]
 
 
 def test_object_store_loses_the_generation_to_a_compaction(store, monkeypatch):
     """A compaction commits the partition between retention's listing and its record: the
     compaction's record has generation 1, retention's PUT of generation 1 fails, the partition is
     reported failed and nothing of retention's is applied."""
-    from writers import retention, s3commit
+    from operations import retention
+    from readers import commits
 
     log_dir = uploaded(store, "race")
-    winner = s3commit.CommitRecord("x", 0, 1, "kcompact-other", {}, (), 3, copied=True, applied=True)
+    winner = commits.CommitRecord("x", 0, 1, "kcompact-other", {}, (), 3, copied=True, applied=True)
     check = retention._state_skip
 
     def compaction_commits_meanwhile(partition_dir, policy):
-        store.fs.pipe(f"{BUCKET}/race/{s3commit.record_name('x', 0, 1)}", winner.to_json())
+        store.fs.pipe(f"{BUCKET}/race/{commits.record_name('x', 0, 1)}", winner.to_json())
         return check(partition_dir, policy)
 
     monkeypatch.setattr(retention, "_state_skip", compaction_commits_meanwhile)
     before = objects(store, "race")
     (entry,) = execute(x_row(log_dir), now=NOW).partitions
     assert not entry.deleted and "created by another writer first" in entry.error
-    assert objects(store, "race") == before | {s3commit.record_name("x", 0, 1): winner.to_json()}
+    assert objects(store, "race") == before | {commits.record_name("x", 0, 1): winner.to_json()}
     assert seen_bases(log_dir) == [0, 10, 20]
 
 
@@ -447,7 +448,7 @@ def test_run_on_object_store(spark_s3, store, tmp_path):
     """``kcompact run`` on s3://: Q's compact,delete partition retained (generation 1) then
     compacted (generation 2) with the result worked out for the local run above."""
     from readers.logdir import scan_partition
-    from writers import s3commit
+    from readers import commits
 
     build_q(tmp_path / "q")
     store.fs.put(f"{tmp_path / 'q'}/", f"{BUCKET}/q/", recursive=True)
@@ -465,7 +466,7 @@ def test_run_on_object_store(spark_s3, store, tmp_path):
     assert [r.offset for b in kp_batches(after[f"both-0/{20:020d}.log"]) for r in b] == list(range(25, 40))
     assert after["log-start-offset-checkpoint"] == b"0\n1\nboth 0 20\n"
     assert after["cleaner-offset-checkpoint"] == b"0\n1\nboth 0 40\n"
-    records = [json.loads(after[s3commit.record_name("both", 0, g)]) for g in (1, 2)]
+    records = [json.loads(after[commits.record_name("both", 0, g)]) for g in (1, 2)]
     assert [(r["log_start"], r["checkpoint"], r["applied"]) for r in records] == [(20, None, True), (None, 40, True)]
     assert not [k for k in after if k.endswith(".staged")]
     assert [s.base_offset for s in scan_partition(f"{log_dir}/both-0", "both", 0).segments] == [20, 40]

@@ -1,4 +1,4 @@
-"""The object-store commit protocol (writers/s3commit.py) against moto's S3 server: a whole job
+"""The object-store commit protocol (operations/s3commit.py) against moto's S3 server: a whole job
 on s3:// equals the same job on local disk, a SIGKILL at every store mutation of one partition's
 commit leaves readers the old or the new partition and recovery the one the record decides, two
 writers of one generation cannot both win, two jobs at once never clean the same partition.
@@ -33,7 +33,8 @@ from readers.checkpoint import parse as parse_checkpoint
 from readers.dump import dump_path
 from readers.logdir import SEGMENT_KINDS, scan_partition, segment_name
 from tests.support import FAULTY, failing_s3, kp_batches, kp_record
-from writers import s3commit
+from operations import s3commit
+from readers import commits
 
 NOW = "1720001000000"
 BUCKET = "kc-commit"
@@ -155,7 +156,7 @@ def object_names(fs, prefix: str) -> set[str]:
 
 
 def staged_left(fs, prefix: str) -> list[str]:
-    return sorted(n for n in object_names(fs, prefix) if n.endswith(s3commit.STAGED))
+    return sorted(n for n in object_names(fs, prefix) if n.endswith(commits.STAGED))
 
 
 def checkpoint_entries(fs, prefix: str) -> dict:
@@ -245,7 +246,7 @@ def commit_fixture(s3, gen: Path, merged_truth: Path):
         prefix = f"sweep/{point}"
         local = [*root_files, *(p for p in old.iterdir()), *(gen / "__cluster_metadata-0").iterdir()]
         remote = [f"{BUCKET}/{prefix}/{p.relative_to(gen)}" for p in local]
-        staged = [f"{BUCKET}/{prefix}/{TARGET}/{s3commit.staged_name(p.name, owner)}" for p in new_files]
+        staged = [f"{BUCKET}/{prefix}/{TARGET}/{commits.staged_name(p.name, owner)}" for p in new_files]
         s3.put([str(p) for p in local + new_files], remote + staged)
         return {"owner": owner, "log_dir": url(prefix), "partition_dir": url(f"{prefix}/{TARGET}"),
                 "staged": [f"s3://{p}" for p in staged], "checkpoint": end,
@@ -256,7 +257,8 @@ def commit_fixture(s3, gen: Path, merged_truth: Path):
 
 COMMIT_ONE = """
 import json, sys
-from writers import s3commit
+from operations import s3commit
+from readers import commits
 args = json.loads(sys.argv[1])
 record = s3commit.plan_record("orders", 0, 1, args["owner"], args["staged"], args["replaced"], args["checkpoint"])
 s3commit.commit_partition(args["log_dir"], args["partition_dir"], record)
@@ -289,7 +291,7 @@ def test_every_crash_point_of_a_commit(s3, gen, merged_truth, child_env, spark_s
     for n, point in enumerate(points, 1):
         code, out, err = killed[point]
         assert code == -signal.SIGKILL, (point, err)
-        committed[point] = s3.exists(f"{BUCKET}/sweep/{point}/{s3commit.record_name('orders', 0, 1)}")
+        committed[point] = s3.exists(f"{BUCKET}/sweep/{point}/{commits.record_name('orders', 0, 1)}")
         assert committed[point] == (n > 1)
         seen = seen_records(url(f"sweep/{point}/{TARGET}"))  # before any recovery
         assert seen == (new_records if committed[point] else old_records), point
@@ -329,7 +331,7 @@ def test_two_writers_race_for_one_generation(s3, gen, local_truth, merged_truth,
     commits = {}
     for owner, truth in results.items():
         files = [p for p in truth.iterdir() if p.suffix[1:] in SEGMENT_KINDS and int(p.stem) < end]
-        staged = [f"{BUCKET}/{prefix}/{TARGET}/{s3commit.staged_name(p.name, owner)}" for p in files]
+        staged = [f"{BUCKET}/{prefix}/{TARGET}/{commits.staged_name(p.name, owner)}" for p in files]
         s3.put([str(p) for p in files], staged)
         replaced = [segment_name(int(p.stem), k) for p in old.glob("*.log") if int(p.stem) < end for k in SEGMENT_KINDS]
         commits[owner] = s3commit.plan_record("orders", 0, 1, owner, [f"s3://{p}" for p in staged], replaced, end)
@@ -356,8 +358,8 @@ def test_two_writers_race_for_one_generation(s3, gen, local_truth, merged_truth,
     assert {n for n in object_names(s3, f"{prefix}/{TARGET}") if n.endswith(".log")} == {p.name for p in truth.glob("*.log")}
     for p in truth.glob("*.log"):
         assert s3.cat(f"{BUCKET}/{prefix}/{TARGET}/{p.name}") == p.read_bytes()
-    name = s3commit.record_name("orders", 0, 1)
-    stored = s3commit.CommitRecord.parse(name, s3.cat(f"{BUCKET}/{prefix}/{name}"))
+    name = commits.record_name("orders", 0, 1)
+    stored = commits.CommitRecord.parse(name, s3.cat(f"{BUCKET}/{prefix}/{name}"))
     assert stored.owner == winner and stored.applied
 
 
@@ -384,8 +386,8 @@ def test_compact_on_s3_equals_local_compaction(jobs, local_truth, gen, s3, child
     assert checkpoint_entries(s3, "full") == parse_checkpoint("local", (local_truth / "cleaner-offset-checkpoint").read_bytes())
     assert staged_left(s3, "full") == []
     at_root = sorted(n for n in object_names(s3, "full") if n.startswith("kcompact-"))  # no state left: idle
-    assert at_root == sorted(s3commit.record_name(t, int(n), 1) for t, n in (p.rsplit("-", 1) for p in cleaned))
-    assert all(s3commit.CommitRecord.parse(n, s3.cat(f"{BUCKET}/full/{n}")).applied for n in at_root)
+    assert at_root == sorted(commits.record_name(t, int(n), 1) for t, n in (p.rsplit("-", 1) for p in cleaned))
+    assert all(commits.CommitRecord.parse(n, s3.cat(f"{BUCKET}/full/{n}")).applied for n in at_root)
     assert int((jobs.out / "count").read_text()) > max(KILLS.values())  # orders-0's commit: those kills hit it
     verified = run([*KCOMPACT, "verify", url("full")], child_env)
     assert verified.returncode == 0, verified.stdout[-3000:]
@@ -395,7 +397,7 @@ def test_compact_on_s3_equals_local_compaction(jobs, local_truth, gen, s3, child
 # -- 4. whole jobs killed in the middle of a commit ---------------------------------------------------
 def lapse(log_dirs: list[str], partitions: list[str], timeout: float = 120) -> None:
     """Wait until the killed jobs' leases have lapsed (their heartbeats stopped with them)."""
-    from compaction import states
+    from operations import states
 
     deadline = time.monotonic() + timeout
     for log_dir in log_dirs:
@@ -418,7 +420,7 @@ def test_killed_jobs_show_old_or_new_then_recover_and_converge(jobs, s3, gen, lo
     old = {p: dump_lines(str(gen / p)) for p in names}
     new = {p: dump_lines(str(local_truth / p)) for p in names}
     assert old[TARGET] != new[TARGET]
-    record = s3commit.record_name("orders", 0, 1)
+    record = commits.record_name("orders", 0, 1)
     for name, n in points.items():
         written = s3.exists(f"{BUCKET}/{name}/{record}")
         assert written == (n > 1), name
@@ -492,7 +494,7 @@ def test_write_failures_through_a_failing_filesystem(s3, gen, merged_truth):
         point = f"fail{n:02d}"
         with pytest.raises(OSError, match=f"injected I/O error at write {n}"):
             commit_through_failing(point, n)
-        committed = s3.exists(f"{BUCKET}/sweep/{point}/{s3commit.record_name('orders', 0, 1)}")
+        committed = s3.exists(f"{BUCKET}/sweep/{point}/{commits.record_name('orders', 0, 1)}")
         assert seen_records(url(f"sweep/{point}/{TARGET}")) == (new_records if committed else old_records), point
         assert cli.main(["recover", url(f"sweep/{point}")]) == 0
         assert seen_records(url(f"sweep/{point}/{TARGET}")) == (new_records if committed else old_records), point

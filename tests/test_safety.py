@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-from compaction import states
+from operations import states
 from compaction.leases import LeaseKeeper
 from jobs.cli import main
 from tests.support import kp_build, write_partition

@@ -29,7 +29,7 @@ from itertools import accumulate
 from typing import Any
 
 import storage
-from conf.kraft import METADATA_DIR
+from readers.logdir import METADATA_DIR
 from readers import checkpoint, codecs, snapshot
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name

@@ -4,8 +4,8 @@ process that crash_points kills with SIGKILL at its point (tests only).
 A Spark start costs seconds; a fork costs a millisecond. So the sweep over every mutation of
 a commit runs the job's driver-side commit here, without Spark, on ``.cleaned`` files a real
 ``kcompact compact`` wrote (it was killed just before its first ``.swap`` rename): per
-partition, in the job's order, ``writers.swap.commit_partition`` with the segments below the
-cleaned range's end, then ``writers.swap.set_cleaner_checkpoint``, as ``compaction.job``
+partition, in the job's order, ``operations.swap.commit_partition`` with the segments below the
+cleaned range's end, then ``operations.swap.set_cleaner_checkpoint``, as ``compaction.job``
 commits. The ``recover`` action runs the command line's own ``recover``.
 
     python tests/faults/fork_driver.py TASK.json
@@ -31,11 +31,11 @@ import traceback
 
 import crash_points
 
-import writers.recover  # noqa: F401  (imported before forking: the children start warm)
+import operations.recover  # noqa: F401  (imported before forking: the children start warm)
 from jobs.cli import main as kcompact
 from readers.logdir import scan_partition
-from writers.cleaned import CLEANED, WrittenGroup
-from writers.swap import commit_partition, set_cleaner_checkpoint
+from operations.cleaned import CLEANED, WrittenGroup
+from operations.swap import commit_partition, set_cleaner_checkpoint
 
 KINDS = ("log", "index", "timeindex", "txnindex")  # write_group's order of a group's files
 

@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 import storage
-from readers import indexes
+from readers import commits, indexes
 from readers.errors import FormatError
 from readers.logdir import segment_name
 from readers.segment import iter_batches
-from writers import s3commit
+from operations import s3commit
 from writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentWriter
 
 SWAP, CLEANED, DELETED = ".swap", ".cleaned", ".deleted"
@@ -121,7 +121,7 @@ def recover_partition(partition_dir: str, index_interval_bytes: int = DEFAULT_IN
                       indexes: bool = True) -> PartitionRecovery:
     """Apply the broker's load-time recovery to one partition dir (idempotent: a second run, or
     a run after a crash of this one, finds less to do and ends in the same files). On an object
-    store, first the commit protocol's (``writers.s3commit``): the caller holds the partition's
+    store, first the commit protocol's (``operations.s3commit``): the caller holds the partition's
     lease, or no job can take it. ``indexes=False`` leaves the index check out: it reads every
     segment's index files, work for ``recover_log_dirs``, not for a job's check of each partition."""
     out = PartitionRecovery(partition_dir)
@@ -272,7 +272,7 @@ def recover_log_dirs(paths: Iterable[str], progress=print) -> RecoveryReport:
 
 
 def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress) -> None:
-    from compaction import states
+    from operations import states
     from readers.logdir import scan_log_dir
 
     locked = storage.is_local_path(log_dir)  # object stores have no .lock
@@ -283,7 +283,7 @@ def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress)
         if leased and not state.expired() and not locked:
             report.skipped[part.path] = state.skip_reason
             continue
-        if not locked and state.skip_reason is None and s3commit.pending(part.commit, part.staged):
+        if not locked and state.skip_reason is None and commits.pending(part.commit, part.staged):
             lease = states.acquire(part.path, owner)  # paused, uncleanable: no job can take it anyway
             if isinstance(lease, str):
                 report.skipped[part.path] = lease

@@ -1,4 +1,4 @@
-"""The commit protocol for object stores, where Kafka's swap protocol (``writers.swap``) is not
+"""The commit protocol for object stores, where Kafka's swap protocol (``operations.swap``) is not
 crash-safe: a rename there is a copy and a delete, so a crash between renames leaves a mix. A
 commit record decides instead, created by one conditional PUT that exactly one writer wins.
 
@@ -17,15 +17,15 @@ commit record decides instead, created by one conditional PUT that exactly one w
    object, retried: commits of other partitions write it too), delete the staged files, delete
    the record two generations back, then mark the record ``applied``. Whether the copies are
    done is read from the record, never guessed from which staged files exist.
-4. Readers follow the latest record (``readers.logdir.scan_partition``): the partition's files
+4. Readers follow the latest record (``readers.logdir.scan_partition``, through ``readers.commits``): the partition's files
    are the listed ones minus staged names and minus the record's replaced names, plus each final
    name read from its staged file while that exists, else from the final object. Staged files
    are deleted only once every copy is done, so from the moment the record exists readers see
    the new partition, at every instant of the apply; before, the old one.
-5. Recovery (``writers.recover``): redo the latest record unless applied; delete staged files
+5. Recovery (``operations.recover``): redo the latest record unless applied; delete staged files
    no such record names whose owner holds no live lease.
 
-Retention (``writers.retention``) publishes its deletions the same way: a record with no staged
+Retention (``operations.retention``) publishes its deletions the same way: a record with no staged
 files, the deleted segments' files as ``replaced`` and the partition's new log start, which the
 apply raises ``log-start-offset-checkpoint`` to (and a ``cleaner-offset-checkpoint`` entry below
 it, as Kafka's cleaner resets one), both by compare-and-swap. From the record on, readers no
@@ -46,100 +46,26 @@ Pure decisions (names, records, the view) are functions of listings; the rest go
 
 from __future__ import annotations
 
-import json
 import posixpath
-import re
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 import storage
 from readers import checkpoint
-from readers.errors import FormatError, Problem
+from readers.commits import (
+    CommitRecord,
+    latest_generations,
+    parse_staged,
+    record_path,
+    split_partition_dir,
+)
 from storage import FileInfo
 
-STAGED = ".staged"
 CAS_ATTEMPTS = 100  # compare-and-swap rounds on the checkpoint before giving up (transient)
-_OWNER = re.compile(r"^[A-Za-z0-9_-]+$")
-_STAGED = re.compile(r"^(?P<final>\d{20}\.(?:log|index|timeindex|txnindex))\.(?P<owner>[A-Za-z0-9_-]+)\.staged$")
-_RECORD = re.compile(r"^kcompact-commit\.(?P<topic>.+)-(?P<partition>\d+)\.(?P<generation>\d{10})\.json$")
 
 
 class CommitLost(Exception):
     """Another writer created this generation's record first; this job's result was discarded."""
-
-
-# -- names ---------------------------------------------------------------------------------------
-def staged_name(final: str, owner: str) -> str:
-    if not _OWNER.match(owner):
-        raise ValueError(f"lease owner {owner!r} cannot be part of a file name (letters, digits, '-', '_')")
-    return f"{final}.{owner}{STAGED}"
-
-
-def parse_staged(name: str) -> tuple[str, str] | None:
-    """(final name, owner) of a staged file name; None for any other name."""
-    match = _STAGED.match(name)
-    return (match["final"], match["owner"]) if match else None
-
-
-def record_name(topic: str, partition: int, generation: int) -> str:
-    return f"kcompact-commit.{topic}-{partition}.{generation:010d}.json"
-
-
-def parse_record_name(name: str) -> tuple[str, int, int] | None:
-    """(topic, partition, generation) of a commit record's file name."""
-    match = _RECORD.match(posixpath.basename(name))
-    return (match["topic"], int(match["partition"]), int(match["generation"])) if match else None
-
-
-def record_path(log_dir: str, topic: str, partition: int, generation: int) -> str:
-    return storage.join(log_dir, record_name(topic, partition, generation))
-
-
-def _split(partition_dir: str) -> tuple[str, str, int]:
-    log_dir, _, name = partition_dir.rstrip("/").rpartition("/")
-    topic, _, number = name.rpartition("-")
-    return log_dir, topic, int(number)
-
-
-# -- the record ----------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class CommitRecord:
-    topic: str
-    partition: int
-    generation: int
-    owner: str
-    staged: dict[str, str]  # staged file name -> final name, in the partition dir
-    replaced: tuple[str, ...]  # names of the segment files the commit replaces
-    checkpoint: int | None  # the partition's cleaner-offset-checkpoint entry once applied (None: kept)
-    copied: bool = False  # every staged file is at its final name
-    applied: bool = False  # and the rest is done
-    log_start: int | None = None  # retention: the partition's new log start offset
-
-    def to_json(self) -> bytes:
-        return json.dumps(asdict(self) | {"replaced": list(self.replaced)}, sort_keys=True).encode()
-
-    @classmethod
-    def parse(cls, path: str, data: bytes) -> CommitRecord:
-        try:
-            doc = json.loads(data)
-            record = cls(str(doc["topic"]), int(doc["partition"]), int(doc["generation"]), str(doc["owner"]),
-                         {str(k): str(v) for k, v in doc["staged"].items()}, tuple(map(str, doc["replaced"])),
-                         _optional_int(doc["checkpoint"]), bool(doc["copied"]), bool(doc["applied"]),
-                         _optional_int(doc.get("log_start")))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise FormatError(path, None, "commit record is not a JSON object with generation, owner, staged, "
-                                          "replaced, checkpoint, copied and applied") from None
-        if record.checkpoint is None and record.log_start is None:
-            raise FormatError(path, None, "commit record moves neither the cleaner checkpoint nor the log start")
-        if parse_record_name(path) != (record.topic, record.partition, record.generation):
-            raise FormatError(path, None, f"commit record's content is for {record.topic}-{record.partition} "
-                                          f"generation {record.generation}, not its file name's")
-        return record
-
-
-def _optional_int(value) -> int | None:
-    return None if value is None else int(value)
-
 
 def plan_record(topic: str, partition: int, generation: int, owner: str, staged_paths: Iterable[str],
                 replaced: Iterable[str], checkpoint_offset: int) -> CommitRecord:
@@ -161,73 +87,6 @@ def retention_record(topic: str, partition: int, generation: int, owner: str, de
     if not names or any("/" in name for name in names):
         raise ValueError(f"a retention record names the deleted files of one partition dir, not {names}")
     return CommitRecord(topic, partition, generation, owner, {}, names, None, log_start=log_start)
-
-
-def latest_generations(root_files: Iterable[FileInfo]) -> dict[tuple[str, int], int]:
-    """The latest record generation per (topic, partition), from a listing of the log dir root."""
-    latest: dict[tuple[str, int], int] = {}
-    for info in root_files:
-        parsed = parse_record_name(info.path)
-        if parsed is not None:
-            key = parsed[:2]
-            latest[key] = max(latest.get(key, 0), parsed[2])
-    return latest
-
-
-def view(files: Iterable[FileInfo], record: CommitRecord | None) -> list[tuple[str, FileInfo]]:
-    """The partition readers see, as (name, file to read): the listed files minus staged names and
-    minus the record's replaced names, plus each final name read from its staged file while that
-    exists, else from the final object."""
-    listed = {posixpath.basename(f.path): f for f in files}
-    shown = {name: f for name, f in listed.items() if parse_staged(name) is None}
-    if record is not None:
-        for name in record.replaced:
-            shown.pop(name, None)
-        for staged, final in record.staged.items():
-            found = listed.get(staged) or listed.get(final)
-            if found is not None:
-                shown[final] = found
-    return sorted(shown.items())
-
-
-def pending(record: CommitRecord | None, staged: list[FileInfo]) -> bool:
-    """Something for recovery to do: a latest record not yet applied, or staged files."""
-    return bool(staged) or (record is not None and not record.applied)
-
-
-@dataclass(slots=True)
-class Followed:
-    """A partition dir's listing read through the commit protocol."""
-
-    entries: list[tuple[str, FileInfo]]  # (name, file to read) of the partition readers see
-    record: CommitRecord | None  # the latest record
-    staged: list[FileInfo]  # staged files, shown or not
-    problem: Problem | None = None
-
-
-def follow(partition_dir: str, files: list[FileInfo], generations: dict[tuple[str, int], int] | None) -> Followed:
-    """What ``scan_partition`` shows of an object-store listing ``files``. ``generations``: the
-    latest generation per partition of a listing of the log dir root made before ``files``
-    (None: list the root now). The record is read, and the next generation asked for, after."""
-    log_dir, topic, partition = _split(partition_dir)
-    if generations is None:
-        generations = latest_generations(storage.list_dir(log_dir)[0])
-    seen = generations.get((topic, partition), 0)
-    staged = [f for f in files if parse_staged(posixpath.basename(f.path)) is not None]
-    record = None
-    try:
-        if seen:
-            path = record_path(log_dir, topic, partition, seen)
-            record = CommitRecord.parse(path, storage.read_bytes(path))
-        moved = storage.read_versioned(record_path(log_dir, topic, partition, seen + 1)) is not None
-    except FileNotFoundError:
-        moved = True
-    except FormatError as exc:
-        return Followed(view(files, None), None, staged, Problem.of(exc))
-    if moved:
-        why = f"a commit (generation {seen + 1}) began while the partition was listed; transient: list it again"
-        return Followed(view(files, record), record, staged, Problem(partition_dir, None, why))
-    return Followed(view(files, record), record, staged)
 
 
 # -- commit and apply ----------------------------------------------------------------------------
@@ -359,7 +218,7 @@ class Recovered:
 
 
 def _live_owner(partition_dir: str) -> str | None:
-    from compaction import states
+    from operations import states
 
     state, _ = states.read(partition_dir)
     if state.state in (states.IN_PROGRESS, states.ABORTED) and not state.expired():
@@ -371,7 +230,7 @@ def recover_partition(partition_dir: str, files: list[FileInfo]) -> Recovered:
     """Redo the latest record unless applied; delete staged files no such record names whose owner
     holds no live lease. ``files``: the partition dir's listing. The caller holds the partition's
     lease (or no job can take it), so no commit runs meanwhile."""
-    log_dir, topic, partition = _split(partition_dir)
+    log_dir, topic, partition = split_partition_dir(partition_dir)
     seen = latest_generations(storage.list_dir(log_dir)[0]).get((topic, partition), 0)
     record, version = latest_record(log_dir, topic, partition, seen)
     out = Recovered(record.generation if record else 0)

@@ -1,6 +1,7 @@
 """Retention executed: each partition's planned prefix deleted, then the log dir's checkpoints moved.
 
-The plan (``planner.build.plan``, columns ``retention_*``) says which oldest segments Kafka's
+The plan (``planner.build.plan``, columns ``retention_*``; ``jobs.run.retain`` makes it and calls
+``execute``) says which oldest segments Kafka's
 UnifiedLog.deleteOldSegments removes and why; the driver alone then, per partition:
 1. lists the partition again and checks that the planned segments are still its oldest ones, with
    the sizes planned, and that its cleaning state still lets retention run;
@@ -20,7 +21,7 @@ A crash at any instant leaves a log dir a broker loads as the old or the new log
 cleaner resets a checkpoint below the log start.
 
 On object stores (``s3://``) a rename is a copy and a delete, so steps 2-5 are one commit record
-of ``writers.s3commit`` instead (no staged files; the deleted files as replaced; the new log
+of ``operations.s3commit`` instead (no staged files; the deleted files as replaced; the new log
 start), created by a conditional PUT on the partition's next generation: from that instant
 readers see the new log start, and the apply (or ``kcompact recover`` after a crash) deletes the
 files and moves both checkpoint entries by compare-and-swap. A compaction commit of the same
@@ -30,21 +31,19 @@ failed (transient), never mixed.
 
 from __future__ import annotations
 
-import contextlib
 import posixpath
-import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 
 import storage
-from compaction import states
+from operations import states
 from readers import checkpoint
 from readers.errors import FormatError
 from readers.logdir import SEGMENT_KINDS, scan_partition, segment_name
-from writers import s3commit
+from operations import s3commit
 
 DELETED = ".deleted"
 
@@ -135,25 +134,6 @@ class RetentionReport:
     def to_json(self) -> dict:
         return {"now": self.now, "dry_run": self.dry_run, "totals": self.totals(), "notes": self.notes,
                 "partitions": [asdict(p) | {"reasons": p.reasons} for p in self.partitions]}
-
-
-# -- the job --------------------------------------------------------------------------------------
-def retain(spark, paths: Sequence[str], conf=None, now: int | None = None, dry_run: bool = False,
-           progress: Callable[[str], None] = print) -> RetentionReport:
-    """Plan retention for every partition under ``paths`` (on Spark), then delete (driver), holding
-    each log dir's ``.lock`` throughout (``storage.LogDirBusy`` when another process has one)."""
-    from planner.build import plan
-
-    started = time.monotonic()
-    now = int(time.time() * 1000) if now is None else now
-    with contextlib.ExitStack() as held:
-        for path in paths:  # re-entrant: the command line holds them already
-            held.enter_context(storage.LogDirLock(path, create=not dry_run))
-        progress("retention: planning")
-        table = plan(spark, paths, conf=conf, now=now, retention_only=True).toArrow()
-        report = execute(table, now=now, dry_run=dry_run, progress=progress)
-    report.seconds = time.monotonic() - started
-    return report
 
 
 def execute(plan: pa.Table, now: int, dry_run: bool = False,

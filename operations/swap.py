@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import storage
 from readers import checkpoint
 from readers.logdir import Segment
-from writers.cleaned import CLEANED, WrittenGroup
+from operations.cleaned import CLEANED, WrittenGroup
 
 SWAP, DELETED = ".swap", ".deleted"
 

@@ -1,0 +1,105 @@
+"""Write one cleaned segment group: ``<base>.log.cleaned`` and its three indexes (on an object
+store, staged names instead: ``operations.s3commit``).
+
+Each input batch arrives with its decided outcome and becomes the bytes ``writers.cleaned``
+makes of it. The indexes follow the broker's append rules; the files take the modification
+time of the group's last input segment, as Kafka's cleaner sets it, and are fsynced before
+anyone may rename them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import numpy as np
+
+import storage
+from readers.batch import Batch
+from readers.commits import staged_name
+from readers.indexes import AbortedTxn
+from readers.logdir import segment_name
+from writers.cleaned import Outcome, output_bytes, records_written
+from writers.segment import SegmentWriter
+
+CLEANED = ".cleaned"
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenGroup:
+    base_offset: int
+    size: int
+    batches: int
+    records: int
+    files: tuple[str, ...]  # the .cleaned (or staged) files, full paths
+
+
+class _Pieces:
+    """Appended batches written in pieces of at least ``size`` bytes: a write call per batch
+    costs more than copying the batch once more."""
+
+    def __init__(self, out: BinaryIO, size: int = 1 << 20):
+        self.out, self.size = out, size
+        self.parts: list[bytes] = []
+        self.pending = 0
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(data)
+        self.pending += len(data)
+        if self.pending >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.parts:
+            self.out.write(b"".join(self.parts))
+            self.parts, self.pending = [], 0
+
+
+def output_path(partition_dir: str, base_offset: int, kind: str, owner: str | None) -> str:
+    """Where a task writes a new segment file: ``.cleaned`` beside the old one for Kafka's swap
+    protocol; on an object store a staged name of the job's lease ``owner`` (``operations.s3commit``)."""
+    name = segment_name(base_offset, kind)
+    if storage.is_local_path(partition_dir):
+        return storage.join(partition_dir, name + CLEANED)
+    if owner is None:
+        raise ValueError(f"{partition_dir}: staging on an object store needs the job's lease owner")
+    return storage.join(partition_dir, staged_name(name, owner))
+
+
+def write_group(partition_dir: str, base_offset: int, items: Iterable[tuple[Batch, Outcome, np.ndarray | None]],
+                aborted: list[AbortedTxn], mtime_ms: int, index_interval_bytes: int,
+                owner: str | None = None) -> WrittenGroup:
+    """Write the group's kept batches, in order, as ``.cleaned`` (or staged) files; returns what was
+    written. The .log is streamed (a group may be as large as segment.bytes); indexes are small. The
+    index files are written (and fsynced) while the .log is fsynced: each fsync waits for the disk."""
+    log_path = output_path(partition_dir, base_offset, "log", owner)
+    batches = records = 0
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        with storage.create_durable(log_path) as log:
+            out = _Pieces(log)
+            writer = SegmentWriter(out, base_offset, index_interval_bytes)
+            for batch, outcome, keep in items:
+                data = output_bytes(batch, outcome, keep)
+                if data is None:
+                    continue
+                written = Batch(batch.path, data, 0, len(data), writer.size)
+                writer.append(data, written.last_offset, written.max_timestamp, written.last_offset)
+                batches += 1
+                records += records_written(batch, outcome, keep, written)
+            out.flush()
+            for txn in aborted:
+                writer.add_aborted_txn(txn)
+            files = writer.close()
+            indexes = {"index": files.offset_index, "timeindex": files.time_index}
+            if files.txn_index:
+                indexes["txnindex"] = files.txn_index
+            paths = {kind: output_path(partition_dir, base_offset, kind, owner) for kind in indexes}
+            pending = [pool.submit(storage.write_durable, paths[kind], data) for kind, data in indexes.items()]
+        for done in pending:
+            done.result()
+    paths = [log_path, *paths.values()]
+    for path in paths[:3]:  # Kafka's LogSegment.setLastModified: .log, .index, .timeindex
+        storage.set_mtime(path, mtime_ms)
+    return WrittenGroup(base_offset, files.log_size, batches, records, tuple(paths))
