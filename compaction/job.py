@@ -50,12 +50,14 @@ from readers.datasource import DEFAULT_MAX_SPLIT_BYTES, OffsetRange, Split, part
 from readers.errors import FormatError
 from readers.indexes import AbortedTxn
 from readers.logdir import SEGMENT_KINDS, scan_partition, segment_name
+from writers.chunks import BufferSizes
 from operations import s3commit
 from operations.recover import recover_partition
 from operations.swap import commit_partition, set_cleaner_checkpoint
 
 CONFIG_KEYS = ("delete.retention.ms", "segment.bytes", "segment.index.bytes", "producer.id.expiration.ms",
-               "index.interval.bytes")
+               "index.interval.bytes", "max.message.bytes", "message.max.bytes", "log.cleaner.io.buffer.size",
+               "log.cleaner.threads")
 
 # A partition's batch plans travel from its stage 1 task as one blob of these records: a nested
 # Arrow list of structs would cost Spark a row conversion per batch, twice.
@@ -616,7 +618,7 @@ def _group_jobs(rows: list[dict], batches: Batches, now: int, owner: str) -> dic
             job = GroupJob(
                 path=row["path"], group=g["group"], base_offset=g["base_offset"], segments=tuple(g["segments"]),
                 mtime_ms=g["mtime_ms"], aborted=tuple(AbortedTxn(**t) for t in g["aborted"]),
-                index_interval_bytes=config["index.interval.bytes"],
+                index_interval_bytes=config["index.interval.bytes"], buffers=BufferSizes.of(config),
                 delete_retention_ms=config["delete.retention.ms"], now=now, latest_offset=row["latest_offset"],
                 owner=owner)
             jobs[gid] = (job, batches.group_plans(gid))

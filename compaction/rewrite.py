@@ -28,6 +28,7 @@ from readers.errors import FormatError
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name
 from readers.segment import iter_batches
+from writers.chunks import BufferSizes
 from operations.cleaned import WrittenGroup, output_path, write_group
 
 PLAN_FLAGS = ("delete", "discard_records", "retain_empty", "retain_deletes", "marker_for_empty_txn")
@@ -50,6 +51,7 @@ class GroupJob:
     mtime_ms: int
     aborted: tuple[AbortedTxn, ...]
     index_interval_bytes: int
+    buffers: BufferSizes  # the cleaner's I/O buffers: where its appends end
     delete_retention_ms: int
     now: int
     latest_offset: int  # the offset map's latest offset: records past it are kept
@@ -187,7 +189,7 @@ def rewrite_group(job: GroupJob, plans: GroupPlans, entries: pa.Table) -> dict:
     try:
         written: WrittenGroup = write_group(
             job.path, job.base_offset, _items(job, plans, OffsetLookup(entries), counts),
-            list(job.aborted), job.mtime_ms, job.index_interval_bytes, job.owner,
+            list(job.aborted), job.mtime_ms, job.index_interval_bytes, job.buffers, job.owner,
         )
     except (FormatError, OSError, ValueError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
         error = f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc)

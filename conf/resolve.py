@@ -23,6 +23,7 @@ import javaproperties
 
 import storage
 from conf.settings import (
+    BROKER_MESSAGE_MAX_BYTES,
     BY_BROKER_NAME,
     BY_TOPIC_NAME,
     INT_MAX,
@@ -54,7 +55,8 @@ class Entry:
 
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
-    """Effective values by topic-level name (broker-only settings by their broker name)."""
+    """Effective values by topic-level name (broker-only settings by their broker name; the
+    broker's own ``message.max.bytes`` too, beside the topic's ``max.message.bytes``)."""
 
     topic: str
     values: Mapping[str, object]
@@ -108,6 +110,9 @@ class Config:
                 entry = entries[-1] if entries else Entry(setting.default, DEFAULT_SOURCE)
             values[setting.name] = entry.value
             sources[setting.name] = entry.source + (f" topic[{entry.pattern}]" if entry.pattern else "")
+        entries = self.broker.get(BY_BROKER_NAME[BROKER_MESSAGE_MAX_BYTES].name)
+        broker = entries[-1] if entries else Entry(BY_BROKER_NAME[BROKER_MESSAGE_MAX_BYTES].default, DEFAULT_SOURCE)
+        values[BROKER_MESSAGE_MAX_BYTES], sources[BROKER_MESSAGE_MAX_BYTES] = broker.value, broker.source
         return TopicConfig(topic, values, sources)
 
 

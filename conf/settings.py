@@ -76,7 +76,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("retention.ms", "log.retention.ms", 604_800_000, _int_parser(-1, LONG_MAX)),
     Setting("retention.bytes", "log.retention.bytes", -1, _int_parser(-1, LONG_MAX)),
     Setting(None, "producer.id.expiration.ms", 86_400_000, _int_parser(1, INT_MAX)),
+    # The cleaner's I/O buffers (log.cleaner.io.buffer.size / log.cleaner.threads / 2 each) decide
+    # where its appends to a cleaned segment end, hence that segment's index entries. Kafka accepts
+    # 0 for both, which leaves it no buffer (or no cleaner) to clean with; we ask for at least 1.
+    Setting(None, "log.cleaner.io.buffer.size", 524_288, _int_parser(1, INT_MAX)),
+    Setting(None, "log.cleaner.threads", 1, _int_parser(1, INT_MAX)),
 )
+# The broker's own message.max.bytes (max.message.bytes' broker default) bounds the cleaner's
+# buffers whatever a topic overrides; effective configs carry it under this broker name too.
+BROKER_MESSAGE_MAX_BYTES = "message.max.bytes"
 
 BY_TOPIC_NAME = {s.topic_name: s for s in SETTINGS if s.topic_name}
 BY_BROKER_NAME = {s.broker_name: s for s in SETTINGS}

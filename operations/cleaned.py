@@ -2,7 +2,8 @@
 store, staged names instead: ``operations.s3commit``).
 
 Each input batch arrives with its decided outcome and becomes the bytes ``writers.cleaned``
-makes of it. The indexes follow the broker's append rules; the files take the modification
+makes of it. The kept batches of each of the cleaner's read chunks are one append, whose index
+entries follow the broker's append rule (``writers.chunks``); the files take the modification
 time of the group's last input segment, as Kafka's cleaner sets it, and are fsynced before
 anyone may rename them.
 """
@@ -21,7 +22,8 @@ from readers.batch import Batch
 from readers.commits import staged_name
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name
-from writers.cleaned import Outcome, output_bytes, records_written
+from writers.chunks import Appended, BufferSizes, ReadChunks
+from writers.cleaned import Outcome, output_bytes, records_written, retained_max_offset
 from writers.segment import SegmentWriter
 
 CLEANED = ".cleaned"
@@ -69,25 +71,40 @@ def output_path(partition_dir: str, base_offset: int, kind: str, owner: str | No
 
 
 def write_group(partition_dir: str, base_offset: int, items: Iterable[tuple[Batch, Outcome, np.ndarray | None]],
-                aborted: list[AbortedTxn], mtime_ms: int, index_interval_bytes: int,
+                aborted: list[AbortedTxn], mtime_ms: int, index_interval_bytes: int, buffers: BufferSizes,
                 owner: str | None = None) -> WrittenGroup:
     """Write the group's kept batches, in order, as ``.cleaned`` (or staged) files; returns what was
-    written. The .log is streamed (a group may be as large as segment.bytes); indexes are small. The
-    index files are written (and fsynced) while the .log is fsynced: each fsync waits for the disk."""
+    written. Kept batches are appended a read chunk at a time, as Kafka's cleaner appends them
+    (``writers.chunks``), so the indexes get Kafka's entries. The .log is streamed (a group may be
+    as large as segment.bytes); indexes are small. The index files are written (and fsynced) while
+    the .log is fsynced: each fsync waits for the disk."""
     log_path = output_path(partition_dir, base_offset, "log", owner)
     batches = records = 0
     with ThreadPoolExecutor(max_workers=3) as pool:
         with storage.create_durable(log_path) as log:
             out = _Pieces(log)
             writer = SegmentWriter(out, base_offset, index_interval_bytes)
+            chunks, chunk = ReadChunks(buffers), Appended([])
+
+            def append() -> Appended:
+                if chunk.parts:
+                    writer.append(b"".join(chunk.parts), chunk.max_offset, chunk.max_timestamp,
+                                  chunk.offset_of_max_timestamp)
+                return Appended([])
+
             for batch, outcome, keep in items:
+                if chunks.before(batch.path, batch.size):
+                    chunk = append()
                 data = output_bytes(batch, outcome, keep)
-                if data is None:
-                    continue
-                written = Batch(batch.path, data, 0, len(data), writer.size)
-                writer.append(data, written.last_offset, written.max_timestamp, written.last_offset)
-                batches += 1
-                records += records_written(batch, outcome, keep, written)
+                if data is not None:
+                    written = Batch(batch.path, data, 0, len(data), 0)
+                    chunk.add(data, retained_max_offset(batch, outcome, keep, written), written.max_timestamp,
+                              written.last_offset)
+                    batches += 1
+                    records += records_written(batch, outcome, keep, written)
+                if chunks.after(None if data is None else len(data)):
+                    chunk = append()
+            append()
             out.flush()
             for txn in aborted:
                 writer.add_aborted_txn(txn)

@@ -95,7 +95,7 @@ def read(path: str) -> pa.Table:
     """A plan written by ``write`` (the compaction job takes one with ``--plan``)."""
     if path.endswith(".parquet"):
         fs, fs_path = storage.resolve(path)
-        return pq.read_table(fs_path, filesystem=fs)
+        return _complete(path, pq.read_table(fs_path, filesystem=fs))
     if path.endswith(".json"):
         from planner.build import PLAN_SCHEMA
 
@@ -104,5 +104,19 @@ def read(path: str) -> pa.Table:
             for name in ("config", "config_sources"):
                 if row.get(name) is not None:
                     row[name] = list(row[name].items())
-        return pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
+        return _complete(path, pa.Table.from_pylist(rows, schema=PLAN_SCHEMA))
     raise ValueError(f"{path}: a plan is read from .parquet or .json")
+
+
+def _complete(path: str, table: pa.Table) -> pa.Table:
+    """``table`` when every partition's configuration names every setting the job reads; a plan
+    written by another version of kcompact may lack some, and guessing them would clean wrongly."""
+    from conf.settings import BROKER_MESSAGE_MAX_BYTES, SETTINGS
+
+    needed = {s.name for s in SETTINGS} | {BROKER_MESSAGE_MAX_BYTES}
+    for row in table.select(["topic", "partition", "config"]).to_pylist():
+        missing = needed - {key for key, _ in row["config"] or ()} if row["config"] is not None else set()
+        if missing:
+            raise ValueError(f"{path}: the configuration of {row['topic']}-{row['partition']} lacks "
+                             f"{', '.join(sorted(missing))}: a plan from another kcompact version; plan again")
+    return table

@@ -35,6 +35,9 @@ KAFKA_DEFAULTS = {
     "retention.ms": 604_800_000,  # 168 h
     "retention.bytes": -1,
     "producer.id.expiration.ms": 86_400_000,
+    "log.cleaner.io.buffer.size": 524_288,  # 512 KiB
+    "log.cleaner.threads": 1,
+    "message.max.bytes": 1_048_588,  # the broker's own, beside the topic's max.message.bytes
 }
 META = "kraft-metadata /logs/__cluster_metadata-0"
 
@@ -294,6 +297,18 @@ def test_other_kafka_topic_settings_are_accepted_and_ignored(tmp_path):
     path = props(tmp_path, "topic[orders].compression.type=zstd\ntopic[orders].segment.ms=1000\n")
     tc = build(files=[path], topic_args=["orders:min.insync.replicas=2"]).for_topic("orders")
     assert dict(tc.values) == KAFKA_DEFAULTS
+
+
+def test_the_brokers_message_max_bytes_stands_beside_a_topic_override(tmp_path):
+    tc = build(topic_args=["orders:max.message.bytes=1000"], broker_args=["message.max.bytes=2000000"]).for_topic("orders")
+    assert (tc["max.message.bytes"], tc["message.max.bytes"]) == (1000, 2_000_000)
+    assert tc.sources["message.max.bytes"] == "--broker-config"
+
+
+@pytest.mark.parametrize("bad", ["log.cleaner.io.buffer.size=0", "log.cleaner.threads=0"])
+def test_the_cleaners_buffer_settings_must_leave_it_a_buffer(bad):
+    with pytest.raises(ConfigError, match=bad.split("=")[0]):
+        build(broker_args=[bad])
 
 
 def test_bad_topic_pattern(tmp_path):
