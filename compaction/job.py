@@ -363,6 +363,7 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
         selected = plan.filter(pa.compute.equal(plan.column("selected"), True))
         if not dry_run:
             selected = _take_partitions(selected, keeper, result, progress, held)
+            _reset_checkpoints(plan, selected, result, progress)
         for row in corrupt_in_plan(plan):
             result.fail(row)
         if selected.num_rows:
@@ -414,6 +415,47 @@ def _take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult,
             continue
         keep.append(i)
     return selected.take(pa.array(keep, pa.int64()))  # an empty list alone has no type
+
+
+def _reset_checkpoints(plan: pa.Table, taken: pa.Table, result: JobResult, progress) -> None:
+    """Kafka's grabFilthiestCompactedLog writes the log start as the cleaner checkpoint entry of
+    every compacted partition it considers (not being cleaned, paused or aborted elsewhere, not
+    uncleanable) whose entry lies below the log start or past the log end (forceUpdateCheckpoint),
+    before it drops the logs with nothing to clean: so do we, for every such partition of the
+    plan, the selected ones this job took included. An entry that changed since planning (another
+    job cleaned the partition meanwhile) is left alone: the change is compare-and-swap."""
+    from operations.s3commit import update_checkpoint
+    from readers import checkpoint
+
+    mine = set(taken.column("path").to_pylist())
+    wanted: dict[str, list[dict]] = {}
+    for row in plan.to_pylist():
+        considered = (row["state"] == "idle" or row["path"] in mine) and "compact" in (row["cleanup_policy"] or "")
+        if (considered and row["checkpoint_offset"] is not None and row["checkpoint_reset"] is not None
+                and (not row["selected"] or row["path"] in mine)):
+            wanted.setdefault(row["log_dir"], []).append(
+                {"log_dir": row["log_dir"], "topic": row["topic"], "partition": row["partition"],
+                 "from": row["checkpoint_offset"], "offset": row["first_dirty_offset"], "why": row["checkpoint_reset"]})
+    for log_dir, resets in wanted.items():
+        done = []
+
+        def change(entries: dict, resets=resets, done=done) -> dict:
+            done.clear()
+            for r in resets:
+                if entries.get((r["topic"], r["partition"])) == r["from"]:
+                    entries[(r["topic"], r["partition"])] = r["offset"]
+                    done.append(r)
+            return entries
+
+        try:
+            update_checkpoint(log_dir, checkpoint.CLEANER_OFFSET, change)
+        except (FormatError, OSError) as exc:
+            progress(f"  cleaner checkpoints of {log_dir} not reset: {exc}")
+            continue
+        for r in done:
+            result.report.checkpoint_resets.append(r)
+            progress(f"  reset the cleaner checkpoint of {r['topic']}-{r['partition']}: {r['why']}; "
+                     f"now the log start {r['offset']}")
 
 
 def _cleaned_since_plan(row: dict) -> str | None:

@@ -132,6 +132,9 @@ class Report:
     stages: dict[str, float] = field(default_factory=dict)  # wall seconds, back to back from session ready
     planned: list[dict] | None = None  # PLAN_FACTS of every planned partition (observe_plan)
     marked: list[str] = field(default_factory=list)  # partition dirs this run marks uncleanable
+    # cleaner-offset-checkpoint entries outside their log, reset to the log start as Kafka's
+    # grabFilthiestCompactedLog resets them, whether or not the partition is cleaned
+    checkpoint_resets: list[dict] = field(default_factory=list)
 
     def observe_plan(self, plan, marked: Iterable[str] = ()) -> None:
         """Keep what Kafka's cleaner-manager gauges read of ``plan`` (an Arrow table with the
@@ -207,6 +210,8 @@ class Report:
     def text(self) -> str:
         """The stats message of every partition, then the run's totals in the same units."""
         lines = [p.summary() for p in self.partitions]
+        lines += [f"reset the cleaner checkpoint of {r['topic']}-{r['partition']} ({r['log_dir']}): {r['why']}, "
+                  f"now the log start {r['offset']}" for r in self.checkpoint_resets]
         t = self.totals()
         written = "not written (dry run)" if self.dry_run else f"{java_fixed(t['bytes_written'] / MIB, 1)} MB"
         lines.append(f"{t['partitions']} partitions: {t['cleaned']} cleaned, {t['failed']} failed, "
@@ -220,5 +225,5 @@ class Report:
     def to_json(self) -> dict:
         metrics, notes = self.metrics()
         return {"now": self.now, "dry_run": self.dry_run, "totals": self.totals(), "stages": self.stages,
-                "metrics": metrics, "metric_notes": notes,
+                "metrics": metrics, "metric_notes": notes, "checkpoint_resets": self.checkpoint_resets,
                 "partitions": [asdict(p) | {"mb_per_s": p.mb_per_s} for p in self.partitions]}
