@@ -33,7 +33,7 @@ import pyarrow as pa
 from compaction import partition_scan
 from operations import states
 from compaction.leases import LeaseKeeper
-from compaction.report import PartitionReport, Report
+from compaction.report import PartitionReport, Report, group_outcomes
 from compaction.rewrite import (
     DISCARD,
     IO_ERROR,
@@ -237,12 +237,13 @@ class JobResult:
     # object stores: partition dir -> the latest commit record generation seen under our lease
     generations: dict[str, int] = field(default_factory=dict)
 
-    def fail(self, row: dict, transient: bool = False) -> None:
-        """A partition this run could not clean: reported, and marked uncleanable at the end
-        unless the cause is transient (an I/O error, a log that changed under the job)."""
+    def fail(self, row: dict, transient: bool = False, groups: list[dict] = ()) -> None:
+        """A partition this run could not clean: reported (with what became of each segment group:
+        ``groups``), and marked uncleanable at the end unless the cause is transient (an I/O
+        error, a log that changed under the job)."""
         if not transient and not row["error"].startswith(IO_ERROR):
             self.uncleanable[row["path"]] = row["error"]
-        self.report.partitions.append(PartitionReport.failed(row))
+        self.report.partitions.append(PartitionReport.failed(row, groups))
 
 
 class Stopwatch:
@@ -515,7 +516,7 @@ def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: 
             if error == ABORTED:
                 _aborted(row, result, progress)
             else:
-                result.fail(row | {"error": error})
+                result.fail(row | {"error": error}, groups=group_outcomes(row, groups, "written"))
             continue
         changed = _changed_since_plan(row)
         if changed:

@@ -51,6 +51,20 @@ def _reduction(after: int, before: int) -> float:
     return 100.0 * (1.0 - after / before) if before else 0.0
 
 
+def group_outcomes(row: dict, written: list[dict], done: str) -> list[dict]:
+    """What became of each planned segment group of ``row``: ``done`` for a group written without
+    an error; on a failure, "written, then discarded" (the partition stays untouched)."""
+    by_group = {w["group"]: w for w in written}
+    failed = any(w["error"] for w in written) or len(written) != len(row["groups"])
+    out = []
+    for g in row["groups"]:
+        w = by_group.get(g["group"])
+        outcome = ("not written" if w is None else f"failed: {w['error']}" if w["error"]
+                   else "written, then discarded" if failed else done)
+        out.append({"base_offset": g["base_offset"], "segments": list(g["segments"]), "outcome": outcome})
+    return out
+
+
 @dataclass(slots=True)
 class PartitionReport:
     topic: str
@@ -67,15 +81,18 @@ class PartitionReport:
     committed: bool = False
     error: str | None = None
     skipped: str | None = None  # not attempted (another job's lease, an abort...): neither done nor failed
+    # per output segment group: its base offset, the segments it replaces and what became of it
+    # ("swapped in"; on a failure "written, then discarded", "failed: ..." or "not written")
+    groups: list[dict] = field(default_factory=list)
 
     @property
     def mb_per_s(self) -> float:
         return self.bytes_read / 1e6 / self.seconds if self.seconds else 0.0
 
     @classmethod
-    def failed(cls, row: dict) -> PartitionReport:
+    def failed(cls, row: dict, groups: list[dict] = ()) -> PartitionReport:
         return cls(row["topic"], row["partition"], row["path"], row["first_dirty"], None,
-                   seconds=row.get("seconds") or 0.0, error=row["error"])
+                   seconds=row.get("seconds") or 0.0, error=row["error"], groups=list(groups))
 
     @classmethod
     def skipped_for(cls, row: dict, why: str) -> PartitionReport:
@@ -91,6 +108,7 @@ class PartitionReport:
             bytes_written=sum(g["size"] for g in groups),
             records_read=kept + sum(removed.values()), records_kept=kept, removed=removed,
             seconds=row["seconds"] + sum(g["seconds"] for g in groups), committed=committed,
+            groups=group_outcomes(row, groups, "swapped in" if committed else "would be written"),
         )
 
     def summary(self) -> str:
@@ -99,7 +117,9 @@ class PartitionReport:
         if self.skipped:
             return f"{self.topic}-{self.partition}: skipped: {self.skipped}"
         if self.error:
-            return f"{self.topic}-{self.partition}: NOT cleaned, its files left as they were: {self.error}"
+            groups = "; ".join(f"group {g['base_offset']} {g['outcome'].split(':')[0]}" for g in self.groups)
+            return (f"{self.topic}-{self.partition}: NOT cleaned, its files left as they were: {self.error}"
+                    + (f" (segment groups: {groups})" if groups else ""))
         read = self.bytes_read / MIB
         rate = read / self.seconds if self.seconds else 0.0
         fewer = java_fixed(_reduction(self.records_kept, self.records_read), 1, grouping=False)

@@ -290,6 +290,17 @@ def compaction_section(doc: Doc, id: str = "compaction") -> Section:
     s.tables.append(Table(f"{id}-partitions", "Partitions", [" ".join(c) for c in PARTITION_COLUMNS],
                           [Row(None, [doc.cell("partitions", i, *c) for c in PARTITION_COLUMNS])
                            for i in range(len(data["partitions"]))]))
+    group_columns = ("base_offset", "segments", "outcome")
+    s.tables.append(Table(f"{id}-groups", "Segment groups (each becomes one cleaned segment)",
+                          ["topic", "partition", *group_columns],
+                          [Row(None, [doc.cell("partitions", i, "topic"), doc.cell("partitions", i, "partition")]
+                               + [doc.cell("partitions", i, "groups", j, c) for c in group_columns])
+                           for i, p in enumerate(data["partitions"]) for j in range(len(p["groups"]))]))
+    reset_columns = ("log_dir", "topic", "partition", "from", "offset", "why")
+    s.tables.append(Table(f"{id}-checkpoint-resets", "Cleaner checkpoint entries outside their log, reset to "
+                          "the log start", list(reset_columns),
+                          [Row(None, [doc.cell("checkpoint_resets", i, c) for c in reset_columns])
+                           for i in range(len(data["checkpoint_resets"]))]))
     s.tables.append(Table(f"{id}-stages", "Stages (wall seconds)", ["stage", "seconds"],
                           [Row(name, [doc.cell("stages", name)]) for name in data["stages"]]))
     rows = []

@@ -276,7 +276,7 @@ def cleaner_checkpoint(log_dir: Path) -> dict[tuple[str, int], int]:
 
 
 TOPIC_ARGS = ["lg-*:cleanup.policy=compact,delete.retention.ms=600000,min.cleanable.dirty.ratio=0.01",
-              "lg-lat1:index.interval.bytes=0"]
+              "lg-lat1:index.interval.bytes=0", "lg-end:segment.bytes=100"]
 X = b"compressible " * 8
 
 
@@ -337,13 +337,16 @@ def lg(spark, tmp_path_factory):
     # log dir E: the last batch of the round is a legacy wrapper that loses every record (keyless)
     end = e / "lg-end-0"
     end_first = recs(0, [b"a"])
-    write_part(end, {0: [end_first, wrapped(1, codecs.GZIP, [(1, None, X), (2, None, X)])], 3: [recs(3, [b"z"])]})
+    # (segment.bytes 100: segment 0 and the wrapper's segment 1 are two groups; the first is written)
+    write_part(end, {0: [end_first], 1: [wrapped(1, codecs.GZIP, [(1, None, X), (2, None, X)])], 3: [recs(3, [b"z"])]})
     end_before = {p.name: p.read_bytes() for p in end.iterdir()}
-    e_code = compact(e)
+    e_report = root / "e-report.json"
+    e_code = compact(e, e_report)
     return SimpleNamespace(
         a=a, inputs=inputs, code=code, report=json.loads(report.read_text()), verify_before=verify_before,
         verify_after=verify_log_dir(str(a)), verify_cli=main(["verify", str(a)]),
         e=e, end=end, end_first=end_first, end_before=end_before, e_code=e_code,
+        e_report=json.loads(e_report.read_text()),
     )
 
 
@@ -451,9 +454,14 @@ def test_legacy_last_batch_of_the_round_losing_everything_fails_like_kafka(lg):
     assert {p.name: p.read_bytes() for p in lg.end.iterdir() if not p.name.startswith("kcompact")} == lg.end_before
     state = json.loads((lg.e / "kcompact-state.lg-end-0.json").read_text())
     assert state["state"] == "uncleanable"
-    log = lg.end / f"{0:020d}.log"
-    assert state["reason"].startswith(f"{log}: byte {len(lg.end_first)}: magic-1 entry at offset 2 ")
+    log = lg.end / f"{1:020d}.log"
+    assert state["reason"].startswith(f"{log}: byte 0: magic-1 entry at offset 2 ")
     assert "empty batches are only supported for magic v2 and above" in state["reason"]
+    # Kafka would have swapped in group 0 before failing on group 1; we leave the whole partition
+    # untouched (README, "A round that fails part-way"), and the report says what became of each
+    (entry,) = lg.e_report["partitions"]
+    assert [(g["base_offset"], g["segments"], g["outcome"].split(":")[0]) for g in entry["groups"]] == [
+        (0, [0], "written, then discarded"), (1, [1], "failed")]
 
 
 @pytest.mark.parametrize("codec", WRAPPER_CODECS, ids=CODEC_IDS)
