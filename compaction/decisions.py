@@ -15,7 +15,9 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from compaction.model import BatchInfo, SegmentInfo
+import numpy as np
+
+from compaction.model import BatchInfo, SegmentInfo, info_at
 from compaction.transactions import (
     TransactionSweep,
     active_producers,
@@ -43,14 +45,16 @@ class BatchPlan:
 
 @dataclass(slots=True)
 class PartitionPlan:
-    """Everything decided at batch level for one partition's cleaning round."""
+    """Everything decided at batch level for one partition's cleaning round, per batch of its
+    batch table (``compaction.model.BATCH_TABLE``, file order)."""
 
     first_dirty: int
     first_uncleanable: int
     latest_offset: int  # the offset map's latest offset; records past it are kept
-    map_batches: set[tuple[int, int]]  # (segment, position) of batches whose keys feed the map
     groups: list[list[SegmentInfo]]
-    batches: list[BatchPlan] = field(default_factory=list)
+    feeds: np.ndarray  # bool: the batch's keys feed the offset map
+    group: np.ndarray  # int32: the output segment group that rewrites the batch, -1 for none
+    flags: np.ndarray  # bool (batches, len(PLAN_FLAGS)): the BatchPlan flags, for batches in a group
     txn_index: dict[int, list[AbortedTxn]] = field(default_factory=dict)  # group -> entries
 
     @property
@@ -93,36 +97,38 @@ def _lookup_position(seg: SegmentInfo, offset: int) -> int:
     return seg.offset_index[i].position if i >= 0 else 0
 
 
-def _map_pass(segments: Sequence[SegmentInfo], by_segment: dict[int, list[BatchInfo]], log_start: int,
-              first_dirty: int, first_uncleanable: int) -> tuple[set[tuple[int, int]], int]:
-    """Kafka's buildOffsetMap over [first_dirty, first_uncleanable), batch level: which
-    batches feed the map, and the map's latest offset."""
+def _map_pass(segments: Sequence[SegmentInfo], t: np.ndarray, log_start: int, first_dirty: int,
+              first_uncleanable: int) -> tuple[np.ndarray, int]:
+    """Kafka's buildOffsetMap over [first_dirty, first_uncleanable), batch level: which batches
+    feed the map, and the map's latest offset. Only transactional and control batches change the
+    transaction state, so only they are walked one by one."""
     dirty = [s for i, s in enumerate(segments)
              if s.base_offset < first_uncleanable
              and (i + 1 == len(segments) or segments[i + 1].base_offset > first_dirty)]
-    sweep = TransactionSweep()
-    sweep.add(collect_aborted(segments, first_dirty, log_start, first_uncleanable))
-    feeding: set[tuple[int, int]] = set()
+    read = np.zeros(len(t), bool)
     latest = -1
     for n, seg in enumerate(dirty):
-        start = _lookup_position(seg, first_dirty)
-        for b in by_segment.get(seg.base_offset, ()):
-            if b.position < start:
-                continue
-            if b.is_control:
-                sweep.on_control(b)
-            elif not sweep.on_data(b):
-                feeding.add((b.segment, b.position))
-            if b.last_offset >= first_dirty:
-                latest = max(latest, b.last_offset)
+        read |= (t["segment"] == seg.base_offset) & (t["position"] >= _lookup_position(seg, first_dirty))
         next_start = dirty[n + 1].base_offset if n + 1 < len(dirty) else first_uncleanable
         latest = max(latest, next_start - 1)  # fast-forward over offset gaps
-    return feeding, latest
+    counted = t["last_offset"][read & (t["last_offset"] >= first_dirty)]
+    if len(counted):
+        latest = max(latest, int(counted.max()))
+    sweep = TransactionSweep()
+    sweep.add(collect_aborted(segments, first_dirty, log_start, first_uncleanable))
+    aborted = np.zeros(len(t), bool)
+    for i in np.flatnonzero(read & (t["transactional"] | t["control"])).tolist():
+        b = info_at(t, i)
+        if b.is_control:
+            sweep.on_control(b)
+        else:
+            aborted[i] = sweep.on_data(b)
+    return read & ~t["control"] & ~aborted, latest
 
 
 def plan_partition(
     segments: Sequence[SegmentInfo],
-    batches: Sequence[BatchInfo],
+    t: np.ndarray,
     *,
     log_start: int,
     first_dirty: int,
@@ -133,52 +139,70 @@ def plan_partition(
     segment_index_bytes: int,
     producer_expiration_ms: int,
 ) -> PartitionPlan:
-    """All batch-level decisions of one cleaning round. ``segments`` and ``batches`` cover
-    the whole log (the active segment too: producer state is taken at the log end)."""
-    by_segment: dict[int, list[BatchInfo]] = {}
-    for b in batches:
-        by_segment.setdefault(b.segment, []).append(b)
-    feeding, latest = _map_pass(segments, by_segment, log_start, first_dirty, first_uncleanable)
+    """All batch-level decisions of one cleaning round. ``segments`` and the batch table ``t``
+    cover the whole log (the active segment too: producer state is taken at the log end)."""
+    feeds, latest = _map_pass(segments, t, log_start, first_dirty, first_uncleanable)
     end_offset = latest + 1
     to_clean = [s for s in segments if s.base_offset < end_offset]
     groups = group_segments(to_clean, segment_bytes, segment_index_bytes, first_uncleanable)
-    plan = PartitionPlan(first_dirty, first_uncleanable, latest, feeding, groups)
-    active = active_producers(batches, now, producer_expiration_ms)
+    group = np.full(len(t), -1, np.int32)
+    flags = np.zeros((len(t), len(PLAN_FLAGS)), bool)
+    plan = PartitionPlan(first_dirty, first_uncleanable, latest, groups, feeds, group, flags)
     clean = [s for s in segments if s.base_offset < first_dirty]
     legacy_horizon = clean[-1].mtime_ms - delete_retention_ms if clean else 0
+    rows_of = {base: np.flatnonzero(t["segment"] == base) for base in np.unique(t["segment"]).tolist()}
+    for g, members in enumerate(groups):
+        for seg in members:
+            rows = rows_of.get(seg.base_offset, np.empty(0, np.int64))
+            group[rows] = g
+            legacy = t["magic"][rows] < 2
+            flags[rows, RETAIN_DELETES] = np.where(
+                legacy, seg.mtime_ms > legacy_horizon, ~t["has_horizon"][rows] | (now < t["horizon"][rows]))
+    rewritten = group >= 0
+    flags[:, RETAIN_EMPTY] = rewritten & ((t["last_offset"] + 1 == first_uncleanable)
+                                          | _last_of_active_producers(t, now, producer_expiration_ms))
     sweep = TransactionSweep()
-    for g, group in enumerate(groups):
-        for k, seg in enumerate(group):
-            seg_batches = by_segment.get(seg.base_offset, [])
-            upper = group[k + 1].base_offset if k + 1 < len(group) else (
-                seg_batches[-1].next_offset if seg_batches else seg.base_offset)
+    for g, members in enumerate(groups):
+        for k, seg in enumerate(members):
+            rows = rows_of.get(seg.base_offset, np.empty(0, np.int64))
+            upper = members[k + 1].base_offset if k + 1 < len(members) else (
+                int(t["last_offset"][rows[-1]]) + 1 if len(rows) else seg.base_offset)
             sweep.add(collect_aborted(segments, seg.base_offset, log_start, upper))
-            retain_legacy = seg.mtime_ms > legacy_horizon
-            for b in seg_batches:
-                plan.batches.append(_batch_plan(b, g, sweep, active, first_uncleanable, now, retain_legacy))
+            for i in rows[t["transactional"][rows] | t["control"][rows]].tolist():
+                _transaction_flags(info_at(t, i), sweep, now, flags[i])
             if sweep.index:
                 plan.txn_index.setdefault(g, []).extend(sweep.index)
                 sweep.index.clear()
     return plan
 
 
-def _batch_plan(b: BatchInfo, group: int, sweep: TransactionSweep, active, round_end: int, now: int,
-                retain_legacy: bool) -> BatchPlan:
-    """Kafka's checkBatchRetention for one batch."""
+PLAN_FLAGS = ("delete", "discard_records", "retain_empty", "retain_deletes", "marker_for_empty_txn")
+DELETE, DISCARD, RETAIN_EMPTY, RETAIN_DELETES, MARKER_FOR_EMPTY_TXN = range(len(PLAN_FLAGS))
+
+
+def _last_of_active_producers(t: np.ndarray, now: int, expiration_ms: int) -> np.ndarray:
+    """Per batch: it holds an active producer's last sequence (or its last marker): kept even
+    when emptied (``transactions.is_last_of_active_producer``)."""
+    with_pid = np.flatnonzero(t["producer_id"] >= 0)
+    active = active_producers((info_at(t, i) for i in with_pid.tolist()), now, expiration_ms)
+    out = np.zeros(len(t), bool)
+    for i in with_pid.tolist():
+        if int(t["producer_id"][i]) in active:
+            out[i] = is_last_of_active_producer(info_at(t, i), active)
+    return out
+
+
+def _transaction_flags(b: BatchInfo, sweep: TransactionSweep, now: int, flags: np.ndarray) -> None:
+    """Kafka's checkBatchRetention for a transactional or control batch, into its ``flags``
+    (RETAIN_EMPTY already set); a plain batch keeps all-false discard flags."""
     can_discard = sweep.on_control(b) if b.is_control else sweep.on_data(b)
     if b.is_control:
         discard = can_discard and b.delete_horizon_ms is not None and b.delete_horizon_ms <= now
     else:
         discard = can_discard
-    keep_empty = (b.producer_id >= 0 and is_last_of_active_producer(b, active)) or b.next_offset == round_end
-    if b.magic >= 2:
-        retain_deletes = b.delete_horizon_ms is None or now < b.delete_horizon_ms
-    else:
-        retain_deletes = retain_legacy
-    return BatchPlan(
-        batch=b, group=group, delete=discard and not keep_empty, discard_records=discard,
-        retain_empty=keep_empty, retain_deletes=retain_deletes, marker_for_empty_txn=can_discard and b.is_control,
-    )
+    flags[DISCARD] = discard
+    flags[DELETE] = discard and not flags[RETAIN_EMPTY]
+    flags[MARKER_FOR_EMPTY_TXN] = can_discard and b.is_control
 
 
 def keep_record(plan: BatchPlan, latest_offset: int, offset: int, has_key: bool, tombstone: bool,

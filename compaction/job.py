@@ -1,21 +1,23 @@
 """The compaction job: every selected partition of a plan cleaned as Kafka's cleaner would.
 
 Stages (Spark jobs named by job groups):
-1. batch plans: tasks read batch headers, partition by partition, and decide batch by batch
-   what Kafka's cleaner decides before looking at records (``compaction.decisions``);
-2. offset map: tasks read the records of the segments to clean as the ``kafka-log`` source
-   does in compaction mode (keys and offsets, no value) and keep per key the latest offset
-   that feeds the map and the earliest whose fate waits on it. The map's offset per
-   (partition, exact key) is made in the task when it read the whole partition, else by a
-   shuffle on (key, partition), so a key set may exceed any one executor's memory; each
-   segment group receives the map entries that supersede some of its records;
-3. keep flags and 4. rewrite: one call per segment group decodes its batches again, gives
-   each record its fate by the rule of ``compaction.decisions.keep_record`` (and counts the
-   fates), and writes the ``.cleaned`` files (``compaction.rewrite``);
+1. batch plans: tasks read batch headers, partition by partition, a chunk of a segment at a time
+   (``readers.walk``), and decide per batch what Kafka's cleaner decides before looking at
+   records (``compaction.decisions``, over columns of headers);
+2. offset map: the records of the batches that feed the map, keys only (``compaction.map_pass``):
+   a partition of at most ``WHOLE_BYTES`` gets its map (exact keys, ``compaction.offset_map``)
+   in the task that reads it, which then rewrites its groups; a larger partition is read by many
+   tasks that ship (group, key) facts in blobs by key hash, and a task per hash bucket makes the
+   map's offsets and sends each group only the keys that supersede one of its records, so a key
+   set may exceed any one executor's memory;
+3. keep flags and 4. rewrite: per segment group, chunk by chunk, each record's fate (Kafka's
+   shouldRetainRecord), each batch's outcome (filterTo), and the ``.cleaned`` files
+   (``compaction.rewrite``, ``operations.cleaned``);
 5. commit, on the driver alone: per partition, every group swapped in or none.
-Stages 2-4 are one Spark job: nothing is cached, and nothing per record crosses a shuffle. A
-Python task costs Spark ~70 ms of fixed work, so a task takes a share of about ``TASK_BYTES``
-(at least two tasks per core), shares balanced by bytes. A dry run counts and writes nothing.
+Stages 2-4 are one Spark job: nothing is cached, and no row per record or per key crosses a
+shuffle. A Python task costs Spark ~70 ms of fixed work, so a task takes a share of about
+``TASK_BYTES`` (at least two tasks per core), shares balanced by bytes. A dry run counts and
+writes nothing.
 """
 
 from __future__ import annotations
@@ -31,29 +33,29 @@ import numpy as np
 import pyarrow as pa
 
 from compaction import partition_scan
-from operations import states
 from compaction.leases import LeaseKeeper
+from compaction.map_pass import Planned, bucket_of, build_map, pack, read_keys, reduce_bucket, split_by, unpack
+from compaction.offset_map import KeyTable
 from compaction.report import PartitionReport, Report, group_outcomes
+from compaction.decisions import DISCARD, PLAN_FLAGS
 from compaction.rewrite import (
-    DISCARD,
     IO_ERROR,
-    PLAN_FLAGS,
     REASON_OF_CODE,
     RESULT_SCHEMA,
     GroupJob,
     GroupPlans,
+    Lookup,
     count_group,
     rewrite_group,
-    undecided,
 )
-from readers.datasource import DEFAULT_MAX_SPLIT_BYTES, OffsetRange, Split, partition_splits, split_records
+from operations import s3commit, states
+from operations.recover import recover_partition
+from operations.swap import commit_partition, set_cleaner_checkpoint
+from readers.datasource import DEFAULT_MAX_SPLIT_BYTES, OffsetRange, partition_splits
 from readers.errors import FormatError
 from readers.indexes import AbortedTxn
 from readers.logdir import SEGMENT_KINDS, scan_partition, segment_name
 from writers.chunks import BufferSizes
-from operations import s3commit
-from operations.recover import recover_partition
-from operations.swap import commit_partition, set_cleaner_checkpoint
 
 CONFIG_KEYS = ("delete.retention.ms", "segment.bytes", "segment.index.bytes", "producer.id.expiration.ms",
                "index.interval.bytes", "max.message.bytes", "message.max.bytes", "log.cleaner.io.buffer.size",
@@ -87,6 +89,7 @@ def _config_values(row: dict) -> dict[str, int]:
 # -- tasks: a Python task costs Spark ~70 ms of fixed work (2 cores), so each takes a share of the
 # work rather than one partition, split or group; shares are balanced by bytes, largest first.
 TASK_BYTES = 256 << 20  # log bytes per task, at least
+WHOLE_BYTES = TASK_BYTES  # a partition of at most this is read by one task, which makes its map too
 
 
 def _task_count(spark, total_bytes: int, items: int) -> int:
@@ -170,18 +173,20 @@ def _plan_one(row: dict, now: int) -> dict:
             "first_dirty": row["first_dirty_offset"], "first_uncleanable": row["first_uncleanable_dirty_offset"],
             "config": json.dumps(config), "batches": b"", "groups": [], "latest_offset": None, "error": None}
     try:
-        _, _, decided = partition_scan.plan(
+        _, table, decided = partition_scan.plan(
             row["path"], row["topic"], row["partition"], log_start=row["log_start_offset"],
             first_dirty=row["first_dirty_offset"], first_uncleanable=row["first_uncleanable_dirty_offset"],
             now=now, config=config)
     except (FormatError, OSError) as exc:
         return {**base, "seconds": time.monotonic() - started, "error": str(exc)}
-    feeding = decided.map_batches
-    base["batches"] = np.array([
-        (p.batch.segment, p.batch.position, p.batch.size, p.group, (p.batch.segment, p.batch.position) in feeding,
-         p.delete, p.discard_records, p.retain_empty, p.retain_deletes, p.marker_for_empty_txn)
-        for p in decided.batches
-    ], dtype=BATCH_PLAN).tobytes()
+    rewritten = decided.group >= 0
+    plans = np.zeros(int(rewritten.sum()), BATCH_PLAN)
+    for name in ("segment", "position", "size"):
+        plans[name] = table[name][rewritten]
+    plans["group"], plans["feeds_map"] = decided.group[rewritten], decided.feeds[rewritten]
+    for i, name in enumerate(PLAN_FLAGS):
+        plans[name] = decided.flags[rewritten, i]
+    base["batches"] = plans.tobytes()
     base["groups"] = [
         {"group": g, "base_offset": group[0].base_offset, "segments": [s.base_offset for s in group],
          "mtime_ms": group[-1].mtime_ms,
@@ -194,21 +199,11 @@ def _plan_one(row: dict, now: int) -> dict:
     return base
 
 
-# The offset map, as each group needs it. Per split, a row per key of its records: the largest
-# offset of one that feeds the map, the smallest of one whose fate waits on the map. All rows of
-# a (key, partition) together (in one task, or after a shuffle), the largest ``feeds`` is the
-# map's offset; a group hears of a key only when that offset supersedes one of its records.
-KEY_SCHEMA = pa.schema([
-    ("pid", pa.int32()), ("key", pa.binary()), ("gid", pa.int32()), ("feeds", pa.int64()), ("waits", pa.int64()),
-])
-ENTRY_SCHEMA = pa.schema([
-    ("slot", pa.int32()), ("gid", pa.int32()), ("key", pa.binary()), ("mapped", pa.int64()),
-])
-
-
 # Every shuffle here has its partition count set, so adaptive execution has nothing to adapt; it
-# would only split the job at each shuffle and plan again in between.
-JOB_CONF = {"spark.sql.adaptive.enabled": "false"}
+# would only split the job at each shuffle and plan again in between. Blob rows are megabytes:
+# Arrow batches of a few of them, not thousands.
+JOB_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "16"}
+BLOB_SCHEMA = pa.schema([("slot", pa.int32()), ("blob", pa.binary())])
 
 
 @contextlib.contextmanager
@@ -301,52 +296,22 @@ class Batches:
         lo, hi = np.searchsorted(self.gid, gid, "left"), np.searchsorted(self.gid, gid, "right")
         return GroupPlans(self.segment[lo:hi], self.position[lo:hi], self.flags[lo:hi])
 
-    def locate(self, pid: int, segment: int, position: np.ndarray) -> np.ndarray:
-        """Row of the batch at each ``position`` of one segment of partition ``pid``, -1 for none."""
+    def pid_of_gid(self) -> np.ndarray:
+        """The partition (row) of each group."""
+        out = np.zeros(int(self.gid.max()) + 1 if len(self.gid) else 0, np.int64)
+        for pid in range(len(self.starts) - 1):
+            out[self.gid[self.starts[pid]:self.starts[pid + 1]]] = pid
+        return out
+
+    def planned(self, pid: int) -> dict[int, Planned]:
+        """The batch plans of partition ``pid`` as the map pass reads them, per segment base offset."""
         lo, hi = self.starts[pid], self.starts[pid + 1]
-        in_partition = self.segment[lo:hi]
-        lo, hi = (lo + np.searchsorted(in_partition, segment, "left"),
-                  lo + np.searchsorted(in_partition, segment, "right"))
-        at = lo + np.searchsorted(self.position[lo:hi], position)
-        found = at < hi
-        found[found] = self.position[at[found]] == position[found]
-        return np.where(found, at, -1)
-
-    def keys(self, rows: pa.RecordBatch, pid: int, segment: int) -> pa.Table:
-        """Of ``rows`` (``readers.columns`` rows of one segment), the (key, gid, feeds, waits) of
-        each record that feeds the map or waits on it: ``feeds`` its offset if it feeds the map,
-        ``waits`` its offset if its fate waits on the map (else null). Rows of batches without
-        a plan are left out, as a join with the plans would leave them."""
-        at = self.locate(pid, segment, rows.column("batch_position").to_numpy())
-        planned = at >= 0
-        if not planned.all():
-            rows, at = rows.filter(pa.array(planned)), at[planned]
-        offset = rows.column("offset").to_numpy()
-        key = rows.column("key")
-        has_key = key.is_valid().to_numpy(zero_copy_only=False)
-        control = rows.column("is_control").to_numpy(zero_copy_only=False)
-        waits = undecided(self.flags[at, DISCARD], control, offset, int(self.latest_offset[pid]), has_key)
-        feeds = self.feeds_map[at] & has_key & ~control & (offset >= self.first_dirty[pid])
-        either = waits | feeds
-        return pa.table({
-            "key": key.filter(pa.array(either)), "gid": self.gid[at[either]],
-            "feeds": pa.array(offset[either], mask=~feeds[either]),
-            "waits": pa.array(offset[either], mask=~waits[either]),
-        })
-
-
-def _split_keys(split: Split, pid: int, batches: Batches) -> pa.RecordBatch | None:
-    """One row per key of the split's records that feed the map or wait on it (``KEY_SCHEMA``)."""
-    found = [t for t in (batches.keys(rows, pid, split.segment_base) for rows in split_records(split)) if t.num_rows]
-    if not found:
-        return None
-    per_key = (pa.concat_tables(found).group_by(["key", "gid"], use_threads=False)  # threads: 2 cores, 2 tasks
-               .aggregate([("feeds", "max"), ("waits", "min")]))
-    n = per_key.num_rows
-    return pa.RecordBatch.from_arrays([
-        pa.array(np.full(n, pid, np.int32)), *(per_key.column(name).combine_chunks()
-                                               for name in ("key", "gid", "feeds_max", "waits_min")),
-    ], schema=KEY_SCHEMA)
+        segment = self.segment[lo:hi]
+        out = {}
+        for base in np.unique(segment).tolist():
+            at = lo + np.flatnonzero(segment == base)
+            out[base] = Planned(self.position[at], self.feeds_map[at], self.flags[at, DISCARD], self.gid[at].astype(np.int64))
+        return out
 
 
 def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
@@ -493,13 +458,11 @@ def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: 
     rows = ok.drop_columns(["batches"]).to_pylist()
     batches = Batches.of(ok)
     jobs = _group_jobs(rows, batches, now, keeper.owner)
-    slot_of_gid = _rewrite_slots(spark, jobs, batches)
-    entries = _map_entries(spark, rows, batches, slot_of_gid)
     stage = "2-3 offset map, keep flags" if dry_run else "2-4 offset map, keep flags, rewrite"
     progress(f"stages {stage} ({len(jobs)} segment groups)")
     sc.setJobGroup("kcompact-clean", f"offset map, keep flags, .cleaned segments for {len(jobs)} groups")
     with _sql_conf(spark, JOB_CONF):
-        written = _per_group(spark, jobs, entries, slot_of_gid, dry_run, keeper.owner)
+        written = _clean_groups(spark, rows, batches, jobs, dry_run, keeper.owner)
     watch.lap(stage)
     counts = _fate_counts(written)
     if dry_run:
@@ -587,72 +550,6 @@ def _fate_counts(written: list[dict]) -> dict[tuple[str, str], int]:
     return counts
 
 
-def _map_entries(spark, rows: list[dict], batches: Batches, slot_of_gid: np.ndarray):
-    """(slot, gid, key, mapped): the offset map's offset of each key that supersedes a record of
-    group gid. The records are read as the ``kafka-log`` source reads them in compaction mode,
-    in a few tasks of about equal bytes. A partition of at most ``TASK_BYTES`` is read whole by
-    one task, which makes its map too; a larger one's splits are spread over tasks and its map
-    made by a shuffle on (key, partition), so no task holds more than a share of a key set."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    splits = [[split for split in partition_splits(
-        scan_partition(row["path"], row["topic"], row["partition"]), OffsetRange(None, row["latest_offset"] + 1),
-        DEFAULT_MAX_SPLIT_BYTES)] for row in rows]
-    sizes = [sum(split.end - split.start for split in mine) for mine in splits]
-    whole = [pid for pid, size in enumerate(sizes) if size <= TASK_BYTES]
-    shared = [(pid, split) for pid, size in enumerate(sizes) if size > TASK_BYTES for split in splits[pid]]
-    whole_bins = _bins([sizes[pid] for pid in whole], _task_count(spark, sum(sizes[pid] for pid in whole), len(whole)))
-
-    def read_whole(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in (b for rb in ids for b in rb.column(0).to_pylist()):
-            for pid in (whole[i] for i in whole_bins[b]):
-                found = [k for k in (_split_keys(split, pid, batches) for split in splits[pid]) if k is not None]
-                yield from _offset_map(iter(found), slot_of_gid)
-
-    entries = _ranged(spark, len(whole_bins)).mapInArrow(read_whole, from_arrow_schema(ENTRY_SCHEMA))
-    if shared:
-        entries = entries.unionByName(_shared_map(spark, shared, batches, slot_of_gid))
-    return entries
-
-
-def _shared_map(spark, splits: list[tuple[int, Split]], batches: Batches, slot_of_gid: np.ndarray):
-    """``_map_entries`` of partitions larger than a task: splits read in tasks of about equal
-    bytes, rows of one (key, partition) brought together by a shuffle."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    sizes = [split.end - split.start for _, split in splits]
-    tasks = _task_count(spark, sum(sizes), len(splits))
-    bins = _bins(sizes, tasks)
-
-    def read(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in (b for rb in ids for b in rb.column(0).to_pylist()):
-            for i in bins[b]:
-                found = _split_keys(splits[i][1], splits[i][0], batches)
-                if found is not None:
-                    yield found
-
-    def offset_map(found: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from _offset_map(found, slot_of_gid)
-
-    keys = _ranged(spark, len(bins)).mapInArrow(read, from_arrow_schema(KEY_SCHEMA))
-    return keys.repartition(tasks, "key", "pid").mapInArrow(offset_map, from_arrow_schema(ENTRY_SCHEMA))
-
-
-def _offset_map(found: Iterator[pa.RecordBatch], slot_of_gid: np.ndarray) -> Iterator[pa.RecordBatch]:
-    """Every ``KEY_SCHEMA`` row of some (key, partition)s -> the map's offset of each, for the rows
-    (groups) with a record it supersedes. Done here rather than by a Spark window, which would
-    sort the rows and bring one more operator for the JVM to compile."""
-    rows = pa.Table.from_batches(list(found), schema=KEY_SCHEMA)
-    if not rows.num_rows:
-        return
-    latest = rows.group_by(["key", "pid"], use_threads=False).aggregate([("feeds", "max")])
-    joined = rows.join(latest, ["key", "pid"], use_threads=False)
-    superseding = joined.filter(pa.compute.less(joined.column("waits"), joined.column("feeds_max")))
-    gid = superseding.column("gid").to_numpy()
-    yield from pa.table([pa.array(slot_of_gid[gid]), gid, superseding.column("key"), superseding.column("feeds_max")],
-                        schema=ENTRY_SCHEMA).to_batches()
-
-
 def _group_jobs(rows: list[dict], batches: Batches, now: int, owner: str) -> dict[int, tuple[GroupJob, GroupPlans]]:
     jobs, gid = {}, 0
     for row in rows:
@@ -669,51 +566,134 @@ def _group_jobs(rows: list[dict], batches: Batches, now: int, owner: str) -> dic
     return jobs
 
 
-def _rewrite_slots(spark, jobs: dict[int, tuple[GroupJob, GroupPlans]], batches: Batches) -> np.ndarray:
-    """The slot (see ``_slots``) of each group's task: groups with batches in a few tasks of
-    about equal bytes."""
-    gids = [gid for gid, (_, plans) in jobs.items() if len(plans.segment)]
-    group_bytes = np.bincount(batches.gid, weights=batches.sizes, minlength=len(jobs)) if len(jobs) else []
-    sizes = [int(group_bytes[gid]) for gid in gids]
-    bins = _bins(sizes, _task_count(spark, sum(sizes), len(gids)))
-    values = _slots(len(bins))
-    slot_of_gid = np.full(len(jobs), -1, np.int32)
-    for b, members in enumerate(bins):
-        slot_of_gid[[gids[i] for i in members]] = values[b]
-    return slot_of_gid
+def _clean_groups(spark, rows: list[dict], batches: Batches, jobs: dict[int, tuple[GroupJob, GroupPlans]],
+                  dry_run: bool, owner: str) -> list[dict]:
+    """Stages 2-4, one Spark job: a result row per segment group (``RESULT_SCHEMA``). A partition of
+    at most ``WHOLE_BYTES`` is read by one task that makes its map and rewrites its groups; a larger
+    one's map is made by many tasks and a shuffle of blobs (``compaction.map_pass``), and its groups
+    are rewritten by tasks of their own."""
+    sizes = [int(batches.sizes[batches.starts[pid]:batches.starts[pid + 1]].sum()) for pid in range(len(rows))]
+    groups_of: dict[int, list[int]] = {}
+    pid_of_gid = batches.pid_of_gid()
+    for gid in jobs:
+        groups_of.setdefault(int(pid_of_gid[gid]), []).append(gid)
+
+    def result(gid: int, lookup: Lookup) -> pa.RecordBatch:
+        job, plans = jobs[gid]
+        base = {"gid": gid, "path": job.path, "group": job.group}
+        if dry_run:
+            row = base | {"codes": count_group(job, plans, lookup)}
+        elif not states.held_by(job.path, owner):  # aborted (or lease lost): stop at this group boundary
+            row = base | {"files": [], "error": ABORTED, "codes": [0] * len(REASON_OF_CODE)}
+        else:
+            row = rewrite_group(job, plans, lookup) | {"gid": gid}
+        return pa.RecordBatch.from_pylist([row], schema=RESULT_SCHEMA)
+
+    def failed(gid: int, error: str) -> pa.RecordBatch:
+        job, _ = jobs[gid]
+        return pa.RecordBatch.from_pylist([{"gid": gid, "path": job.path, "group": job.group, "files": [],
+                                            "error": error, "codes": [0] * len(REASON_OF_CODE)}],
+                                          schema=RESULT_SCHEMA)
+
+    whole = [pid for pid, size in enumerate(sizes) if size <= WHOLE_BYTES and pid in groups_of]
+    large = [pid for pid, size in enumerate(sizes) if size > WHOLE_BYTES and pid in groups_of]
+    frames = []
+    if whole:
+        frames.append(_whole(spark, whole, sizes, rows, batches, groups_of, result, failed))
+    if large:
+        frames.append(_shared(spark, large, rows, batches, jobs, groups_of, pid_of_gid, result))
+    if not frames:
+        return []
+    union = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+    return union.toArrow().to_pylist()
 
 
-def _per_group(spark, jobs: dict[int, tuple[GroupJob, GroupPlans]], entries, slot_of_gid: np.ndarray,
-               dry_run: bool, owner: str) -> list[dict]:
-    """One call per group with batches (as a cogroup with the batch plans would call it): a row
-    (gid, null key) per such group joins the map entries, so every such group is called. A dry
-    run counts the fates and writes nothing."""
+def _whole(spark, pids: list[int], sizes: list[int], rows: list[dict], batches: Batches,
+           groups_of: dict[int, list[int]], result, failed):
+    """Partitions read whole: each task takes a share of them, by bytes; per partition, the map
+    in the task, then its groups."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    def run(found: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows = pa.Table.from_batches(list(found), schema=ENTRY_SCHEMA)
-        gids = rows.column("gid").to_numpy()
-        for gid in np.unique(gids).tolist():
-            yield pa.RecordBatch.from_pylist([_group_result(gid, rows.filter(pa.array(gids == gid)))],
-                                             schema=RESULT_SCHEMA)
+    bins = _bins([sizes[pid] for pid in pids], _task_count(spark, sum(sizes[pid] for pid in pids), len(pids)))
 
-    def _group_result(gid: int, found: pa.Table) -> dict:
-        job, plans = jobs[gid]
-        if dry_run:
-            return {"gid": gid, "path": job.path, "group": job.group, "codes": count_group(job, plans, found)}
-        if not states.held_by(job.path, owner):  # aborted (or lease lost): stop at this group boundary
-            return {"gid": gid, "path": job.path, "group": job.group, "files": [], "error": ABORTED,
-                    "codes": [0] * len(REASON_OF_CODE)}
-        return rewrite_group(job, plans, found) | {"gid": gid}
+    def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in (b for rb in ids for b in rb.column(0).to_pylist()):
+            for pid in (pids[i] for i in bins[b]):
+                table = KeyTable()
+                try:
+                    build_map(rows[pid]["path"], batches.planned(pid), int(batches.first_dirty[pid]), table, 0)
+                except (FormatError, OSError) as exc:
+                    error = f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc)
+                    for gid in groups_of[pid]:
+                        yield failed(gid, error)
+                    continue
+                for gid in groups_of[pid]:
+                    yield result(gid, Lookup(table, 0))
 
-    with_batches = np.flatnonzero(slot_of_gid >= 0)
-    marks = spark.createDataFrame(pa.table({
-        "slot": pa.array(slot_of_gid[with_batches]), "gid": pa.array(with_batches.astype(np.int32)),
-        "key": pa.nulls(len(with_batches), pa.binary()), "mapped": pa.nulls(len(with_batches), pa.int64()),
-    }))
-    tasks = len(set(slot_of_gid[with_batches].tolist()))
-    return (entries.unionByName(marks).repartition(max(tasks, 1), "slot")
-            .mapInArrow(run, from_arrow_schema(RESULT_SCHEMA)).toArrow().to_pylist())
+    return _ranged(spark, len(bins)).mapInArrow(run, from_arrow_schema(RESULT_SCHEMA))
+
+
+def _shared(spark, pids: list[int], rows: list[dict], batches: Batches, jobs: dict[int, tuple[GroupJob, GroupPlans]],
+            groups_of: dict[int, list[int]], pid_of_gid: np.ndarray, result):
+    """Partitions larger than a task: their byte ranges read by tasks of about equal bytes, which
+    ship (group, key) facts by key hash bucket; a task per bucket makes the map's offsets and
+    sends each group's rewrite task the keys that supersede its records."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    splits = [(pid, split) for pid in pids for split in partition_splits(
+        scan_partition(rows[pid]["path"], rows[pid]["topic"], rows[pid]["partition"]),
+        OffsetRange(None, rows[pid]["latest_offset"] + 1), DEFAULT_MAX_SPLIT_BYTES)]
+    sizes = [split.end - split.start for _, split in splits]
+    map_bins = _bins(sizes, _task_count(spark, sum(sizes), len(splits)))
+    buckets = _task_count(spark, sum(sizes), 1 << 30)
+    bucket_slots = np.array(_slots(buckets), np.int32)
+    gids = [gid for pid in pids for gid in groups_of[pid]]
+    group_bytes = [int(batches.sizes[batches.gid == gid].sum()) for gid in gids]
+    rewrite_bins = _bins(group_bytes, _task_count(spark, sum(group_bytes), len(gids)))
+    rewrite_slots = np.array(_slots(len(rewrite_bins)), np.int32)
+    slot_of_gid = np.full(len(pid_of_gid), -1, np.int32)
+    for b, members in enumerate(rewrite_bins):
+        slot_of_gid[[gids[i] for i in members]] = b
+    first_dirty, latest = batches.first_dirty, batches.latest_offset
+
+    def read(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in (b for rb in ids for b in rb.column(0).to_pylist()):
+            for pid, split in (splits[i] for i in map_bins[b]):
+                plans = batches.planned(pid).get(split.segment_base)
+                if plans is None:
+                    continue
+                for entries in read_keys(split.path, split.start, split.end, plans, int(first_dirty[pid]),
+                                         int(latest[pid])):
+                    for bucket, part in split_by(entries, bucket_of(entries, pid_of_gid, buckets), buckets):
+                        yield pa.RecordBatch.from_pydict({"slot": [bucket_slots[bucket]], "blob": [pack(part)]},
+                                                         schema=BLOB_SCHEMA)
+
+    def reduce(found: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        blobs = [unpack(blob) for rb in found for blob in rb.column("blob").to_pylist()]
+        if not blobs:
+            return
+        entries = reduce_bucket(blobs, pid_of_gid)
+        for slot, part in split_by(entries, slot_of_gid[entries.tags], len(rewrite_bins)):
+            yield pa.RecordBatch.from_pydict({"slot": [rewrite_slots[slot]], "blob": [pack(part)]}, schema=BLOB_SCHEMA)
+
+    def rewrite(found: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        table, mine = KeyTable(), set()
+        for rb in found:
+            for slot, blob in zip(rb.column("slot").to_pylist(), rb.column("blob").to_pylist(), strict=True):
+                mine.add(int(np.flatnonzero(rewrite_slots == slot)[0]))
+                if blob:
+                    e = unpack(blob)
+                    table.upsert(e.keys, e.offsets[:-1], np.diff(e.offsets), e.tags, e.high)
+        for b in sorted(mine):
+            for gid in (gids[i] for i in rewrite_bins[b]):
+                yield result(gid, Lookup(table, gid))
+
+    keys = _ranged(spark, len(map_bins)).mapInArrow(read, from_arrow_schema(BLOB_SCHEMA))
+    entries = keys.repartition(buckets, "slot").mapInArrow(reduce, from_arrow_schema(BLOB_SCHEMA))
+    marks = spark.createDataFrame(pa.table({"slot": pa.array(rewrite_slots), "blob": pa.nulls(len(rewrite_slots),
+                                                                                            pa.binary())}))
+    return (entries.unionByName(marks).repartition(len(rewrite_bins), "slot")
+            .mapInArrow(rewrite, from_arrow_schema(RESULT_SCHEMA)))
 
 
 def _commit(row: dict, groups: list[dict], owner: str, generation: int | None) -> None:

@@ -6,7 +6,10 @@ from the files and hand them over.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL, Batch
 from readers.indexes import AbortedTxn, OffsetEntry
@@ -77,3 +80,31 @@ class SegmentInfo:
     timeindex_size: int = 0
     aborted: tuple[AbortedTxn, ...] = ()
     offset_index: tuple[OffsetEntry, ...] = field(default=(), compare=False)
+
+
+# A partition's batch headers as columns (one row per batch, file order), for rules that run over
+# tens of thousands of batches: ``BatchInfo`` field by field; no control type is -1, no delete
+# horizon has ``has_horizon`` False.
+BATCH_TABLE = np.dtype([
+    ("segment", "<i8"), ("position", "<i8"), ("size", "<i8"), ("magic", "<i1"), ("base_offset", "<i8"),
+    ("last_offset", "<i8"), ("producer_id", "<i8"), ("producer_epoch", "<i2"), ("transactional", "?"),
+    ("control", "?"), ("control_type", "<i1"), ("horizon", "<i8"), ("has_horizon", "?"), ("max_timestamp", "<i8"),
+    ("record_count", "<i4"),
+])
+
+
+def table_of(infos: Sequence[BatchInfo]) -> np.ndarray:
+    return np.array([(b.segment, b.position, b.size, b.magic, b.base_offset, b.last_offset, b.producer_id,
+                      b.producer_epoch, b.is_transactional, b.is_control,
+                      -1 if b.control_type is None else b.control_type,
+                      -1 if b.delete_horizon_ms is None else b.delete_horizon_ms, b.delete_horizon_ms is not None,
+                      b.max_timestamp, b.record_count) for b in infos], dtype=BATCH_TABLE)
+
+
+def info_at(table: np.ndarray, i: int) -> BatchInfo:
+    """Row ``i`` of a batch table as a ``BatchInfo``."""
+    r = table[i]
+    return BatchInfo(int(r["segment"]), int(r["position"]), int(r["size"]), int(r["magic"]), int(r["base_offset"]),
+                     int(r["last_offset"]), int(r["producer_id"]), int(r["producer_epoch"]), bool(r["transactional"]),
+                     bool(r["control"]), None if r["control_type"] < 0 else int(r["control_type"]),
+                     int(r["horizon"]) if r["has_horizon"] else None, int(r["max_timestamp"]), int(r["record_count"]))

@@ -9,17 +9,23 @@ and the offset index of the first dirty segment, then applies
 
 from __future__ import annotations
 
+import numpy as np
+
 import storage
 from compaction.decisions import PartitionPlan, plan_partition
-from compaction.model import BatchInfo, SegmentInfo
+from compaction.model import BATCH_TABLE, BatchInfo, SegmentInfo, table_of
+from readers import walk
+from readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL
 from readers.indexes import parse_offset_index, parse_txn_index
 from readers.logdir import Partition, scan_partition
-from readers.segment import iter_batches
 
 
-def read_partition(path: str, topic: str, number: int, first_dirty: int) -> tuple[Partition, list[SegmentInfo], list[BatchInfo]]:
+def read_partition(path: str, topic: str, number: int, first_dirty: int) -> tuple[Partition, list[SegmentInfo], np.ndarray]:
+    """The partition's segments and its batch table (``compaction.model.BATCH_TABLE``): every
+    batch header, a chunk of the file at a time (``readers.walk``, CRCs checked); a control
+    batch's type and a legacy entry's inner messages decoded one by one (both are rare)."""
     part = scan_partition(path, topic, number)
-    segments, batches = [], []
+    segments, tables = [], []
     for i, seg in enumerate(part.segments):
         holds_first_dirty = seg.base_offset <= first_dirty and (
             i + 1 == len(part.segments) or part.segments[i + 1].base_offset > first_dirty)
@@ -33,12 +39,32 @@ def read_partition(path: str, topic: str, number: int, first_dirty: int) -> tupl
             if seg.index and holds_first_dirty else (),
         ))
         with storage.open_read(seg.log.path) as f:
-            batches.extend(BatchInfo.of(b, seg.base_offset) for b in iter_batches(f, seg.log.path))
-    return part, segments, batches
+            tables += [_table(chunk, seg.base_offset) for chunk in walk.read_chunks(f, seg.log.path)]
+    return part, segments, np.concatenate(tables) if tables else np.empty(0, BATCH_TABLE)
+
+
+def _table(chunk: walk.Chunk, segment: int) -> np.ndarray:
+    e = chunk.entries
+    t = np.empty(len(e), BATCH_TABLE)
+    attributes = e[:, walk.ATTRIBUTES]
+    t["segment"], t["position"], t["size"] = segment, chunk.file_position + e[:, walk.POSITION], e[:, walk.SIZE]
+    t["magic"], t["base_offset"] = e[:, walk.MAGIC], e[:, walk.BASE_OFFSET]
+    t["last_offset"] = e[:, walk.BASE_OFFSET] + e[:, walk.LAST_OFFSET_DELTA]
+    t["producer_id"], t["producer_epoch"] = e[:, walk.PRODUCER_ID], e[:, walk.PRODUCER_EPOCH]
+    t["transactional"] = (attributes & ATTR_TRANSACTIONAL) != 0
+    t["control"] = (attributes & ATTR_CONTROL) != 0
+    t["control_type"] = -1
+    t["has_horizon"] = (attributes & ATTR_DELETE_HORIZON) != 0
+    t["horizon"] = np.where(t["has_horizon"], e[:, walk.BASE_TIMESTAMP], -1)
+    t["max_timestamp"], t["record_count"] = e[:, walk.MAX_TIMESTAMP], e[:, walk.RECORDS_COUNT]
+    legacy = e[:, walk.MAGIC] != 2
+    for k in np.flatnonzero(legacy | (t["control"] & (t["record_count"] > 0))).tolist():
+        t[k] = table_of([BatchInfo.of(chunk.batch(k), segment)])[0]
+    return t
 
 
 def plan(path: str, topic: str, number: int, *, log_start: int, first_dirty: int, first_uncleanable: int,
-         now: int, config: dict[str, int]) -> tuple[Partition, list[BatchInfo], PartitionPlan]:
+         now: int, config: dict[str, int]) -> tuple[Partition, np.ndarray, PartitionPlan]:
     part, segments, batches = read_partition(path, topic, number, first_dirty)
     decided = plan_partition(
         segments, batches, log_start=log_start, first_dirty=first_dirty, first_uncleanable=first_uncleanable,

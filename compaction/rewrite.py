@@ -1,12 +1,14 @@
 """Rewrite one segment group on an executor, from the decisions already made.
 
 Input: the group (which segments, its base offset and modification time, the aborted
-transactions its .txnindex must list), the batch plans of its batches, and the offset
-map's entries for the keys of its records that a later record supersedes. The segments
-are read once, in order, a chunk of batches at a time: the chunk's keys and offsets are
-decoded at once (``readers.columns``), each record gets its fate (Kafka's
-shouldRetainRecord), and every batch is copied, rebuilt, emptied or dropped; the
-``.cleaned`` files are written. Nothing is renamed here: the driver alone commits.
+transactions its .txnindex must list), the batch plans of its batches, and a ``KeyTable`` that
+gives, for each key of its records under the group's tag, the offset map's offset (or nothing).
+The segments are read once, a chunk at a time (``readers.walk``): the chunk's headers and the
+records of every batch not dropped whole are located by two compiled calls, each record gets its
+fate by Kafka's shouldRetainRecord (one vectorised expression over the chunk, the map's offsets
+looked up by one compiled call), each batch its outcome by filterTo's rules, and then each batch is
+copied, rebuilt (a compiled splice of its kept records), emptied or dropped. The ``.cleaned``
+files are written by ``operations.cleaned``. Nothing is renamed here: the driver alone commits.
 """
 
 from __future__ import annotations
@@ -17,27 +19,42 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 import storage
-from compaction.decisions import BatchPlan, Outcome, batch_outcome
+from compaction.decisions import (
+    DELETE,
+    DISCARD,
+    MARKER_FOR_EMPTY_TXN,
+    RETAIN_DELETES,
+    RETAIN_EMPTY,
+    BatchPlan,
+    batch_outcome,
+)
 from compaction.model import BatchInfo
-from readers.batch import Batch
-from readers.columns import batch_columns
+from compaction.offset_map import EMPTY as NOT_MAPPED
+from compaction.offset_map import KeyTable
+from operations.cleaned import Output, output_path, write_group
+from readers import scan, walk
+from readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, Batch
 from readers.errors import FormatError
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name
-from readers.segment import iter_batches
 from writers.chunks import BufferSizes
-from operations.cleaned import WrittenGroup, output_path, write_group
+from writers.cleaned import output_bytes, records_written, retained_max_offset
+from writers.rebuild import empty, spliced
 
-PLAN_FLAGS = ("delete", "discard_records", "retain_empty", "retain_deletes", "marker_for_empty_txn")
-DISCARD, RETAIN_DELETES = PLAN_FLAGS.index("discard_records"), PLAN_FLAGS.index("retain_deletes")
 # Each record's fate, one code per record: kept (a tombstone kept apart, since a kept tombstone
 # needs a delete horizon), or removed and why.
 KEPT, KEPT_TOMBSTONE, SUPERSEDED, TOMBSTONE, ABORTED, KEYLESS, MARKER = range(7)
 REASON_OF_CODE = ("kept", "kept", "superseded", "tombstone", "aborted", "keyless", "marker")
-CHUNK_BYTES = 4 << 20  # stored bytes of batches decoded at once
+IO_ERROR = "I/O error (transient, retried next run): "
+RESULT_SCHEMA = pa.schema([
+    ("gid", pa.int32()), ("path", pa.string()), ("group", pa.int32()), ("base_offset", pa.int64()),
+    ("size", pa.int64()), ("batches", pa.int64()), ("records", pa.int64()), ("files", pa.list_(pa.string())),
+    ("seconds", pa.float64()), ("error", pa.string()), ("codes", pa.list_(pa.int64())),
+])
+# What becomes of a v2 batch (filterTo), by code.
+DROP, COPY, REBUILD, EMPTY_HEADER = range(4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +84,17 @@ class GroupPlans:
     flags: np.ndarray  # (batches, len(PLAN_FLAGS)) bool
 
 
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """Where a group finds the offset map's offset of its keys: ``table`` under ``tag``."""
+
+    table: KeyTable
+    tag: int
+
+    def mapped(self, buf: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray) -> np.ndarray:
+        return self.table.lookup(buf, key_pos, key_len, np.full(len(key_pos), self.tag, np.int64))
+
+
 def undecided(discard: np.ndarray, control: np.ndarray, offset: np.ndarray, latest: int,
               has_key: np.ndarray) -> np.ndarray:
     """Records whose fate waits on the offset map: kept unless a later record of their key supersedes them."""
@@ -83,114 +111,162 @@ def fate_codes(discard: np.ndarray, retain_deletes: np.ndarray, control: np.ndar
     return np.select(removed_or_kept, [MARKER, ABORTED, kept, KEYLESS, SUPERSEDED, TOMBSTONE], kept).astype(np.int8)
 
 
-class OffsetLookup:
-    """The offset map's entries a group needs: (key, latest offset) for keys superseded later."""
-
-    def __init__(self, entries: pa.Table):
-        found = entries.filter(pc.is_valid(entries.column("key")))
-        self.keys = found.column("key").combine_chunks()
-        self.offsets = found.column("mapped").to_numpy()
-
-    def mapped(self, keys: pa.Array) -> np.ndarray:
-        """The map's offset for each key, -1 when it has none (null keys have none)."""
-        at = pc.index_in(keys, value_set=self.keys)
-        valid = at.is_valid().to_numpy(zero_copy_only=False)
-        out = np.full(len(keys), -1, np.int64)
-        out[valid] = self.offsets[at.filter(at.is_valid()).to_numpy()]
-        return out
+def _outcomes(count: np.ndarray, kept: np.ndarray, kept_tombstone: np.ndarray, has_horizon: np.ndarray,
+              flags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``compaction.decisions.batch_outcome`` of v2 batches, vectorised: (what becomes of each,
+    whether a delete horizon is stamped)."""
+    stamp = (kept_tombstone | flags[:, MARKER_FOR_EMPTY_TXN]) & ~has_horizon
+    what = np.where(kept > 0, np.where((kept == count) & ~stamp, COPY, REBUILD),
+                    np.where(flags[:, RETAIN_EMPTY], EMPTY_HEADER, DROP))
+    return np.where(flags[:, DELETE], DROP, what), stamp & (kept > 0)
 
 
-def _chunks(batches: Iterator[Batch]) -> Iterator[list[Batch]]:
-    chunk, size = [], 0
-    for batch in batches:
-        chunk.append(batch)
-        size += batch.size
-        if size >= CHUNK_BYTES:
-            yield chunk
-            chunk, size = [], 0
-    if chunk:
-        yield chunk
+class _Rewriter:
+    """One group's batches, chunk by chunk: fates, counts, and (when ``render``) what each becomes."""
+
+    def __init__(self, job: GroupJob, plans: GroupPlans, lookup: Lookup, render: bool):
+        self.job, self.plans, self.lookup, self.render = job, plans, lookup, render
+        self.counts = np.zeros(len(REASON_OF_CODE), np.int64)
+
+    def outputs(self) -> Iterator[Output]:
+        """Every batch of the group in file order, as ``operations.cleaned`` writes it."""
+        i = 0
+        for base in self.job.segments:
+            path = storage.join(self.job.path, segment_name(base, "log"))
+            with storage.open_read(path) as f:
+                for chunk in walk.read_chunks(f, path):
+                    n = len(chunk.entries)
+                    self._check_plan(chunk, base, i)
+                    yield from self._chunk(chunk, self.plans.flags[i:i + n])
+                    i += n
+            if i < len(self.plans.segment) and self.plans.segment[i] == base:
+                raise FormatError(path, int(self.plans.position[i]), "batch not in the file (the segment changed)")
+
+    def _check_plan(self, chunk: walk.Chunk, base: int, i: int) -> None:
+        positions = chunk.file_position + chunk.entries[:, walk.POSITION]
+        plans = self.plans
+        n = min(len(positions), len(plans.segment) - i)
+        wrong = np.flatnonzero((plans.segment[i:i + n] != base) | (plans.position[i:i + n] != positions[:n]))
+        if len(wrong) or n < len(positions):
+            at = int(positions[wrong[0] if len(wrong) else n])
+            raise FormatError(chunk.path, at, "batch not in the plan (the segment changed)")
+
+    def _chunk(self, chunk: walk.Chunk, flags: np.ndarray) -> Iterator[Output]:
+        job, e = self.job, chunk.entries
+        v2 = e[:, walk.MAGIC] == 2
+        read = np.flatnonzero(v2 & ~flags[:, DELETE])
+        sections = walk.decode(chunk, read)
+        cols = sections.cols
+        of = sections.record_batches()
+        k_of = read[of]
+        offset = e[k_of, walk.BASE_OFFSET] + cols[:, scan.OFFSET_DELTA]
+        has_key = cols[:, scan.KEY_POS] >= 0
+        control = (e[k_of, walk.ATTRIBUTES] & ATTR_CONTROL) != 0
+        discard = flags[k_of, DISCARD]
+        mapped = np.full(len(offset), NOT_MAPPED, np.int64)
+        waits = undecided(discard, control, offset, job.latest_offset, has_key)
+        for packed in (False, True):
+            sel = np.flatnonzero(waits & (sections.packed[of] == packed))
+            if len(sel):
+                buf = sections.arena if packed else chunk.buf
+                mapped[sel] = self.lookup.mapped(buf, cols[sel, scan.KEY_POS], cols[sel, scan.KEY_LEN])
+        codes = fate_codes(discard, flags[k_of, RETAIN_DELETES], control, offset, has_key, cols[:, scan.VALUE_POS] < 0,
+                           job.latest_offset, mapped)
+        self.counts += np.bincount(codes, minlength=len(REASON_OF_CODE))
+        # batches dropped whole are not decoded: every record of one is discarded (aborted, or a marker)
+        dropped = v2 & flags[:, DELETE]
+        is_control = (e[:, walk.ATTRIBUTES] & ATTR_CONTROL) != 0
+        self.counts[ABORTED] += int(e[dropped & ~is_control, walk.RECORDS_COUNT].sum())
+        self.counts[MARKER] += int(e[dropped & is_control, walk.RECORDS_COUNT].sum())
+        keep = codes <= KEPT_TOMBSTONE
+        kept = np.bincount(of, weights=keep, minlength=len(read)).astype(np.int64)
+        kept_tombstone = np.bincount(of, weights=codes == KEPT_TOMBSTONE, minlength=len(read)) > 0
+        horizon = (e[read, walk.ATTRIBUTES] & ATTR_DELETE_HORIZON) != 0
+        what, stamp = _outcomes(e[read, walk.RECORDS_COUNT], kept, kept_tombstone, horizon, flags[read])
+        # the last kept record of each batch: a rebuilt batch reports its offset to the segment's index
+        last_kept = np.full(len(read), -1, np.int64)
+        kept_rows = np.flatnonzero(keep)
+        last_kept[of[kept_rows]] = offset[kept_rows]
+        fate = np.full(len(e), -1, np.int64)  # the decoded batch of each entry
+        fate[read] = np.arange(len(read))
+        segment = chunk.path
+        for k in range(len(e)):
+            size = int(e[k, walk.SIZE])
+            if not v2[k]:
+                yield self._legacy(chunk, k, flags[k])
+                continue
+            j = int(fate[k])
+            kind = DROP if j < 0 else int(what[j])
+            if not self.render or kind == DROP:
+                yield Output(segment, size, None)
+                continue
+            last = int(e[k, walk.BASE_OFFSET] + e[k, walk.LAST_OFFSET_DELTA])
+            max_ts = int(e[k, walk.MAX_TIMESTAMP])
+            if kind == COPY:
+                pos = int(e[k, walk.POSITION])
+                yield Output(segment, size, bytes(chunk.buf[pos:pos + size]), last, max_ts, last,
+                             int(e[k, walk.RECORDS_COUNT]))
+            elif kind == EMPTY_HEADER:
+                yield Output(segment, size, empty(chunk.header(k)), last, max_ts, last, 0)
+            else:
+                head = chunk.header(k)
+                rows = slice(sections.rows[j], sections.rows[j + 1])
+                if stamp[j]:
+                    delete_horizon = job.now + job.delete_retention_ms
+                else:
+                    delete_horizon = head.base_timestamp if horizon[j] else None
+                data, kept_max_ts = spliced(head, sections.buffer(j, chunk), cols[rows], int(sections.ends[j]),
+                                            keep[rows], int(kept[j]), delete_horizon)
+                yield Output(segment, size, data, int(last_kept[j]), kept_max_ts, last, int(kept[j]))
+
+    def _legacy(self, chunk: walk.Chunk, k: int, flags: np.ndarray) -> Output:
+        """A magic 0/1 entry (rare): its records decoded in Python, then the same rules."""
+        job = self.job
+        batch = chunk.batch(k)
+        if flags[DELETE]:
+            return Output(chunk.path, batch.size, None)
+        records = batch.records()
+        keys = [r.key for r in records]
+        data = np.frombuffer(b"".join(key or b"" for key in keys) or b"\0", np.uint8)
+        lengths = np.array([len(key or b"") for key in keys], np.int64)
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+        has_key = np.array([key is not None for key in keys], bool)
+        offset = np.array([r.offset for r in records], np.int64)
+        n = len(records)
+        codes = fate_codes(np.full(n, flags[DISCARD]), np.full(n, flags[RETAIN_DELETES]), np.zeros(n, bool), offset,
+                           has_key, np.array([r.value is None for r in records], bool), job.latest_offset,
+                           self.lookup.mapped(data, np.where(has_key, starts, -1), lengths))
+        self.counts += np.bincount(codes, minlength=len(REASON_OF_CODE))
+        keep = codes <= KEPT_TOMBSTONE
+        kept = int(np.count_nonzero(keep))
+        plan = BatchPlan(BatchInfo.of(batch, 0), 0, *flags.tolist())
+        outcome = batch_outcome(plan, kept, False, job.now, job.delete_retention_ms, kept > 0 and batch.inner_magic_differs)
+        if not self.render:
+            return Output(chunk.path, batch.size, None)
+        out = output_bytes(batch, outcome, keep)
+        if out is None:
+            return Output(chunk.path, batch.size, None)
+        written = Batch(batch.path, out, 0, len(out), 0)
+        return Output(chunk.path, batch.size, out, retained_max_offset(batch, outcome, keep, written),
+                      written.max_timestamp, written.last_offset, records_written(batch, outcome, keep, written))
 
 
-def _chunk_codes(chunk: list[Batch], flags: np.ndarray, job: GroupJob,
-                 lookup: OffsetLookup) -> tuple[np.ndarray, np.ndarray]:
-    """The fate codes of the chunk's records in stored order, and where each batch's start
-    (batch k's are codes[starts[k]:starts[k + 1]])."""
-    cols = batch_columns(chunk)
-    positions = np.fromiter((b.position for b in chunk), np.int64, len(chunk))
-    row_batch = np.searchsorted(positions, cols.column("batch_position").to_numpy())
-    keys = cols.column("key")
-    row_flags = flags[row_batch]
-    codes = fate_codes(
-        row_flags[:, DISCARD], row_flags[:, RETAIN_DELETES], cols.column("is_control").to_numpy(zero_copy_only=False),
-        cols.column("offset").to_numpy(), keys.is_valid().to_numpy(zero_copy_only=False),
-        cols.column("tombstone").to_numpy(zero_copy_only=False), job.latest_offset, lookup.mapped(keys),
-    )
-    return codes, np.concatenate(([0], np.cumsum(np.bincount(row_batch, minlength=len(chunk)))))
-
-
-def _decided(job: GroupJob, plans: GroupPlans, lookup: OffsetLookup,
-             counts: np.ndarray) -> Iterator[tuple[Batch, BatchPlan, np.ndarray | None, int, bool]]:
-    """Every batch of the group in file order, with its plan, its records' keep flags (None: no
-    record), how many are kept and whether a kept one is a tombstone; ``counts`` adds up the
-    codes. Every record has a code: they come from decoding these very batches."""
-    flags, i = plans.flags.tolist(), 0
-    for base in job.segments:
-        path = storage.join(job.path, segment_name(base, "log"))
-        with storage.open_read(path) as f:
-            for chunk in _chunks(iter_batches(f, path)):
-                for k, batch in enumerate(chunk):
-                    at = i + k
-                    if at >= len(flags) or plans.segment[at] != base or plans.position[at] != batch.position:
-                        raise FormatError(path, batch.position, "batch not in the plan (the segment changed)")
-                codes, starts = _chunk_codes(chunk, plans.flags[i:i + len(chunk)], job, lookup)
-                counts += np.bincount(codes, minlength=len(counts))
-                keep = codes <= KEPT_TOMBSTONE
-                kept = np.diff(np.concatenate(([0], np.cumsum(keep)))[starts]).tolist()
-                tombstones = np.diff(np.concatenate(([0], np.cumsum(codes == KEPT_TOMBSTONE)))[starts]).tolist()
-                for k, batch in enumerate(chunk):
-                    mine = keep[starts[k]:starts[k + 1]] if starts[k + 1] > starts[k] else None
-                    plan = BatchPlan(BatchInfo.of(batch, base), job.group, *flags[i])
-                    yield batch, plan, mine, kept[k], tombstones[k] > 0
-                    i += 1
-
-
-def _items(job: GroupJob, plans: GroupPlans, lookup: OffsetLookup,
-           counts: np.ndarray) -> Iterator[tuple[Batch, Outcome, np.ndarray | None]]:
-    for batch, plan, keep, kept, kept_tombstone in _decided(job, plans, lookup, counts):
-        legacy = batch.magic != 2
-        outcome = batch_outcome(plan, kept, not legacy and kept_tombstone, job.now, job.delete_retention_ms,
-                                legacy and kept > 0 and batch.inner_magic_differs)
-        yield batch, outcome, keep
-
-
-IO_ERROR = "I/O error (transient, retried next run): "
-RESULT_SCHEMA = pa.schema([
-    ("gid", pa.int32()), ("path", pa.string()), ("group", pa.int32()), ("base_offset", pa.int64()),
-    ("size", pa.int64()), ("batches", pa.int64()), ("records", pa.int64()), ("files", pa.list_(pa.string())),
-    ("seconds", pa.float64()), ("error", pa.string()), ("codes", pa.list_(pa.int64())),
-])
-
-
-def count_group(job: GroupJob, plans: GroupPlans, entries: pa.Table) -> list[int]:
+def count_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> list[int]:
     """Records per fate code, nothing written (a dry run)."""
-    counts = np.zeros(len(REASON_OF_CODE), np.int64)
-    for _ in _decided(job, plans, OffsetLookup(entries), counts):
+    rewriter = _Rewriter(job, plans, lookup, render=False)
+    for _ in rewriter.outputs():
         pass
-    return counts.tolist()
+    return rewriter.counts.tolist()
 
 
-def rewrite_group(job: GroupJob, plans: GroupPlans, entries: pa.Table) -> dict:
-    """Write the group's ``.cleaned`` files; on bad input, remove what was written and say why.
-    ``entries``: (key, mapped) rows of the offset map for this group (``OffsetLookup``)."""
+def rewrite_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> dict:
+    """Write the group's ``.cleaned`` files; on bad input, remove what was written and say why."""
     started = time.monotonic()
-    counts = np.zeros(len(REASON_OF_CODE), np.int64)
+    rewriter = _Rewriter(job, plans, lookup, render=True)
     base = {"path": job.path, "group": job.group, "base_offset": job.base_offset}
     try:
-        written: WrittenGroup = write_group(
-            job.path, job.base_offset, _items(job, plans, OffsetLookup(entries), counts),
-            list(job.aborted), job.mtime_ms, job.index_interval_bytes, job.buffers, job.owner,
-        )
+        written = write_group(job.path, job.base_offset, rewriter.outputs(), list(job.aborted), job.mtime_ms,
+                              job.index_interval_bytes, job.buffers, job.owner)
     except (FormatError, OSError, ValueError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
         error = f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc)
         for kind in ("log", "index", "timeindex", "txnindex"):
@@ -198,7 +274,7 @@ def rewrite_group(job: GroupJob, plans: GroupPlans, entries: pa.Table) -> dict:
             if storage.exists(leftover):
                 storage.remove(leftover)
         return base | {"size": 0, "batches": 0, "records": 0, "files": [], "seconds": time.monotonic() - started,
-                       "error": error, "codes": counts.tolist()}
+                       "error": error, "codes": rewriter.counts.tolist()}
     return base | {"size": written.size, "batches": written.batches, "records": written.records,
                    "files": list(written.files), "seconds": time.monotonic() - started, "error": None,
-                   "codes": counts.tolist()}
+                   "codes": rewriter.counts.tolist()}

@@ -1,8 +1,7 @@
 """Write one cleaned segment group: ``<base>.log.cleaned`` and its three indexes (on an object
 store, staged names instead: ``operations.s3commit``).
 
-Each input batch arrives with its decided outcome and becomes the bytes ``writers.cleaned``
-makes of it. The kept batches of each of the cleaner's read chunks are one append, whose index
+Each input batch arrives with what it became (``Output``). The kept batches of each of the cleaner's read chunks are one append, whose index
 entries follow the broker's append rule (``writers.chunks``); the files take the modification
 time of the group's last input segment, as Kafka's cleaner sets it, and are fsynced before
 anyone may rename them.
@@ -15,18 +14,29 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO
 
-import numpy as np
 
 import storage
-from readers.batch import Batch
 from readers.commits import staged_name
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name
 from writers.chunks import Appended, BufferSizes, ReadChunks
-from writers.cleaned import Outcome, output_bytes, records_written, retained_max_offset
 from writers.segment import SegmentWriter
 
 CLEANED = ".cleaned"
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One input batch of a group and what it becomes: ``data`` (None: dropped), with the metadata
+    Kafka's FilterResult reports for it (``writers.chunks.Appended.add``) and its record count."""
+
+    segment: str  # the source segment file: a new one is a new cleanInto, buffers restored
+    size: int  # the input batch's bytes
+    data: bytes | None
+    max_offset: int = -1
+    max_timestamp: int = -1
+    offset_of_max_timestamp: int = -1
+    records: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +80,8 @@ def output_path(partition_dir: str, base_offset: int, kind: str, owner: str | No
     return storage.join(partition_dir, staged_name(name, owner))
 
 
-def write_group(partition_dir: str, base_offset: int, items: Iterable[tuple[Batch, Outcome, np.ndarray | None]],
-                aborted: list[AbortedTxn], mtime_ms: int, index_interval_bytes: int, buffers: BufferSizes,
+def write_group(partition_dir: str, base_offset: int, outputs: Iterable[Output], aborted: list[AbortedTxn],
+                mtime_ms: int, index_interval_bytes: int, buffers: BufferSizes,
                 owner: str | None = None) -> WrittenGroup:
     """Write the group's kept batches, in order, as ``.cleaned`` (or staged) files; returns what was
     written. Kept batches are appended a read chunk at a time, as Kafka's cleaner appends them
@@ -92,17 +102,14 @@ def write_group(partition_dir: str, base_offset: int, items: Iterable[tuple[Batc
                                   chunk.offset_of_max_timestamp)
                 return Appended([])
 
-            for batch, outcome, keep in items:
-                if chunks.before(batch.path, batch.size):
+            for o in outputs:
+                if chunks.before(o.segment, o.size):
                     chunk = append()
-                data = output_bytes(batch, outcome, keep)
-                if data is not None:
-                    written = Batch(batch.path, data, 0, len(data), 0)
-                    chunk.add(data, retained_max_offset(batch, outcome, keep, written), written.max_timestamp,
-                              written.last_offset)
+                if o.data is not None:
+                    chunk.add(o.data, o.max_offset, o.max_timestamp, o.offset_of_max_timestamp)
                     batches += 1
-                    records += records_written(batch, outcome, keep, written)
-                if chunks.after(None if data is None else len(data)):
+                    records += o.records
+                if chunks.after(None if o.data is None else len(o.data)):
                     chunk = append()
             append()
             out.flush()

@@ -448,21 +448,6 @@ def read_split(split: Split, mode: str) -> Iterator[pa.RecordBatch]:
                 yield table
 
 
-def split_records(split: Split) -> Iterator[pa.RecordBatch]:
-    """The records compaction mode reads of ``split``, as ``readers.columns`` rows (its own
-    columns, before the source's): for callers that need a few columns of many rows."""
-    chunk = max(1, min(DEFAULT_CHUNK, split.end - split.start))
-    with storage.open_read(split.path) as f:
-        for group in _groups(_in_range(iter_batches(f, split.path, split.start, split.end, chunk), split.offsets)):
-            rows = batch_columns(group)
-            offset = rows.column("offset").to_numpy()
-            keep = split.offsets.mask(offset, offset)
-            if keep is not None:
-                rows = rows.filter(pa.array(keep))
-            if rows.num_rows:
-                yield rows
-
-
 def _in_range(batches: Iterator[Batch], offsets: OffsetRange) -> Iterator[Batch]:
     """Skip entries wholly below the range, stop at the first v2 batch wholly above it (offsets grow
     through a segment; a legacy wrapper's own offset is its last, so it never stops the scan)."""

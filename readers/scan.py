@@ -56,82 +56,106 @@ def _varint(buf, pos, end):
 def scan_records(buf, start, end, count):
     """Walk ``count`` records in ``buf[start:end]``.
 
-    Returns (columns, error, error_position): columns is an int64 (count, 9)
-    matrix (positions are absolute indexes into ``buf``; -1 marks a null key or
-    value), error one of the codes above.
+    Returns (columns, error, error_position): columns is an int64 (count, 9) matrix (positions are
+    absolute indexes into ``buf``; -1 marks a null key or value), error one of the codes above.
     """
     out = np.empty((count, N_COLUMNS), dtype=np.int64)
+    done, err, pos = _scan_into(buf, start, end, count, out, 0)
+    return out[:done], err, pos
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def scan_sections(plain, packed, in_packed, starts, ends, counts, out):
+    """``scan_records`` of many records sections in one call, into the rows of ``out`` (section
+    k's records from row sum(counts[:k]) on; ``out`` has sum(counts) rows). Section k lies in
+    ``packed`` when ``in_packed[k]`` (a decompressed section), else in ``plain``; its positions
+    index that buffer. Returns (sections scanned without error, error, error position): the scan
+    stops at the first error."""
+    row = 0
+    for k in range(starts.shape[0]):
+        buf = packed if in_packed[k] else plain
+        done, err, pos = _scan_into(buf, starts[k], ends[k], counts[k], out, row)
+        if err != OK:
+            return k, err, pos
+        row += done
+    return starts.shape[0], OK, 0
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _scan_into(buf, start, end, count, out, row):
+    """The records of one section into ``out`` from ``row``: (records done, error, position)."""
     pos = start
     for i in range(count):
         rec_start = pos
         length, pos, err = _varint(buf, pos, end)
         if err != OK:
-            return out[:i], err, rec_start
+            return i, err, rec_start
         if length < 0:
-            return out[:i], BAD_LENGTH, rec_start
+            return i, BAD_LENGTH, rec_start
         body = pos
         rec_end = body + length
         if rec_end > end:
-            return out[:i], TRUNCATED, rec_start
+            return i, TRUNCATED, rec_start
         pos += 1  # attributes, unused
         ts_delta, pos, err = _varint(buf, pos, rec_end)
         if err != OK:
-            return out[:i], err, rec_start
+            return i, err, rec_start
         off_delta, pos, err = _varint(buf, pos, rec_end)
         if err != OK:
-            return out[:i], err, rec_start
+            return i, err, rec_start
         klen, pos, err = _varint(buf, pos, rec_end)
         if err != OK:
-            return out[:i], err, rec_start
+            return i, err, rec_start
         kpos = -1
         if klen >= 0:
             kpos = pos
             pos += klen
         elif klen != -1:
-            return out[:i], BAD_LENGTH, rec_start
+            return i, BAD_LENGTH, rec_start
         vlen, pos, err = _varint(buf, pos, rec_end)
         if err != OK:
-            return out[:i], err, rec_start
+            return i, err, rec_start
         vpos = -1
         if vlen >= 0:
             vpos = pos
             pos += vlen
         elif vlen != -1:
-            return out[:i], BAD_LENGTH, rec_start
+            return i, BAD_LENGTH, rec_start
         hcount, pos, err = _varint(buf, pos, rec_end)
         if err != OK:
-            return out[:i], err, rec_start
+            return i, err, rec_start
         if hcount < 0:
-            return out[:i], NEGATIVE_COUNT, rec_start
+            return i, NEGATIVE_COUNT, rec_start
         hpos = pos
         for _ in range(hcount):
             hklen, pos, err = _varint(buf, pos, rec_end)
             if err != OK:
-                return out[:i], err, rec_start
+                return i, err, rec_start
             if hklen < 0:
-                return out[:i], BAD_LENGTH, rec_start
+                return i, BAD_LENGTH, rec_start
             pos += hklen
             hvlen, pos, err = _varint(buf, pos, rec_end)
             if err != OK:
-                return out[:i], err, rec_start
+                return i, err, rec_start
             if hvlen >= 0:
                 pos += hvlen
             elif hvlen != -1:
-                return out[:i], BAD_LENGTH, rec_start
+                return i, BAD_LENGTH, rec_start
         if pos != rec_end:
-            return out[:i], SIZE_MISMATCH, rec_start
-        out[i, OFFSET_DELTA] = off_delta
-        out[i, TIMESTAMP_DELTA] = ts_delta
-        out[i, KEY_POS] = kpos
-        out[i, KEY_LEN] = klen if klen >= 0 else 0
-        out[i, VALUE_POS] = vpos
-        out[i, VALUE_LEN] = vlen if vlen >= 0 else 0
-        out[i, HEADERS_POS] = hpos
-        out[i, HEADERS_COUNT] = hcount
-        out[i, RECORD_POS] = rec_start
+            return i, SIZE_MISMATCH, rec_start
+        r = row + i
+        out[r, OFFSET_DELTA] = off_delta
+        out[r, TIMESTAMP_DELTA] = ts_delta
+        out[r, KEY_POS] = kpos
+        out[r, KEY_LEN] = klen if klen >= 0 else 0
+        out[r, VALUE_POS] = vpos
+        out[r, VALUE_LEN] = vlen if vlen >= 0 else 0
+        out[r, HEADERS_POS] = hpos
+        out[r, HEADERS_COUNT] = hcount
+        out[r, RECORD_POS] = rec_start
     if pos != end:
-        return out, TRAILING_BYTES, pos
-    return out, OK, pos
+        return count, TRAILING_BYTES, pos
+    return count, OK, pos
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

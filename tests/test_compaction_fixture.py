@@ -41,8 +41,16 @@ def _writable_copy(dest: Path) -> Path:
     return dest
 
 
-@pytest.fixture(scope="module")
-def rounds(spark, tmp_path_factory) -> dict:
+@pytest.fixture(scope="module", params=["whole", "shared"])
+def rounds(request, spark, tmp_path_factory) -> dict:
+    """Both rounds, by each path of the job: "whole" (a partition's map made in the task that reads
+    it, as every partition of this size is), "shared" (every partition treated as larger than a
+    task: its map made by many tasks and a shuffle of (group, key) blobs)."""
+    from compaction import job
+
+    if request.param == "shared":
+        saved, job.WHOLE_BYTES = job.WHOLE_BYTES, 0
+        request.addfinalizer(lambda: setattr(job, "WHOLE_BYTES", saved))
     work = _writable_copy(tmp_path_factory.mktemp("fixture") / "logs")
     mtimes = {p.name: p.stat().st_mtime_ns // 1_000_000 for p in (work / "accounts-0").glob("*.log")}
     out = {"work": work, "input_mtimes": mtimes}

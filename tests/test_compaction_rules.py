@@ -5,6 +5,9 @@ arithmetic in comments, never by calling the code under test for the answer."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import pytest
 
 from compaction.decisions import (
@@ -18,9 +21,10 @@ from compaction.decisions import (
     batch_outcome,
     group_segments,
     keep_record,
+    PartitionPlan,
     plan_partition,
 )
-from compaction.model import BatchInfo, SegmentInfo
+from compaction.model import BatchInfo, SegmentInfo, info_at, table_of
 from compaction.transactions import (
     LastRecord,
     TransactionSweep,
@@ -346,11 +350,34 @@ def test_outcome_emptied_batch():
 
 
 # -- plan_partition ---------------------------------------------------------------------------------
+@dataclass
+class Planned:
+    """A PartitionPlan read batch by batch: the feeding (segment, position)s and a BatchPlan per
+    rewritten batch."""
+
+    plan: PartitionPlan
+    table: np.ndarray
+
+    def __getattr__(self, name: str):
+        return getattr(self.plan, name)
+
+    @property
+    def map_batches(self) -> set[tuple[int, int]]:
+        return {(int(r["segment"]), int(r["position"])) for r in self.table[self.plan.feeds]}
+
+    @property
+    def batches(self) -> list[BatchPlan]:
+        return [BatchPlan(info_at(self.table, i), int(self.plan.group[i]), *map(bool, self.plan.flags[i]))
+                for i in np.flatnonzero(self.plan.group >= 0).tolist()]
+
+
 def plan(segments, batches, *, first_dirty, first_uncleanable, log_start=0, now=NOW, ret=RET, seg_bytes=1 << 30,
-         index_bytes=10 << 20, expiration=DAY):
-    return plan_partition(segments, batches, log_start=log_start, first_dirty=first_dirty,
-                          first_uncleanable=first_uncleanable, now=now, delete_retention_ms=ret,
-                          segment_bytes=seg_bytes, segment_index_bytes=index_bytes, producer_expiration_ms=expiration)
+         index_bytes=10 << 20, expiration=DAY) -> Planned:
+    table = table_of(batches)
+    return Planned(plan_partition(segments, table, log_start=log_start, first_dirty=first_dirty,
+                                  first_uncleanable=first_uncleanable, now=now, delete_retention_ms=ret,
+                                  segment_bytes=seg_bytes, segment_index_bytes=index_bytes,
+                                  producer_expiration_ms=expiration), table)
 
 
 def by_base(p) -> dict[int, BatchPlan]:

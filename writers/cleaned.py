@@ -15,7 +15,7 @@ import numpy as np
 from readers.batch import Batch
 from readers.scan import OFFSET_DELTA
 from writers.legacy import rebuild_wrapper
-from writers.rebuild import rebuild
+from writers.rebuild import empty, rebuild
 
 COPY, REWRITE, EMPTY, DROP = "copy", "rewrite", "empty", "drop"
 
@@ -45,7 +45,7 @@ def output_bytes(batch: Batch, outcome: Outcome, keep: np.ndarray | None) -> byt
         assert outcome.kind == REWRITE and keep is not None
         return rebuild_wrapper(batch, keep)
     if outcome.kind == EMPTY:
-        return rebuild(batch, np.zeros(batch.count, dtype=bool))
+        return empty(batch)
     assert outcome.kind == REWRITE and keep is not None
     return rebuild(batch, keep, outcome.delete_horizon_ms)
 

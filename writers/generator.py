@@ -479,6 +479,7 @@ class _PartitionProducer:
     topic: dict[str, Any]
     rng: random.Random
     keep_open: bool
+    keep_records: bool = True  # False: no per-record truth (a benchmark corpus of millions)
     offset: int = 0
     records: list[WrittenRecord] = field(default_factory=list)
     encoded: list[_Encoded] = field(default_factory=list)
@@ -566,7 +567,8 @@ class _PartitionProducer:
             records[0].offset, records[-1].offset, codec, producer.producer_id, producer.epoch, sequence,
             producer.transactional, control, max(r.timestamp for r in records), len(data),
         )
-        self.records.extend(records)
+        if self.keep_records:
+            self.records.extend(records)
         self.encoded.append(_Encoded(data, batch, aborted))
 
     def _record(self, producer_id: int, transactional: bool) -> WrittenRecord:
@@ -688,9 +690,11 @@ def topic_id(seed: int, topic: str) -> str:
         attempt += 1
 
 
-def _write_partition(out: str, topic: dict[str, Any], partition: int, seed: int, tid: str) -> tuple[PartitionTruth, int]:
+def _write_partition(out: str, topic: dict[str, Any], partition: int, seed: int, tid: str,
+                     keep_records: bool) -> tuple[PartitionTruth, int]:
     rng = random.Random(f"{seed}:{topic['name']}:{partition}")
-    producer = _PartitionProducer(topic, rng, keep_open=topic["open_transaction"] and partition == 0)
+    producer = _PartitionProducer(topic, rng, keep_open=topic["open_transaction"] and partition == 0,
+                                  keep_records=keep_records)
     producer.run()
     config = topic["config"]
     pdir = storage.join(out, f"{topic['name']}-{partition}")
@@ -786,8 +790,10 @@ def _config_text(value: Any) -> str:
     return ",".join(value) if isinstance(value, (list, tuple)) else str(value)
 
 
-def generate(out: str, spec: dict[str, Any], seed: int) -> GenResult:
-    """Write a Kafka log dir at ``out`` (must not exist or be empty) and return its truth."""
+def generate(out: str, spec: dict[str, Any], seed: int, keep_records: bool = True) -> GenResult:
+    """Write a Kafka log dir at ``out`` (must not exist or be empty) and return its truth
+    (``keep_records`` False: without the per-record truth, which a corpus of millions cannot afford;
+    the bytes written are the same)."""
     spec = validate(spec)
     out = out.rstrip("/")
     _refuse_non_empty(out)
@@ -797,7 +803,7 @@ def generate(out: str, spec: dict[str, Any], seed: int) -> GenResult:
     for topic in spec["topics"]:
         ids[topic["name"]] = topic_id(seed, topic["name"])
         for partition in range(topic["partitions"]):
-            truth, size = _write_partition(out, topic, partition, seed, ids[topic["name"]])
+            truth, size = _write_partition(out, topic, partition, seed, ids[topic["name"]], keep_records)
             parts[topic["name"], partition] = truth
             written += size
     written += _write_metadata_log(out, spec, ids)

@@ -149,34 +149,40 @@ def rebuild(batch: Batch, keep: np.ndarray, delete_horizon_ms: int | None = None
     if kept == batch.records_count and delete_horizon_ms == current:
         return bytes(batch.data)
     if kept == 0:
-        return _empty(batch)
-    return _spliced(batch, keep, kept, delete_horizon_ms)
-
-
-def _spliced(batch: Batch, keep: np.ndarray, kept: int, delete_horizon_ms: int | None) -> bytes:
+        return empty(batch)
     data, buf, cols = batch.scan_records()
     end = batch.end if batch.codec == codecs.NONE else len(data)
-    log_append = bool(batch.attributes & ATTR_TIMESTAMP_TYPE)
+    return spliced(batch, buf, cols, end, keep, kept, delete_horizon_ms)[0]
+
+
+def spliced(head, buf: np.ndarray, cols: np.ndarray, end: int, keep: np.ndarray, kept: int,
+            delete_horizon_ms: int | None) -> tuple[bytes, int]:
+    """The batch whose header fields ``head`` has (a ``Batch``, or a ``readers.walk`` header) and
+    whose records section, decompressed, lies in ``buf`` up to ``end`` (scanned into ``cols``),
+    keeping the ``kept`` records where ``keep`` is set; and the largest kept timestamp."""
+    log_append = bool(head.attributes & ATTR_TIMESTAMP_TYPE)
     has_horizon = delete_horizon_ms is not None
     section, size, base_ts, max_ts = splice_records(
-        buf, cols, keep, end, batch.base_timestamp, log_append, batch.max_timestamp,
+        buf, cols, keep, end, head.base_timestamp, log_append, head.max_timestamp,
         has_horizon, delete_horizon_ms if has_horizon else 0,
     )
     if size < 0:
-        raise ValueError(f"batch at offset {batch.base_offset_field}: records section does not match its scan")
-    body = section[:size] if batch.codec == codecs.NONE else codecs.compress(batch.codec, section[:size])
-    attributes = batch.attributes & _KEPT_ATTRIBUTES | (ATTR_DELETE_HORIZON if has_horizon else 0)
-    return _framed(batch, attributes, int(base_ts), int(max_ts), kept, body)
+        raise ValueError(f"batch at offset {head.base_offset_field}: records section does not match its scan")
+    codec = head.attributes & ATTR_CODEC_MASK
+    body = section[:size] if codec == codecs.NONE else codecs.compress(codec, section[:size])
+    attributes = head.attributes & _KEPT_ATTRIBUTES | (ATTR_DELETE_HORIZON if has_horizon else 0)
+    return _framed(head, attributes, int(base_ts), int(max_ts), kept, body), int(max_ts)
 
 
-def _empty(batch: Batch) -> bytes:
-    """Kafka's empty batch header (DefaultRecordBatch.writeEmptyHeader): no codec, no
-    first timestamp, no delete horizon, the original max timestamp and offset span."""
-    attributes = batch.attributes & (ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL)
-    return _framed(batch, attributes, NO_TIMESTAMP, batch.max_timestamp, 0, b"")
+def empty(head) -> bytes:
+    """Kafka's empty batch header (DefaultRecordBatch.writeEmptyHeader) for the batch whose header
+    fields ``head`` has: no codec, no first timestamp, no delete horizon, the original max
+    timestamp and offset span."""
+    attributes = head.attributes & (ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL)
+    return _framed(head, attributes, NO_TIMESTAMP, head.max_timestamp, 0, b"")
 
 
-def _framed(batch: Batch, attributes: int, base_ts: int, max_ts: int, count: int, body) -> bytes:
+def _framed(batch, attributes: int, base_ts: int, max_ts: int, count: int, body) -> bytes:
     """Header + ``body`` with the CRC-32C of everything after the CRC field."""
     tail = _TAIL.pack(
         attributes, batch.last_offset_delta, base_ts, max_ts,

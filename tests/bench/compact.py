@@ -1,34 +1,38 @@
-"""End-to-end compaction on local Spark: ``kcompact compact`` on a ~1 GB compacted topic.
+"""End-to-end compaction on local Spark: ``kcompact compact`` on three ~1 GB corpora.
 
-Run as ``python -m tests.bench.compact --dir bench-data/compact [--runs 3]``
+Run as ``python -m tests.bench.compact --dir bench-data/compact [--runs 3] [--corpus NAME ...]``
 (``make bench-compact``). Not a test: nothing here runs under pytest.
 
-The corpus is generated once with ``writers.generator`` (``SPEC`` below) and cached in
-``<dir>/corpus`` with a ``manifest.json`` written last; a missing or different manifest means
-regenerate. One compacted topic of 16 partitions and 16 MiB segments: 2.4 M records,
-400 k 16-byte keys drawn with skew 1.1 (so ~80% of the records of a partition are
-superseded by a later one), values of 100-1000 bytes, codecs mostly none and lz4 with
-some zstd, 2% tombstones, plain, idempotent and transactional producers (some transactions
-aborted). ``NOW`` is fixed one hour after the last record, so every tombstone and producer
-rule decides the same way on every run.
+Corpora (generated once with ``writers.generator`` from ``CORPORA`` below, cached in
+``<dir>/<name>/corpus`` with a ``manifest.json`` written last; a missing or different manifest
+means regenerate):
+  - ``multi``: 16 partitions of one compacted topic, 16 MiB segments, 2.4 M records, 400 k
+    16-byte keys with skew 1.1 (~80% of a partition's records superseded), values 100-1000 bytes,
+    codecs mostly none and lz4 with some zstd, 2% tombstones, plain, idempotent and transactional
+    producers (some transactions aborted);
+  - ``single``: ONE partition of about 1 GB, 64 MiB segments, 3 M records, 1 M 24-byte keys with a
+    mild skew, values 100-800 bytes, 3% tombstones, some transactions: both cores must work on
+    one partition;
+  - ``keys``: ONE partition of about 1 GB, 256 MiB segments, 12 M records and about 10 M distinct
+    24-byte keys (uniform over 32 M), values 40-160 bytes, none/lz4/zstd, 2% tombstones: more keys
+    than Kafka's default dedupe buffer holds (5 M), so Kafka needs two rounds where we take one.
+    ``--memory-cap`` runs it with the driver JVM (local mode: the executor too) and every Python
+    worker capped (``spark.driver.memory``, ``spark.executor.pyspark.memory``), so the key set
+    cannot sit in one process: the job must spill and still finish in one round.
+``NOW`` of each corpus is fixed after its last record, so every rule decides the same on every run.
 
-Each run works on a fresh copy: ``cp -r --preserve=timestamps corpus work`` (the
-modification times are inputs of the cleaner); that copy is timed too, as the physical
-floor. Then ``kcompact compact work --now NOW --topic-config ... --report report.json`` runs
-as a child process. Measured:
-  - whole-process wall time, and peak RSS from ``os.wait4``'s rusage of the child;
-  - by polling ``/proc`` every ``SAMPLE_S``: peak RSS of the driver (the child process),
-    the JVM, and the Python workers (their sum, and the largest one), and the CPU seconds
-    of each (a measure that other work on the machine disturbs less than wall time; the
-    1-minute load average before each run says how busy the machine was);
-  - from the report: seconds per stage (``compaction.report.Report.stages``), whose sum is
-    the time from the Spark session being ready to the last commit, the basis of MB/s and
-    records/s. Stages 2-4 are one Spark job; ``--spark-stages`` records Spark's event log
-    and prints its stages (read, offset map, rewrite) too.
-MB/s is given for the whole corpus and for the bytes the cleaner read (the segments below
-each partition's active one). The table gives the median of the runs, and each run.
-``--java-options`` passes JVM options to the run (JDK_JAVA_OPTIONS), for experiments;
-``KCOMPACT_CDS=off`` runs without the JVM class-data archive ``make install`` builds.
+Each run works on a fresh copy (``cp -r --preserve=timestamps``: the cleaner reads modification
+times), timed as the physical floor. Then ``kcompact compact work --now NOW --topic-config ...
+--report report.json`` runs as a child process, and so does the same command on a tiny log dir of
+the same topic shape (``TINY`` records), in turn, so that both see the same machine:
+  - whole process (wall), and the marginal rate: corpus bytes / (whole - whole of the tiny dir);
+  - CPU seconds per role (driver Python, JVM, Python workers) and peak RSS per role, polled from
+    ``/proc`` every ``SAMPLE_S``; the JVM's heap peak is its RSS;
+  - per-CPU busy fraction during each stage (``/proc/stat``, stage starts taken from the job's
+    progress lines as they arrive): one partition must keep both cores busy;
+  - seconds per stage from the report;
+  - every output file's SHA-256 against ``<dir>/<name>/output.json`` (``--record-output`` writes
+    it): the speed work must not change one byte.
 """
 
 from __future__ import annotations
@@ -43,7 +47,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,147 +54,168 @@ from jobs import cds
 from writers import generator
 
 MB = 1_000_000
-CORPUS_VERSION = 1  # bump when the generated bytes change
+CORPUS_VERSION = 2  # bump when the generated bytes change
 SEED = 11
 START_MS = 1_720_000_000_000
-STEP_MS = 10
-RECORDS_PER_PARTITION = 150_000
-PARTITIONS = 16
-NOW = START_MS + RECORDS_PER_PARTITION * STEP_MS + 3_600_000
-TOPIC = "events"
-TOPIC_CONFIG = f"{TOPIC}:cleanup.policy=compact,segment.bytes=16777216"
 SAMPLE_S = 0.1
-SPEC = {
-    "start_ms": START_MS,
-    "topics": [{
-        "name": TOPIC,
-        "partitions": PARTITIONS,
-        "config": {"cleanup.policy": "compact", "segment.bytes": 16 << 20},
-        "records": RECORDS_PER_PARTITION,
-        "keys": 400_000,
-        "key_distribution": "skewed",
-        "key_skew": 1.1,
-        "key_size": 16,
-        "value_size": [100, 1000],
-        "tombstone_fraction": 0.02,
-        "codecs": {"none": 5, "lz4": 4, "zstd": 1},
-        "batch_records": [10, 50],
-        "timestamp_step_ms": STEP_MS,
-        "idempotent_fraction": 0.5,
-        "idempotent_producers": 8,
-        "transactional_fraction": 0.1,
-        "transactional_producers": 4,
-        "txn_batches": [1, 3],
-        "abort_ratio": 0.1,
-    }],
-}
+TINY = 2_000  # records of the tiny log dir: the fixed cost
 
 
-# -- corpus ----------------------------------------------------------------------------------
-def _spec_digest() -> str:
-    return hashlib.sha256(json.dumps([CORPUS_VERSION, SEED, SPEC], sort_keys=True).encode()).hexdigest()[:16]
+def _topic(name: str, records: int, keys: int, **overrides) -> dict:
+    return {"name": name, "partitions": 1, "records": records, "keys": keys, "key_distribution": "uniform",
+            "key_size": 24, "tombstone_fraction": 0.02, "batch_records": [10, 50], "timestamp_step_ms": 1,
+            **overrides}
 
 
+@dataclass(frozen=True)
+class Corpus:
+    name: str
+    topic: dict  # the generator's topic spec
+    segment_bytes: int
+
+    @property
+    def spec(self) -> dict:
+        return {"start_ms": START_MS, "topics": [self.topic | {"config": {"cleanup.policy": "compact",
+                                                                          "segment.bytes": self.segment_bytes}}]}
+
+    @property
+    def tiny(self) -> dict:
+        """The same topic with ``TINY`` records in one partition, in segments small enough that all
+        but the last are cleaned."""
+        spec = self.spec
+        topic = spec["topics"][0]
+        spec["topics"][0] = topic | {"partitions": 1, "records": TINY, "keys": min(topic["keys"], TINY // 4),
+                                     "config": topic["config"] | {"segment.bytes": 64 << 10}}
+        return spec
+
+    @property
+    def now(self) -> int:
+        """An hour after the last record: every tombstone and producer rule decides the same way."""
+        t = self.topic
+        return START_MS + t["records"] * t["timestamp_step_ms"] + 3_600_000
+
+    @property
+    def topic_config(self) -> str:
+        return f"{self.topic['name']}:cleanup.policy=compact,segment.bytes={self.segment_bytes}"
+
+
+CORPORA = {c.name: c for c in (
+    Corpus("multi", _topic("events", 150_000, 400_000, partitions=16, key_distribution="skewed", key_skew=1.1,
+                           key_size=16, value_size=[100, 1000], codecs={"none": 5, "lz4": 4, "zstd": 1},
+                           timestamp_step_ms=10, idempotent_fraction=0.5, idempotent_producers=8,
+                           transactional_fraction=0.1, transactional_producers=4, txn_batches=[1, 3],
+                           abort_ratio=0.1), 16 << 20),
+    Corpus("single", _topic("single", 3_000_000, 1_000_000, key_distribution="skewed", key_skew=0.3,
+                            value_size=[100, 800], tombstone_fraction=0.03, codecs={"none": 4, "lz4": 3, "zstd": 2},
+                            idempotent_fraction=0.4, idempotent_producers=6, transactional_fraction=0.05,
+                            transactional_producers=4, txn_batches=[1, 3], abort_ratio=0.2), 64 << 20),
+    Corpus("keys", _topic("keys", 12_000_000, 32_000_000, value_size=[40, 160], batch_records=[20, 80],
+                          codecs={"none": 2, "lz4": 2, "zstd": 1}), 256 << 20),
+)}
+
+
+# -- corpora -----------------------------------------------------------------------------------
 def _files(root: Path) -> dict[str, int]:
     return {str(p.relative_to(root)): p.stat().st_size for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def corpus(base: Path) -> tuple[Path, dict]:
-    """The cached corpus dir and its manifest, generated first when missing or different."""
-    root, manifest_path = base / "corpus", base / "manifest.json"
+def _generated(root: Path, spec: dict) -> dict:
+    """``root`` generated from ``spec`` (once: a manifest written last marks it complete)."""
+    manifest_path = root.with_name(root.name + ".json")
+    digest = hashlib.sha256(json.dumps([CORPUS_VERSION, SEED, spec], sort_keys=True).encode()).hexdigest()[:16]
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else None
-    if manifest and manifest.get("digest") == _spec_digest() and root.is_dir() and _files(root) == manifest["files"]:
-        return root, manifest
+    if manifest and manifest.get("digest") == digest and root.is_dir() and _files(root) == manifest["files"]:
+        return manifest
     manifest_path.unlink(missing_ok=True)
     shutil.rmtree(root, ignore_errors=True)
-    print(f"generating the corpus in {root} (a few minutes, once) ...", flush=True)
+    print(f"generating {root} (minutes, once) ...", flush=True)
     started = time.perf_counter()
-    result = generator.generate(str(root), SPEC, seed=SEED)
-    records = sum(1 for p in result.partitions.values() for r in p.records if r.control is None)
-    manifest = {"digest": _spec_digest(), "records": records, "files": _files(root)}
+    result = generator.generate(str(root), spec, seed=SEED, keep_records=False)
+    records = sum(b.last_offset - b.base_offset + 1 for p in result.partitions.values() for b in p.batches
+                  if not b.control)
+    manifest = {"digest": digest, "records": records, "files": _files(root)}
     manifest_path.write_text(json.dumps(manifest, indent=1))
-    print(f"  {result.summary()}\n  in {time.perf_counter() - started:.0f} s", flush=True)
-    return root, manifest
+    print(f"  in {time.perf_counter() - started:.0f} s", flush=True)
+    return manifest
 
 
 def log_bytes(manifest: dict) -> int:
     return sum(size for name, size in manifest["files"].items() if name.endswith(".log"))
 
 
-# -- memory sampling ---------------------------------------------------------------------------
-def _rss(pid: int) -> int:
-    """Resident bytes of ``pid`` (0 once it is gone)."""
+# -- sampling /proc ------------------------------------------------------------------------------
+def _read(path: str) -> str:
     try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _children(pid: int) -> list[int]:
-    """Child processes of every thread of ``pid`` (the JVM starts its children from many)."""
-    out = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                out += [int(c) for c in f.read().split()]
-        except OSError:
-            continue
-    return out
-
-
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
+        with open(path) as f:
+            return f.read()
     except OSError:
         return ""
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds ``pid`` has used so far (0 once it is gone)."""
+def _rss(pid: int) -> int:
+    fields = _read(f"/proc/{pid}/statm").split()
+    return int(fields[1]) * os.sysconf("SC_PAGE_SIZE") if len(fields) > 1 else 0
+
+
+def _children(pid: int) -> list[int]:
+    """Child processes of every thread of ``pid`` (the JVM starts its children from many)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    return [int(c) for task in tasks for c in _read(f"/proc/{pid}/task/{task}/children").split()]
+
+
+def _cpu_seconds(pid: int) -> float:
+    text = _read(f"/proc/{pid}/stat")
+    if ")" not in text:
         return 0.0
+    fields = text.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_busy() -> list[tuple[float, float]]:
+    """(busy, total) jiffies of each CPU since boot."""
+    out = []
+    for line in _read("/proc/stat").splitlines():
+        if line.startswith("cpu") and line[3:4].isdigit():
+            values = [int(v) for v in line.split()[1:]]
+            idle = values[3] + values[4]  # idle + iowait
+            out.append((sum(values) - idle, sum(values)))
+    return out
 
 
 @dataclass
 class Peaks:
-    """Peak RSS per role, in bytes: driver (the child), JVM, Python workers (sum and largest);
-    and the CPU seconds of every process of the tree, as last seen (sampling misses at most
-    the last ``SAMPLE_S`` of each)."""
+    """Peak RSS per role (driver: the child; jvm; workers: their sum and the largest), the CPU
+    seconds of every process of the tree as last seen, and per-CPU busy samples over time."""
 
     driver: int = 0
     jvm: int = 0
     workers: int = 0
     worker_max: int = 0
     cpu: dict[int, float] = field(default_factory=dict)
-    roles: dict[int, str] = field(default_factory=dict)  # pid -> driver, jvm or workers
+    roles: dict[int, str] = field(default_factory=dict)
+    cores: list[tuple[float, list[tuple[float, float]]]] = field(default_factory=list)  # (time, per CPU)
 
     def cpu_of(self, role: str) -> float:
         return sum(seconds for pid, seconds in self.cpu.items() if self.roles.get(pid) == role)
 
     def sample(self, driver: int) -> None:
+        self.cores.append((time.perf_counter(), _cpu_busy()))
         self.driver = max(self.driver, _rss(driver))
-        jvm, workers = 0, []
-        stack, seen = [driver], []
+        self.roles[driver] = "driver"
+        jvm, workers, stack, seen = 0, [], [driver], []
         while stack:
             pid = stack.pop()
             seen.append(pid)
             stack.extend(_children(pid))
-        self.roles[driver] = "driver"
         for pid in seen[1:]:
-            if _comm(pid) == "java":
+            comm = _read(f"/proc/{pid}/comm").strip()
+            if comm == "java":
                 jvm += _rss(pid)
                 self.roles[pid] = "jvm"
-            elif _comm(pid).startswith("python"):
+            elif comm.startswith("python"):
                 workers.append(_rss(pid))
                 self.roles[pid] = "workers"
         for pid in seen:
@@ -200,179 +224,171 @@ class Peaks:
         self.workers = max(self.workers, sum(workers))
         self.worker_max = max([self.worker_max, *workers])
 
-
-def _poll(pid: int, peaks: Peaks, done: threading.Event) -> None:
-    while not done.is_set():
-        peaks.sample(pid)
-        done.wait(SAMPLE_S)
-
-
-# -- Spark's own stage times, from its event log ------------------------------------------------
-@dataclass(frozen=True)
-class SparkStage:
-    group: str  # the job group (one per stage of the job), e.g. kcompact-clean
-    stage: int
-    tasks: int
-    seconds: float  # submission to completion
-    task_seconds: float  # executor run time, summed over tasks
-    shuffle_mb: float  # shuffle bytes written
+    def core_use(self, start: float, end: float) -> list[float]:
+        """Each CPU's busy fraction between two ``perf_counter`` instants (nearest samples)."""
+        inside = [s for s in self.cores if start <= s[0] <= end]
+        if len(inside) < 2:
+            return []
+        (_, first), (_, last) = inside[0], inside[-1]
+        return [(b1 - b0) / max(t1 - t0, 1) for (b0, t0), (b1, t1) in zip(first, last, strict=True)]
 
 
-def spark_stages(events: Path) -> list[SparkStage]:
-    """Every completed stage in Spark's event log (one log file per application)."""
-    groups, out = {}, []
-    for path in events.rglob("*"):
-        if not path.is_file() or path.name.startswith("."):
-            continue
-        for line in path.read_text().splitlines():
-            event = json.loads(line)
-            if event["Event"] == "SparkListenerJobStart":
-                group = event.get("Properties", {}).get("spark.jobGroup.id") or "plan"
-                groups.update((sid, group) for sid in event["Stage IDs"])
-            elif event["Event"] == "SparkListenerStageCompleted":
-                info = event["Stage Info"]
-                acc = {a["Name"]: a.get("Value", 0) for a in info.get("Accumulables", [])}
-                out.append(SparkStage(
-                    groups.get(info["Stage ID"], "?"), info["Stage ID"], info["Number of Tasks"],
-                    (info.get("Completion Time", 0) - info.get("Submission Time", 0)) / 1000,
-                    int(acc.get("internal.metrics.executorRunTime", 0)) / 1000,
-                    int(acc.get("internal.metrics.shuffle.write.bytesWritten", 0)) / MB))
-    return sorted(out, key=lambda s: s.stage)
-
-
-# -- one run -----------------------------------------------------------------------------------
+# -- one run -------------------------------------------------------------------------------------
 @dataclass
 class Run:
     load: float  # 1-minute load average before the run: other work on the machine shows here
     copy_s: float
     wall_s: float
-    max_rss: int  # os.wait4: the largest process of the tree
     peaks: Peaks
     stages: dict[str, float]
     totals: dict
-    spark: list[SparkStage] = field(default_factory=list)
+    stage_cores: dict[str, list[float]]  # per stage: each CPU's busy fraction
+    digests: dict[str, str]
 
     @property
     def ready_to_commit_s(self) -> float:
         return sum(self.stages.values())
 
 
-def _env(events: Path | None, java_options: str | None) -> dict[str, str]:
+def _env(memory_cap: str | None) -> dict[str, str]:
     env = os.environ | {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    if events is not None:  # costs the JVM some work (JSON per event), so only on request
-        env["PYSPARK_SUBMIT_ARGS"] = (f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir="
-                                      f"{events.resolve().as_uri()} --conf spark.eventLog.compress=false pyspark-shell")
-    if java_options is not None:  # an experiment: every JVM started takes them
-        env["JDK_JAVA_OPTIONS"] = java_options
+    if memory_cap:
+        env["PYSPARK_SUBMIT_ARGS"] = (f"--driver-memory {memory_cap} --conf spark.executor.pyspark.memory={memory_cap}"
+                                      " pyspark-shell")
     return env
 
 
-def run_once(root: Path, work_base: Path, event_log: bool, java_options: str | None) -> Run:
+def _digests(root: Path) -> dict[str, str]:
+    """SHA-256 of every file a job leaves in the log dir (its lock and states aside)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != ".lock" and not p.name.startswith("kcompact-state")}
+
+
+def run_once(root: Path, work_base: Path, corpus: Corpus, memory_cap: str | None, digest: bool) -> Run:
     shutil.rmtree(work_base, ignore_errors=True)
     work_base.mkdir(parents=True)
-    work, report, events = work_base / "logs", work_base / "report.json", work_base / "events"
-    events.mkdir()
+    work, report = work_base / "logs", work_base / "report.json"
     load = os.getloadavg()[0]
     started = time.perf_counter()
     subprocess.run(["cp", "-r", "--preserve=timestamps", str(root), str(work)], check=True)
     copy_s = time.perf_counter() - started
-    command = [sys.executable, "-m", "jobs.cli", "compact", str(work), "--now", str(NOW),
-               "--topic-config", TOPIC_CONFIG, "--report", str(report)]
-    log_path = work_base / "kcompact.log"
-    peaks, done = Peaks(), threading.Event()
-    with open(log_path, "wb") as log:
-        started = time.perf_counter()
-        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                 env=_env(events if event_log else None, java_options))
-        poller = threading.Thread(target=_poll, args=(child.pid, peaks, done), daemon=True)
-        poller.start()
-        _, status, usage = os.wait4(child.pid, 0)
-        wall_s = time.perf_counter() - started
+    command = [sys.executable, "-m", "jobs.cli", "compact", str(work), "--now", str(corpus.now),
+               "--topic-config", corpus.topic_config, "--report", str(report)]
+    peaks, done, marks = Peaks(), threading.Event(), []
+    started = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(memory_cap))
+
+    def poll() -> None:
+        while not done.is_set():
+            peaks.sample(child.pid)
+            done.wait(SAMPLE_S)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    output = []
+    for line in child.stdout:  # stage lines mark when each stage began
+        text = line.decode(errors="replace")
+        output.append(text)
+        if text.startswith("stage"):
+            marks.append((time.perf_counter(), text.split(":")[0].strip()))
+    code = child.wait()
+    wall_s = time.perf_counter() - started
     done.set()
     poller.join()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"kcompact compact exited {os.waitstatus_to_exitcode(status)}:\n"
-                         f"{log_path.read_text()[-4000:]}")
+    if code != 0:
+        raise SystemExit(f"kcompact compact exited {code}:\n{''.join(output)[-4000:]}")
+    ends = [t for t, _ in marks[1:]] + [time.perf_counter()] if marks else []
+    stage_cores = {name: peaks.core_use(start, end) for (start, name), end in zip(marks, ends, strict=True)}
     result = json.loads(report.read_text())
-    return Run(load, copy_s, wall_s, usage.ru_maxrss * 1024, peaks, result["stages"], result["totals"],
-               spark_stages(events))
+    return Run(load, copy_s, wall_s, peaks, result["stages"], result["totals"], stage_cores,
+               _digests(work) if digest else {})
 
 
-# -- report ------------------------------------------------------------------------------------
-def _median(runs: list[Run], value) -> float:
-    return statistics.median(value(r) for r in runs)
-
-
+# -- report ----------------------------------------------------------------------------------------
 def _row(label: str, values: list[float], fmt: str) -> str:
     return f"{label:<46}" + "".join(f"{v:>12{fmt}}" for v in values)
 
 
-def table(runs: list[Run], corpus_bytes: int, records: int) -> str:
-    """Medians first, then each run."""
-    cleaned = runs[0].totals["bytes_read"]
-    columns: list[tuple[str, Callable[[Run], float], str]] = [
-        ("load average before the run", lambda r: r.load, ".1f"),
-        ("whole process (s)", lambda r: r.wall_s, ".1f"),
-        ("  CPU of all its processes (s)", lambda r: sum(r.peaks.cpu.values()), ".1f"),
-        *[(f"    {role} CPU (s)", (lambda r, role=role: r.peaks.cpu_of(role)), ".1f")
-          for role in ("driver", "jvm", "workers")],
-        ("session ready -> last commit (s)", lambda r: r.ready_to_commit_s, ".1f"),
-        ("  corpus MB/s", lambda r: corpus_bytes / MB / r.ready_to_commit_s, ".0f"),
-        ("  cleaned MB/s", lambda r: cleaned / MB / r.ready_to_commit_s, ".0f"),
-        ("  records/s", lambda r: records / r.ready_to_commit_s, ",.0f"),
-        *[(f"  stage {name} (s)", (lambda r, n=name: r.stages.get(n, 0.0)), ".2f") for name in runs[0].stages],
-        ("peak RSS, wait4 (MB)", lambda r: r.max_rss / MB, ".0f"),
-        ("peak RSS driver python (MB)", lambda r: r.peaks.driver / MB, ".0f"),
-        ("peak RSS JVM (MB)", lambda r: r.peaks.jvm / MB, ".0f"),
-        ("peak RSS python workers, sum (MB)", lambda r: r.peaks.workers / MB, ".0f"),
-        ("peak RSS largest worker (MB)", lambda r: r.peaks.worker_max / MB, ".0f"),
-        ("cp -r floor (s)", lambda r: r.copy_s, ".2f"),
-        ("  cp -r MB/s", lambda r: corpus_bytes / MB / r.copy_s, ".0f"),
-    ]
+def table(corpus: Corpus, runs: list[Run], tiny: list[Run], corpus_bytes: int, records: int) -> str:
+    """Medians first, then each run (a corpus run and the tiny run made next to it)."""
     t = runs[0].totals
+    marginal = [r.wall_s - s.wall_s for r, s in zip(runs, tiny, strict=True)]
+    columns: list[tuple[str, list[float], str]] = [
+        ("load average before the run", [r.load for r in runs], ".1f"),
+        ("whole process (s)", [r.wall_s for r in runs], ".1f"),
+        ("whole process, tiny log dir: fixed cost (s)", [s.wall_s for s in tiny], ".1f"),
+        ("marginal: corpus MB/s", [corpus_bytes / MB / m for m in marginal], ".0f"),
+        ("marginal: records/s", [records / m for m in marginal], ",.0f"),
+        ("session ready -> last commit (s)", [r.ready_to_commit_s for r in runs], ".1f"),
+        *[(f"  stage {name} (s)", [r.stages.get(name, 0.0) for r in runs], ".2f") for name in runs[0].stages],
+        ("CPU of all processes (s)", [sum(r.peaks.cpu.values()) for r in runs], ".1f"),
+        *[(f"  {role} CPU (s)", [r.peaks.cpu_of(role) for r in runs], ".1f") for role in ("driver", "jvm", "workers")],
+        ("peak RSS driver python (MB)", [r.peaks.driver / MB for r in runs], ".0f"),
+        ("peak RSS JVM (MB)", [r.peaks.jvm / MB for r in runs], ".0f"),
+        ("peak RSS python workers, sum (MB)", [r.peaks.workers / MB for r in runs], ".0f"),
+        ("peak RSS largest python worker (MB)", [r.peaks.worker_max / MB for r in runs], ".0f"),
+        ("cp -r floor (s)", [r.copy_s for r in runs], ".2f"),
+        ("  cp -r MB/s", [corpus_bytes / MB / r.copy_s for r in runs], ".0f"),
+    ]
     lines = [
-        f"corpus: {corpus_bytes / MB:.0f} MB of .log, {records:,} records; cleaned: {cleaned / MB:.0f} MB read, "
-        f"{t['bytes_written'] / MB:.0f} MB written, {t['records_read']:,} -> {t['records_kept']:,} records "
-        f"(removed {', '.join(f'{n:,} {k}' for k, n in t['removed'].items() if n)})",
+        f"corpus {corpus.name}: {corpus_bytes / MB:.0f} MB of .log, {records:,} records; cleaned: "
+        f"{t['bytes_read'] / MB:.0f} MB read, {t['bytes_written'] / MB:.0f} MB written, {t['records_read']:,} -> "
+        f"{t['records_kept']:,} records (removed {', '.join(f'{n:,} {k}' for k, n in t['removed'].items() if n)})",
         "",
         _row("", [], "") + f"{'median':>12}" + "".join(f"{'run ' + str(i + 1):>12}" for i in range(len(runs))),
     ]
-    for label, value, fmt in columns:
-        lines.append(_row(label, [_median(runs, value), *(value(r) for r in runs)], fmt))
+    for label, values, fmt in columns:
+        lines.append(_row(label, [statistics.median(values), *values], fmt))
+    middle = sorted(runs, key=lambda r: r.wall_s)[len(runs) // 2]
+    lines.append("per-CPU busy during each stage (median run): " + "; ".join(
+        f"{name}: {' '.join(f'{u:.0%}' for u in use)}" for name, use in middle.stage_cores.items() if use))
     return "\n".join(lines)
 
 
-def spark_table(run: Run) -> str:
-    """Spark's stages of one run: which job group, tasks, wall and task seconds, shuffle written."""
-    lines = ["", "Spark stages of the median run (wall s from submission to completion; task s summed):",
-             f"{'job group':<22}{'stage':>6}{'tasks':>7}{'wall s':>9}{'task s':>9}{'shuffle MB':>12}"]
-    lines += [f"{s.group:<22}{s.stage:>6}{s.tasks:>7}{s.seconds:>9.2f}{s.task_seconds:>9.2f}{s.shuffle_mb:>12.1f}"
-              for s in run.spark]
-    return "\n".join(lines)
+def _identity(base: Path, runs: list[Run], record: bool) -> str:
+    path = base / "output.json"
+    digests = runs[0].digests
+    if any(r.digests != digests for r in runs):
+        return "output: runs DIFFER from each other"
+    if record:
+        path.write_text(json.dumps(digests, indent=1))
+        return f"output: {len(digests)} file digests recorded in {path}"
+    if not path.exists():
+        return f"output: no recorded digests ({path}); --record-output writes them"
+    recorded = json.loads(path.read_text())
+    differ = sorted(set(recorded) ^ set(digests) | {k for k in recorded if digests.get(k) != recorded[k]})
+    return (f"output: identical to the recorded digests ({len(digests)} files)" if not differ
+            else f"output: {len(differ)} files DIFFER from the recorded digests, e.g. {differ[:5]}")
+
+
+def bench(base: Path, corpus: Corpus, runs: int, memory_cap: str | None, record: bool) -> str:
+    base.mkdir(parents=True, exist_ok=True)
+    manifest = _generated(base / "corpus", corpus.spec)
+    _generated(base / "tiny", corpus.tiny)
+    measured, tiny = [], []
+    for i in range(runs):
+        tiny.append(run_once(base / "tiny", base / "work-tiny", corpus, memory_cap, digest=False))
+        measured.append(run_once(base / "corpus", base / "work", corpus, memory_cap, digest=True))
+        print(f"{corpus.name} run {i + 1}: {measured[-1].wall_s:.1f} s whole, tiny {tiny[-1].wall_s:.1f} s", flush=True)
+    shutil.rmtree(base / "work", ignore_errors=True)
+    cap = f" (driver and Python workers capped at {memory_cap})" if memory_cap else ""
+    return "\n".join([table(corpus, measured, tiny, log_bytes(manifest), manifest["records"]) + cap,
+                      _identity(base, measured, record), ""])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--dir", required=True, type=Path, help="corpus cache and work directory")
-    parser.add_argument("--runs", type=int, default=3, help="measured runs (default 3)")
-    parser.add_argument("--spark-stages", action="store_true",
-                        help="also record Spark's event log and print its stage times (adds JVM work)")
-    parser.add_argument("--java-options", metavar="OPTS",
-                        help="an experiment: JDK_JAVA_OPTIONS for the run, e.g. -XX:TieredStopAtLevel=1")
+    parser.add_argument("--runs", type=int, default=3, help="measured runs of each corpus (default 3)")
+    parser.add_argument("--corpus", action="append", choices=list(CORPORA), help="default: all")
+    parser.add_argument("--memory-cap", metavar="SIZE", help="cap the driver and Python workers, e.g. 1g")
+    parser.add_argument("--record-output", action="store_true",
+                        help="record the output's file digests as the reference for later runs")
     args = parser.parse_args(argv)
-    root, manifest = corpus(args.dir)
-    corpus_bytes = log_bytes(manifest)
-    runs = []
-    for i in range(args.runs):
-        run = run_once(root, args.dir / "work", args.spark_stages, args.java_options)
-        print(f"run {i + 1}: {run.wall_s:.1f} s whole, {run.ready_to_commit_s:.1f} s session ready -> last commit",
-              flush=True)
-        runs.append(run)
-    print(table(runs, corpus_bytes, manifest["records"]))
+    for name in args.corpus or list(CORPORA):
+        print(bench(args.dir / name, CORPORA[name], args.runs, args.memory_cap, args.record_output), flush=True)
     options = cds.java_options()
     print(f"JVM class-data archive (jobs/cds.py): {options.split('=', 1)[1] if options else 'not used'}")
-    if args.spark_stages:
-        print(spark_table(sorted(runs, key=lambda r: r.ready_to_commit_s)[len(runs) // 2]))
     return 0
 
 

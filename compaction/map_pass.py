@@ -1,0 +1,186 @@
+"""The offset map, from the records themselves: Kafka's buildOffsetMap, and its distributed form.
+
+A partition read whole by one task gets its map in that task (``build_map``): every record of a
+batch that feeds the map (its batch plan says so) with a key and an offset at or past the first
+dirty offset puts (key, offset) into a ``KeyTable``, which keeps each key's largest offset; the
+partition's groups are then rewritten against it in the same task.
+
+A partition larger than a task is read by many tasks, split by byte ranges (``read_keys``): each
+keeps, per (segment group, key), the largest offset of a record that feeds the map and the smallest
+of one whose fate waits on it, and ships them in blobs by the key's hash bucket. The task of a
+bucket (``reduce_bucket``) takes every blob of its bucket, makes the map's offset of each (partition,
+key), and sends each group only the keys that supersede one of its records. No task ever holds more
+than its share of a key set, and Spark moves a few large blobs instead of a row per key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+import storage
+from compaction.offset_map import Entries, KeyTable, key_hashes
+from compaction.rewrite import undecided
+from readers import scan, walk
+from readers.batch import ATTR_CONTROL
+
+NO_OFFSET, NO_WAIT = -1, np.iinfo(np.int64).max  # a key that feeds nothing / that nothing waits on
+BLOB_BYTES = 8 << 20  # largest blob a task ships
+TABLE_BYTES = 256 << 20  # a map task ships and empties its table beyond this
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """The batch plans of one segment of a partition, as the map pass reads them: position of
+    each batch, whether it feeds the map, whether its records are discarded, its group's tag."""
+
+    position: np.ndarray
+    feeds: np.ndarray
+    discard: np.ndarray
+    tag: np.ndarray  # per batch: the key space its records go to (the group's gid)
+
+    def rows(self, positions: np.ndarray) -> np.ndarray:
+        """The plan row of each batch at ``positions``, -1 for a batch without a plan."""
+        at = np.searchsorted(self.position, positions)
+        found = at < len(self.position)
+        found[found] = self.position[at[found]] == positions[found]
+        return np.where(found, at, -1)
+
+
+def _keys_of(chunk: walk.Chunk, ks: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                                   np.ndarray]]:
+    """The records of entries ``ks``: per buffer holding them, (buffer, the batch (index into ks)
+    of each record, offsets, key positions (-1: no key), key lengths). Legacy entries are decoded
+    one by one (they are rare)."""
+    e = chunk.entries
+    v2 = e[ks, walk.MAGIC] == 2
+    sections = walk.decode(chunk, ks[v2])
+    of = np.flatnonzero(v2)[sections.record_batches()]
+    cols = sections.cols
+    offset = e[ks[of], walk.BASE_OFFSET] + cols[:, scan.OFFSET_DELTA]
+    for packed in (False, True):
+        sel = sections.packed[sections.record_batches()] == packed
+        if sel.any():
+            yield (sections.arena if packed else chunk.buf, of[sel], offset[sel], cols[sel, scan.KEY_POS],
+                   cols[sel, scan.KEY_LEN])
+    for i in np.flatnonzero(~v2).tolist():
+        records = chunk.batch(int(ks[i])).records()
+        keys = [r.key or b"" for r in records]
+        lengths = np.array([len(k) for k in keys], np.int64)
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+        yield (np.frombuffer(b"".join(keys) or b"\0", np.uint8), np.full(len(records), i, np.int64),
+               np.array([r.offset for r in records], np.int64),
+               np.where([r.key is not None for r in records], starts, -1), lengths)
+
+
+def build_map(path: str, planned: dict[int, Planned], first_dirty: int, table: KeyTable, tag: int) -> None:
+    """Kafka's buildOffsetMap for one partition read whole: ``planned`` per segment base offset.
+    Records of the batches that feed the map, with a key and an offset >= ``first_dirty``, go into
+    ``table`` under ``tag``. CRCs are not checked here: the rewrite reads and checks every byte
+    before anything is committed."""
+    from readers.logdir import segment_name
+
+    for base, plans in planned.items():
+        feeding = plans.position[plans.feeds]
+        if not len(feeding):
+            continue
+        log = storage.join(path, segment_name(base, "log"))
+        with storage.open_read(log) as f:
+            for chunk in walk.read_chunks(f, log, int(feeding[0]), int(feeding[-1]) + 1, check=False):
+                rows = plans.rows(chunk.file_position + chunk.entries[:, walk.POSITION])
+                ks = np.flatnonzero(rows >= 0)
+                ks = ks[plans.feeds[rows[ks]]]
+                for buf, _, offset, key_pos, key_len in _keys_of(chunk, ks):
+                    key_pos = np.where(offset >= first_dirty, key_pos, -1)
+                    table.upsert(buf, key_pos, key_len, np.full(len(key_pos), tag, np.int64), offset)
+
+
+def read_keys(path: str, start: int, end: int, plans: Planned, first_dirty: int, latest: int) -> Iterator[Entries]:
+    """Per (group tag, key) of the batches starting in bytes [start, end) of the segment file
+    ``path``: the largest offset of a record feeding the map (``NO_OFFSET``: none) and the
+    smallest of one whose fate waits on the map (``NO_WAIT``: none). In pieces when many."""
+    table = KeyTable()
+    with storage.open_read(path) as f:
+        for chunk in walk.read_chunks(f, path, start, end, check=False):
+            rows = plans.rows(chunk.file_position + chunk.entries[:, walk.POSITION])
+            ks = np.flatnonzero(rows >= 0)
+            control = (chunk.entries[ks, walk.ATTRIBUTES] & ATTR_CONTROL) != 0
+            for buf, of, offset, key_pos, key_len in _keys_of(chunk, ks):
+                row = rows[ks[of]]
+                has_key = key_pos >= 0
+                feeds = plans.feeds[row] & has_key & ~control[of] & (offset >= first_dirty)
+                waits = undecided(plans.discard[row], control[of], offset, latest, has_key)
+                table.upsert(buf, np.where(feeds | waits, key_pos, -1), key_len, plans.tag[row],
+                             np.where(feeds, offset, NO_OFFSET), np.where(waits, offset, NO_WAIT))
+            if table.nbytes > TABLE_BYTES:
+                yield table.entries()
+                table = KeyTable()
+    if len(table):
+        yield table.entries()
+
+
+def reduce_bucket(blobs: list[Entries], partition_of: np.ndarray) -> Entries:
+    """Every (group tag, key) of one hash bucket whose map offset (the largest feeding offset of
+    the key in its partition, ``partition_of[tag]``) supersedes one of the group's records: those
+    entries with their map offset as ``high``."""
+    table = KeyTable()
+    for b in blobs:
+        feeding = np.where(b.high >= 0, b.offsets[:-1], -1)
+        table.upsert(b.keys, feeding, np.diff(b.offsets), partition_of[b.tags], b.high)
+    out = KeyTable()
+    for b in blobs:
+        mapped = table.lookup(b.keys, b.offsets[:-1], np.diff(b.offsets), partition_of[b.tags])
+        superseded = b.low < mapped
+        out.upsert(b.keys, np.where(superseded, b.offsets[:-1], -1), np.diff(b.offsets), b.tags, mapped)
+    return out.entries()
+
+
+# -- blobs: entries as bytes, to travel through Spark -----------------------------------------------
+def pack(e: Entries) -> bytes:
+    n = len(e)
+    head = np.array([n, len(e.keys)], np.int64)
+    return b"".join((head.tobytes(), e.hashes.tobytes(), e.tags.tobytes(), e.high.tobytes(), e.low.tobytes(),
+                     e.offsets.tobytes(), e.keys.tobytes()))
+
+
+def unpack(blob: bytes) -> Entries:
+    n, size = np.frombuffer(blob, np.int64, 2).tolist()
+    ints = np.frombuffer(blob, np.int64, 5 * n + 1, 16)
+    keys = np.frombuffer(blob, np.uint8, size, 16 + 8 * (5 * n + 1))
+    return Entries(ints[:n], ints[n:2 * n], ints[2 * n:3 * n], ints[3 * n:4 * n], ints[4 * n:], keys)
+
+
+def select(e: Entries, which: np.ndarray) -> Entries:
+    """The entries at the indexes ``which``, keys compacted."""
+    lengths = np.diff(e.offsets)[which]
+    offsets = np.zeros(len(which) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    starts = e.offsets[:-1][which]
+    keys = np.concatenate([e.keys[s:s + n] for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)]) \
+        if len(which) else np.empty(0, np.uint8)
+    return Entries(e.hashes[which], e.tags[which], e.high[which], e.low[which], offsets, keys)
+
+
+def split_by(e: Entries, target: np.ndarray, targets: int) -> Iterator[tuple[int, Entries]]:
+    """(target, its entries) for each target of ``target`` (one per entry), in blobs of at most
+    about ``BLOB_BYTES``."""
+    order = np.argsort(target, kind="stable")
+    bounds = np.searchsorted(target[order], np.arange(targets + 1))
+    key_bytes = np.diff(e.offsets)
+    for t in range(targets):
+        mine = order[bounds[t]:bounds[t + 1]]
+        while len(mine):
+            weight = np.cumsum(key_bytes[mine] + 48)
+            n = max(1, int(np.searchsorted(weight, BLOB_BYTES)))
+            yield t, select(e, mine[:n])
+            mine = mine[n:]
+
+
+def bucket_of(e: Entries, partition_of: np.ndarray, buckets: int) -> np.ndarray:
+    """The hash bucket of each entry's (partition, key): entries of one key of one partition from
+    any group meet in one bucket."""
+    hashes = key_hashes(e.keys, e.offsets, partition_of[e.tags])
+    return (hashes.view(np.uint64) % np.uint64(buckets)).astype(np.int64)
+

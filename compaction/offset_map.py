@@ -1,0 +1,218 @@
+"""The offset map: exact keys to offsets, in compiled hash arrays.
+
+Kafka's cleaner keys its map by the MD5 of each key in a fixed-size buffer; ours compares the
+key bytes themselves and grows as needed. A ``KeyTable`` keeps each distinct (tag, key) once: its
+bytes in an arena, and one row of five int64s (hash, arena position, length and tag, and two
+values: the largest and the smallest offset given for it); an
+open-addressing index (linear probing, at most half full) holds each entry's number beside the
+high half of its hash, so a probe touches the index, the entry's row and its bytes: three cache
+lines, the cost that dominates a map larger than the caches. ``tag`` separates key spaces that
+share a table (partitions, segment groups): keys are compared as (tag, bytes). Every operation is
+one compiled call over many keys, read straight from the bytes that hold them (a records
+section): no key becomes a Python object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+EMPTY = -1  # the value of a key not in the table
+HASH, START, LENGTH_TAG, HIGH, LOW = range(5)  # the columns of an entry's row
+ROW = 5
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+_LOW = np.int64(0xFFFFFFFF)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _hash(buf, pos, n, tag):
+    """FNV-1a over the key's bytes, the tag mixed in first; as an int64 bit pattern."""
+    h = _FNV_OFFSET ^ np.uint64(tag & 0xFFFFFFFF)
+    h *= _FNV_PRIME
+    for i in range(n):
+        h ^= np.uint64(buf[pos + i])
+        h *= _FNV_PRIME
+    return np.int64(h)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def key_hashes(keys, offsets, tags):
+    """The hash of each (tag, key), key i being ``keys[offsets[i]:offsets[i + 1]]``."""
+    out = np.empty(tags.shape[0], np.int64)
+    for i in range(tags.shape[0]):
+        out[i] = _hash(keys, offsets[i], offsets[i + 1] - offsets[i], tags[i])
+    return out
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _find(index, rows, arena, h, length_tag, buf, pos, n):
+    """(slot of the key in ``index``, its entry or -1 when that slot is free for it). An index
+    slot holds (high 32 bits of the hash) << 32 | (entry + 1); 0 is free."""
+    mask = index.shape[0] - 1
+    high = h >> 32
+    slot = h & mask
+    while True:
+        v = index[slot]
+        if v == 0:
+            return slot, -1
+        if v >> 32 == high:
+            e = (v & _LOW) - 1
+            if rows[e, HASH] == h and rows[e, LENGTH_TAG] == length_tag:
+                start = rows[e, START]
+                same = True
+                for i in range(n):
+                    if arena[start + i] != buf[pos + i]:
+                        same = False
+                        break
+                if same:
+                    return slot, e
+        slot = (slot + 1) & mask
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _upsert(index, rows, arena, used, buf, key_pos, key_len, key_tag, high, low, first):
+    """Keys ``first``.. (those with ``key_pos`` >= 0) into the table: each entry keeps the largest
+    of its ``high`` and the smallest of its ``low`` values. Stops before a key that would not fit
+    (rows, arena, or a half-full index). Returns (keys done, entries used, arena bytes used)."""
+    n_entries, arena_used = used
+    for i in range(first, key_pos.shape[0]):
+        p = key_pos[i]
+        if p < 0:
+            continue
+        n = key_len[i]
+        length_tag = (np.int64(n) << 32) | (np.int64(key_tag[i]) & _LOW)
+        h = _hash(buf, p, n, key_tag[i])
+        slot, e = _find(index, rows, arena, h, length_tag, buf, p, n)
+        if e >= 0:
+            if high[i] > rows[e, HIGH]:
+                rows[e, HIGH] = high[i]
+            if low[i] < rows[e, LOW]:
+                rows[e, LOW] = low[i]
+            continue
+        if n_entries >= rows.shape[0] or arena_used + n > arena.shape[0] or 2 * (n_entries + 1) > index.shape[0]:
+            return i, n_entries, arena_used
+        index[slot] = ((h >> 32) << 32) | (n_entries + 1)
+        rows[n_entries, HASH] = h
+        rows[n_entries, START] = arena_used
+        rows[n_entries, LENGTH_TAG] = length_tag
+        rows[n_entries, HIGH] = high[i]
+        rows[n_entries, LOW] = low[i]
+        for j in range(n):
+            arena[arena_used + j] = buf[p + j]
+        arena_used += n
+        n_entries += 1
+    return key_pos.shape[0], n_entries, arena_used
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _lookup(index, rows, arena, buf, key_pos, key_len, key_tag, out):
+    for i in range(key_pos.shape[0]):
+        p = key_pos[i]
+        if p < 0:
+            out[i] = EMPTY
+            continue
+        n = key_len[i]
+        length_tag = (np.int64(n) << 32) | (np.int64(key_tag[i]) & _LOW)
+        _, e = _find(index, rows, arena, _hash(buf, p, n, key_tag[i]), length_tag, buf, p, n)
+        out[i] = rows[e, HIGH] if e >= 0 else EMPTY
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _reindex(index, rows, n_entries):
+    mask = index.shape[0] - 1
+    index[:] = 0
+    for e in range(n_entries):
+        h = rows[e, HASH]
+        slot = h & mask
+        while index[slot] != 0:
+            slot = (slot + 1) & mask
+        index[slot] = ((h >> 32) << 32) | (e + 1)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _gathered(arena, starts, lengths, total):
+    out = np.empty(total, np.uint8)
+    d = 0
+    for e in range(starts.shape[0]):
+        for j in range(lengths[e]):
+            out[d + j] = arena[starts[e] + j]
+        d += lengths[e]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Entries:
+    """A table's entries as columns: entry i's key is ``keys[offsets[i]:offsets[i + 1]]``."""
+
+    hashes: np.ndarray  # int64 bit patterns of the 64-bit hashes
+    tags: np.ndarray
+    high: np.ndarray
+    low: np.ndarray
+    offsets: np.ndarray
+    keys: np.ndarray  # uint8
+
+    def __len__(self) -> int:
+        return len(self.tags)
+
+
+class KeyTable:
+    """Distinct (tag, key) -> two int64 values (largest, smallest), growing as keys arrive."""
+
+    def __init__(self, entries: int = 1 << 12, arena: int = 1 << 16):
+        self.index = np.zeros(2 * entries, np.int64)
+        self.rows = np.empty((entries, ROW), np.int64)
+        self.arena = np.empty(arena, np.uint8)
+        self.size = 0  # entries used
+        self.arena_used = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def nbytes(self) -> int:
+        return self.index.nbytes + self.rows.nbytes + self.arena.nbytes
+
+    def upsert(self, buf: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray, key_tag: np.ndarray,
+               high: np.ndarray, low: np.ndarray | None = None) -> None:
+        """Each key (``buf[key_pos[i]:key_pos[i] + key_len[i]]``, tagged ``key_tag[i]``; a negative
+        position: no key) keeps the largest of the ``high`` and the smallest of the ``low`` values
+        it is given, across calls (``low`` None: ``high`` for both)."""
+        low = high if low is None else low
+        done = 0
+        while done < len(key_pos):
+            done, self.size, self.arena_used = _upsert(
+                self.index, self.rows, self.arena, (self.size, self.arena_used), buf, key_pos, key_len, key_tag,
+                high, low, done)
+            if done < len(key_pos):
+                self._grow(int(key_len[done]))
+
+    def lookup(self, buf: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray, key_tag: np.ndarray) -> np.ndarray:
+        """The high value of each key, ``EMPTY`` for a key not in the table (and for no key)."""
+        out = np.empty(len(key_pos), np.int64)
+        _lookup(self.index, self.rows, self.arena, buf, key_pos, key_len, key_tag, out)
+        return out
+
+    def entries(self) -> Entries:
+        """Every entry, in the order they came (copies)."""
+        rows = self.rows[:self.size]
+        lengths = (rows[:, LENGTH_TAG] >> 32).astype(np.int64)
+        offsets = np.zeros(self.size + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        keys = _gathered(self.arena, rows[:, START].copy(), lengths, int(offsets[-1]))
+        return Entries(rows[:, HASH].copy(), (rows[:, LENGTH_TAG] & 0xFFFFFFFF).astype(np.int32).astype(np.int64),
+                       rows[:, HIGH].copy(), rows[:, LOW].copy(), offsets, keys)
+
+    def _grow(self, key_bytes: int) -> None:
+        if self.size >= len(self.rows):
+            rows = np.empty((2 * len(self.rows), ROW), np.int64)
+            rows[:self.size] = self.rows[:self.size]
+            self.rows = rows
+            self.index = np.empty(2 * len(rows), np.int64)
+            _reindex(self.index, self.rows, self.size)
+        if self.arena_used + key_bytes > len(self.arena):
+            arena = np.empty(max(2 * len(self.arena), self.arena_used + key_bytes), np.uint8)
+            arena[:self.arena_used] = self.arena[:self.arena_used]
+            self.arena = arena

@@ -1,0 +1,65 @@
+"""compaction.offset_map.KeyTable against a Python dict: exact (tag, key) -> largest offset."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compaction.offset_map import EMPTY, KeyTable
+
+
+def laid_out(keys: list[bytes | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The keys end to end in one buffer: (buffer, positions (-1: no key), lengths)."""
+    buf, pos, lengths = bytearray(), [], []
+    for key in keys:
+        pos.append(-1 if key is None else len(buf))
+        lengths.append(0 if key is None else len(key))
+        buf += key or b""
+    return np.frombuffer(bytes(buf) or b"\0", np.uint8), np.array(pos, np.int64), np.array(lengths, np.int64)
+
+
+keys = st.one_of(st.none(), st.binary(max_size=12), st.sampled_from([b"", b"a", b"ab", b"\0", b"\0\0"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(keys, st.integers(0, 3), st.integers(-5, 10**12)), max_size=300), min_size=1,
+                max_size=4),
+       st.lists(st.tuples(keys, st.integers(0, 3)), max_size=100))
+def test_upserts_keep_the_largest_offset_of_each_exact_key(calls, probes):
+    table, truth = KeyTable(entries=2, arena=4), {}
+    for call in calls:
+        buf, pos, lengths = laid_out([k for k, _, _ in call])
+        tags = np.array([t for _, t, _ in call], np.int64)
+        offsets = np.array([o for _, _, o in call], np.int64)
+        table.upsert(buf, pos, lengths, tags, offsets, -offsets)
+        for key, tag, offset in call:
+            if key is not None:
+                truth[tag, key] = max(truth.get((tag, key), offset), offset)
+    assert len(table) == len(truth)
+    e = table.entries()
+    exported = {(int(e.tags[i]), bytes(e.keys[e.offsets[i]:e.offsets[i + 1]])): (int(e.high[i]), int(e.low[i]))
+                for i in range(len(e))}
+    assert exported == {k: (v, -v) for k, v in truth.items()}
+    asked = [k for k, _ in probes] + [k for _, k in truth]
+    tags = [t for _, t in probes] + [t for t, _ in truth]
+    buf, pos, lengths = laid_out(asked)
+    got = table.lookup(buf, pos, lengths, np.array(tags, np.int64))
+    assert got.tolist() == [EMPTY if k is None else truth.get((t, k), EMPTY) for k, t in zip(asked, tags, strict=True)]
+
+
+def test_a_million_keys():
+    n = 1_000_000
+    data = b"".join(b"key-%09d" % i for i in range(n))  # 13 bytes each
+    buf = np.frombuffer(data, np.uint8)
+    pos = np.arange(n, dtype=np.int64) * 13
+    lengths = np.full(n, 13, np.int64)
+    tags = np.zeros(n, np.int64)
+    table = KeyTable()
+    table.upsert(buf, pos, lengths, tags, np.arange(n, dtype=np.int64))
+    table.upsert(buf, pos[::2], lengths[::2], tags[::2], np.full(n // 2, 2 * n, np.int64))
+    assert len(table) == n
+    got = table.lookup(buf, pos, lengths, tags)
+    expected = np.arange(n, dtype=np.int64)
+    expected[::2] = 2 * n
+    assert (got == expected).all()
