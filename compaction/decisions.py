@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -180,15 +181,26 @@ PLAN_FLAGS = ("delete", "discard_records", "retain_empty", "retain_deletes", "ma
 DELETE, DISCARD, RETAIN_EMPTY, RETAIN_DELETES, MARKER_FOR_EMPTY_TXN = range(len(PLAN_FLAGS))
 
 
+class _Producing(NamedTuple):
+    """What the producer-state rules read of a batch (``BatchInfo``'s names), cheap to make."""
+
+    producer_id: int
+    max_timestamp: int
+    producer_epoch: int
+    is_control: bool
+    last_offset: int
+    is_transactional: bool
+
+
 def _last_of_active_producers(t: np.ndarray, now: int, expiration_ms: int) -> np.ndarray:
     """Per batch: it holds an active producer's last sequence (or its last marker): kept even
     when emptied (``transactions.is_last_of_active_producer``)."""
     with_pid = np.flatnonzero(t["producer_id"] >= 0)
-    active = active_producers((info_at(t, i) for i in with_pid.tolist()), now, expiration_ms)
+    rows = [_Producing(*r) for r in zip(*(t[name][with_pid].tolist() for name in (
+        "producer_id", "max_timestamp", "producer_epoch", "control", "last_offset", "transactional")), strict=True)]
+    active = active_producers(rows, now, expiration_ms)
     out = np.zeros(len(t), bool)
-    for i in with_pid.tolist():
-        if int(t["producer_id"][i]) in active:
-            out[i] = is_last_of_active_producer(info_at(t, i), active)
+    out[with_pid] = [r.producer_id in active and is_last_of_active_producer(r, active) for r in rows]
     return out
 
 

@@ -33,15 +33,24 @@ from compaction.decisions import (
 from compaction.model import BatchInfo
 from compaction.offset_map import EMPTY as NOT_MAPPED
 from compaction.offset_map import KeyTable
-from operations.cleaned import Output, output_path, write_group
+from operations.cleaned import ChunkOut, output_path, write_group
 from readers import scan, walk
-from readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, Batch
+from readers import codecs
+from readers.batch import (
+    ATTR_CODEC_MASK,
+    ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
+    ATTR_TIMESTAMP_TYPE,
+    NO_TIMESTAMP,
+    V2_HEADER_SIZE,
+    Batch,
+)
 from readers.errors import FormatError
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name
 from writers.chunks import BufferSizes
 from writers.cleaned import output_bytes, records_written, retained_max_offset
-from writers.rebuild import empty, spliced
+from writers.rebuild import EMPTY_ATTRIBUTES, KEPT_ATTRIBUTES, fill_crcs, frame_batches, splice_batches
 
 # Each record's fate, one code per record: kept (a tombstone kept apart, since a kept tombstone
 # needs a delete horizon), or removed and why.
@@ -55,6 +64,7 @@ RESULT_SCHEMA = pa.schema([
 ])
 # What becomes of a v2 batch (filterTo), by code.
 DROP, COPY, REBUILD, EMPTY_HEADER = range(4)
+_NONE = np.empty(0, np.uint8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +92,17 @@ class GroupPlans:
     segment: np.ndarray
     position: np.ndarray
     flags: np.ndarray  # (batches, len(PLAN_FLAGS)) bool
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """What a legacy entry became: its bytes (None: dropped) and FilterResult's metadata."""
+
+    data: bytes | None
+    max_offset: int = -1
+    max_timestamp: int = -1
+    offset_of_max_timestamp: int = -1
+    records: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,15 +142,22 @@ def _outcomes(count: np.ndarray, kept: np.ndarray, kept_tombstone: np.ndarray, h
     return np.where(flags[:, DELETE], DROP, what), stamp & (kept > 0)
 
 
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only view: compiled code takes a tuple of buffers only when all are alike."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 class _Rewriter:
-    """One group's batches, chunk by chunk: fates, counts, and (when ``render``) what each becomes."""
+    """One group's batches, chunk by chunk: fates, counts, and (when ``render``) what they become."""
 
     def __init__(self, job: GroupJob, plans: GroupPlans, lookup: Lookup, render: bool):
         self.job, self.plans, self.lookup, self.render = job, plans, lookup, render
         self.counts = np.zeros(len(REASON_OF_CODE), np.int64)
 
-    def outputs(self) -> Iterator[Output]:
-        """Every batch of the group in file order, as ``operations.cleaned`` writes it."""
+    def outputs(self) -> Iterator[ChunkOut]:
+        """What every batch of the group becomes, a read chunk at a time, in file order."""
         i = 0
         for base in self.job.segments:
             path = storage.join(self.job.path, segment_name(base, "log"))
@@ -137,7 +165,9 @@ class _Rewriter:
                 for chunk in walk.read_chunks(f, path):
                     n = len(chunk.entries)
                     self._check_plan(chunk, base, i)
-                    yield from self._chunk(chunk, self.plans.flags[i:i + n])
+                    out = self._chunk(chunk, self.plans.flags[i:i + n])
+                    if out is not None:
+                        yield out
                     i += n
             if i < len(self.plans.segment) and self.plans.segment[i] == base:
                 raise FormatError(path, int(self.plans.position[i]), "batch not in the file (the segment changed)")
@@ -151,7 +181,7 @@ class _Rewriter:
             at = int(positions[wrong[0] if len(wrong) else n])
             raise FormatError(chunk.path, at, "batch not in the plan (the segment changed)")
 
-    def _chunk(self, chunk: walk.Chunk, flags: np.ndarray) -> Iterator[Output]:
+    def _chunk(self, chunk: walk.Chunk, flags: np.ndarray) -> ChunkOut | None:
         job, e = self.job, chunk.entries
         v2 = e[:, walk.MAGIC] == 2
         read = np.flatnonzero(v2 & ~flags[:, DELETE])
@@ -183,48 +213,87 @@ class _Rewriter:
         kept_tombstone = np.bincount(of, weights=codes == KEPT_TOMBSTONE, minlength=len(read)) > 0
         horizon = (e[read, walk.ATTRIBUTES] & ATTR_DELETE_HORIZON) != 0
         what, stamp = _outcomes(e[read, walk.RECORDS_COUNT], kept, kept_tombstone, horizon, flags[read])
+        legacy = np.flatnonzero(~v2 & ~flags[:, DELETE])
+        made = [self._legacy(chunk, int(k), flags[k]) for k in legacy.tolist()]
+        if not self.render:
+            return None
         # the last kept record of each batch: a rebuilt batch reports its offset to the segment's index
         last_kept = np.full(len(read), -1, np.int64)
         kept_rows = np.flatnonzero(keep)
         last_kept[of[kept_rows]] = offset[kept_rows]
-        fate = np.full(len(e), -1, np.int64)  # the decoded batch of each entry
-        fate[read] = np.arange(len(read))
-        segment = chunk.path
-        for k in range(len(e)):
-            size = int(e[k, walk.SIZE])
-            if not v2[k]:
-                yield self._legacy(chunk, k, flags[k])
-                continue
-            j = int(fate[k])
-            kind = DROP if j < 0 else int(what[j])
-            if not self.render or kind == DROP:
-                yield Output(segment, size, None)
-                continue
-            last = int(e[k, walk.BASE_OFFSET] + e[k, walk.LAST_OFFSET_DELTA])
-            max_ts = int(e[k, walk.MAX_TIMESTAMP])
-            if kind == COPY:
-                pos = int(e[k, walk.POSITION])
-                yield Output(segment, size, bytes(chunk.buf[pos:pos + size]), last, max_ts, last,
-                             int(e[k, walk.RECORDS_COUNT]))
-            elif kind == EMPTY_HEADER:
-                yield Output(segment, size, empty(chunk.header(k)), last, max_ts, last, 0)
-            else:
-                head = chunk.header(k)
-                rows = slice(sections.rows[j], sections.rows[j + 1])
-                if stamp[j]:
-                    delete_horizon = job.now + job.delete_retention_ms
-                else:
-                    delete_horizon = head.base_timestamp if horizon[j] else None
-                data, kept_max_ts = spliced(head, sections.buffer(j, chunk), cols[rows], int(sections.ends[j]),
-                                            keep[rows], int(kept[j]), delete_horizon)
-                yield Output(segment, size, data, int(last_kept[j]), kept_max_ts, last, int(kept[j]))
+        return self._render(chunk, read, sections, keep, kept, what, stamp, horizon, last_kept, legacy, made)
 
-    def _legacy(self, chunk: walk.Chunk, k: int, flags: np.ndarray) -> Output:
-        """A magic 0/1 entry (rare): its records decoded in Python, then the same rules."""
+    def _render(self, chunk: walk.Chunk, read: np.ndarray, sections: walk.Sections, keep: np.ndarray,
+                kept: np.ndarray, what: np.ndarray, stamp: np.ndarray, horizon: np.ndarray, last_kept: np.ndarray,
+                legacy: np.ndarray, made: list[Output | None]) -> ChunkOut:
+        """The chunk's output in one buffer: rebuilt batches spliced by one compiled call (compressed
+        ones then compressed one by one), every batch copied or framed by another."""
+        job, e = self.job, chunk.entries
+        n = len(e)
+        last = e[:, walk.BASE_OFFSET] + e[:, walk.LAST_OFFSET_DELTA]
+        source, start, length = np.zeros(n, np.int64), e[:, walk.POSITION].copy(), np.full(n, -1, np.int64)
+        header = np.full((n, 6), -1, np.int64)
+        attributes, base_ts = e[:, walk.ATTRIBUTES].copy(), e[:, walk.BASE_TIMESTAMP].copy()
+        max_ts, count = e[:, walk.MAX_TIMESTAMP].copy(), e[:, walk.RECORDS_COUNT].copy()
+        max_offset, records = last.copy(), np.zeros(n, np.int64)
+        # copies: their bytes as stored
+        copied = read[what == COPY]
+        length[copied], records[copied] = e[copied, walk.SIZE], e[copied, walk.RECORDS_COUNT]
+        # empty headers (writeEmptyHeader): no body, the original max timestamp and offset span
+        emptied = read[what == EMPTY_HEADER]
+        length[emptied], count[emptied], base_ts[emptied] = 0, 0, NO_TIMESTAMP
+        attributes[emptied] &= EMPTY_ATTRIBUTES
+        # rebuilt: the kept records spliced, a delete horizon stamped or kept, the body compressed
+        todo = np.flatnonzero(what == REBUILD)
+        rebuilt = read[todo]
+        new_horizon = np.where(stamp[todo], job.now + job.delete_retention_ms, e[rebuilt, walk.BASE_TIMESTAMP])
+        has_horizon = stamp[todo] | horizon[todo]
+        log_append = (e[rebuilt, walk.ATTRIBUTES] & ATTR_TIMESTAMP_TYPE) != 0
+        spliced, at, bases, maxima, bad = splice_batches(
+            chunk.buf, sections.arena, sections.packed, sections.cols, sections.rows, sections.ends, keep, todo,
+            e[rebuilt, walk.BASE_TIMESTAMP], log_append, e[rebuilt, walk.MAX_TIMESTAMP], has_horizon, new_horizon)
+        if bad >= 0:
+            k = int(rebuilt[bad])
+            raise ValueError(f"{chunk.path}: byte {chunk.file_position + int(e[k, walk.POSITION])}: batch at offset "
+                             f"{int(e[k, walk.BASE_OFFSET])}: records section does not match its scan")
+        codec = e[rebuilt, walk.ATTRIBUTES] & ATTR_CODEC_MASK
+        sources = [chunk.buf, spliced, _NONE, _NONE]  # what entries are copied from, by ``source``
+        source[rebuilt], start[rebuilt], length[rebuilt] = 1, at[:-1], np.diff(at)
+        compressed = np.flatnonzero(codec != codecs.NONE)
+        if len(compressed):
+            packed = [codecs.compress(int(codec[t]), spliced[at[t]:at[t + 1]]) for t in compressed.tolist()]
+            sizes = np.fromiter(map(len, packed), np.int64, len(packed))
+            sources[2] = np.frombuffer(b"".join(packed), np.uint8)
+            source[rebuilt[compressed]], length[rebuilt[compressed]] = 2, sizes
+            start[rebuilt[compressed]] = np.cumsum(sizes) - sizes
+        attributes[rebuilt] = (attributes[rebuilt] & KEPT_ATTRIBUTES) | np.where(has_horizon, ATTR_DELETE_HORIZON, 0)
+        base_ts[rebuilt], max_ts[rebuilt], count[rebuilt] = bases, maxima, kept[todo]
+        max_offset[rebuilt], records[rebuilt] = last_kept[todo], kept[todo]
+        framed = np.concatenate((emptied, rebuilt))
+        header[framed] = e[framed][:, [walk.BASE_OFFSET, walk.LEADER_EPOCH, walk.LAST_OFFSET_DELTA, walk.PRODUCER_ID,
+                                       walk.PRODUCER_EPOCH, walk.BASE_SEQUENCE]]
+        # legacy entries: made one by one (``_legacy``), copied in place
+        done = [(k, m) for k, m in zip(legacy.tolist(), made, strict=True) if m is not None and m.data is not None]
+        if done:
+            at_k = [k for k, _ in done]
+            sizes = np.fromiter((len(m.data) for _, m in done), np.int64, len(done))
+            sources[3] = np.frombuffer(b"".join(m.data for _, m in done), np.uint8)
+            source[at_k], length[at_k], start[at_k] = 3, sizes, np.cumsum(sizes) - sizes
+            max_offset[at_k] = [m.max_offset for _, m in done]
+            max_ts[at_k] = [m.max_timestamp for _, m in done]
+            last[at_k] = [m.offset_of_max_timestamp for _, m in done]
+            records[at_k] = [m.records for _, m in done]
+        out, where = frame_batches(tuple(map(_readonly, sources)), source, start, length, header, attributes, base_ts,
+                                   max_ts, count)
+        fill_crcs(out, where[framed])
+        size = np.where(length >= 0, length, 0) + np.where(header[:, 0] >= 0, V2_HEADER_SIZE, 0)
+        return ChunkOut(chunk.path, e[:, walk.SIZE], out, where, size, max_offset, max_ts, last, records)
+
+    def _legacy(self, chunk: walk.Chunk, k: int, flags: np.ndarray) -> Output | None:
+        """A magic 0/1 entry (rare): its records decoded in Python, then the same rules; what it
+        becomes (None when not rendering)."""
         job = self.job
         batch = chunk.batch(k)
-        if flags[DELETE]:
-            return Output(chunk.path, batch.size, None)
         records = batch.records()
         keys = [r.key for r in records]
         data = np.frombuffer(b"".join(key or b"" for key in keys) or b"\0", np.uint8)
@@ -242,13 +311,13 @@ class _Rewriter:
         plan = BatchPlan(BatchInfo.of(batch, 0), 0, *flags.tolist())
         outcome = batch_outcome(plan, kept, False, job.now, job.delete_retention_ms, kept > 0 and batch.inner_magic_differs)
         if not self.render:
-            return Output(chunk.path, batch.size, None)
+            return None
         out = output_bytes(batch, outcome, keep)
         if out is None:
-            return Output(chunk.path, batch.size, None)
+            return Output(out)
         written = Batch(batch.path, out, 0, len(out), 0)
-        return Output(chunk.path, batch.size, out, retained_max_offset(batch, outcome, keep, written),
-                      written.max_timestamp, written.last_offset, records_written(batch, outcome, keep, written))
+        return Output(out, retained_max_offset(batch, outcome, keep, written), written.max_timestamp,
+                      written.last_offset, records_written(batch, outcome, keep, written))
 
 
 def count_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> list[int]:

@@ -1,7 +1,7 @@
 """Write one cleaned segment group: ``<base>.log.cleaned`` and its three indexes (on an object
 store, staged names instead: ``operations.s3commit``).
 
-Each input batch arrives with what it became (``Output``). The kept batches of each of the cleaner's read chunks are one append, whose index
+Each input batch arrives with what it became (``ChunkOut``, a read chunk at a time). The kept batches of each of the cleaner's read chunks are one append, whose index
 entries follow the broker's append rule (``writers.chunks``); the files take the modification
 time of the group's last input segment, as Kafka's cleaner sets it, and are fsynced before
 anyone may rename them.
@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO
+
+import numpy as np
 
 
 import storage
@@ -26,17 +28,20 @@ CLEANED = ".cleaned"
 
 
 @dataclass(frozen=True, slots=True)
-class Output:
-    """One input batch of a group and what it becomes: ``data`` (None: dropped), with the metadata
-    Kafka's FilterResult reports for it (``writers.chunks.Appended.add``) and its record count."""
+class ChunkOut:
+    """What the batches of one read of a source segment became, in file order: batch i's bytes
+    are ``data[at[i]:at[i] + size[i]]`` (``at`` -1: dropped), with the metadata Kafka's
+    FilterResult reports for it (``writers.chunks.Appended.add``) and its record count."""
 
     segment: str  # the source segment file: a new one is a new cleanInto, buffers restored
-    size: int  # the input batch's bytes
-    data: bytes | None
-    max_offset: int = -1
-    max_timestamp: int = -1
-    offset_of_max_timestamp: int = -1
-    records: int = 0
+    in_size: np.ndarray  # the input batches' bytes
+    data: np.ndarray  # uint8
+    at: np.ndarray
+    size: np.ndarray
+    max_offset: np.ndarray
+    max_timestamp: np.ndarray
+    offset_of_max_timestamp: np.ndarray
+    records: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +85,7 @@ def output_path(partition_dir: str, base_offset: int, kind: str, owner: str | No
     return storage.join(partition_dir, staged_name(name, owner))
 
 
-def write_group(partition_dir: str, base_offset: int, outputs: Iterable[Output], aborted: list[AbortedTxn],
+def write_group(partition_dir: str, base_offset: int, outputs: Iterable[ChunkOut], aborted: list[AbortedTxn],
                 mtime_ms: int, index_interval_bytes: int, buffers: BufferSizes,
                 owner: str | None = None) -> WrittenGroup:
     """Write the group's kept batches, in order, as ``.cleaned`` (or staged) files; returns what was
@@ -102,15 +107,19 @@ def write_group(partition_dir: str, base_offset: int, outputs: Iterable[Output],
                                   chunk.offset_of_max_timestamp)
                 return Appended([])
 
-            for o in outputs:
-                if chunks.before(o.segment, o.size):
-                    chunk = append()
-                if o.data is not None:
-                    chunk.add(o.data, o.max_offset, o.max_timestamp, o.offset_of_max_timestamp)
-                    batches += 1
-                    records += o.records
-                if chunks.after(None if o.data is None else len(o.data)):
-                    chunk = append()
+            for c in outputs:
+                view = memoryview(c.data)
+                for in_size, at, size, max_offset, max_ts, ts_offset, n in zip(
+                        c.in_size.tolist(), c.at.tolist(), c.size.tolist(), c.max_offset.tolist(),
+                        c.max_timestamp.tolist(), c.offset_of_max_timestamp.tolist(), c.records.tolist(), strict=True):
+                    if chunks.before(c.segment, in_size):
+                        chunk = append()
+                    if at >= 0:
+                        chunk.add(view[at:at + size], max_offset, max_ts, ts_offset)
+                        batches += 1
+                        records += n
+                    if chunks.after(size if at >= 0 else None):
+                        chunk = append()
             append()
             out.flush()
             for txn in aborted:

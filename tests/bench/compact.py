@@ -26,6 +26,7 @@ times), timed as the physical floor. Then ``kcompact compact work --now NOW --to
 --report report.json`` runs as a child process, and so does the same command on a tiny log dir of
 the same topic shape (``TINY`` records), in turn, so that both see the same machine:
   - whole process (wall), and the marginal rate: corpus bytes / (whole - whole of the tiny dir);
+    a bare PySpark job (``tests.bench.bare``) is timed beside them: the fixed cost's yardstick;
   - CPU seconds per role (driver Python, JVM, Python workers) and peak RSS per role, polled from
     ``/proc`` every ``SAMPLE_S``; the JVM's heap peak is its RSS;
   - per-CPU busy fraction during each stage (``/proc/stat``, stage starts taken from the job's
@@ -309,14 +310,23 @@ def _row(label: str, values: list[float], fmt: str) -> str:
     return f"{label:<46}" + "".join(f"{v:>12{fmt}}" for v in values)
 
 
-def table(corpus: Corpus, runs: list[Run], tiny: list[Run], corpus_bytes: int, records: int) -> str:
-    """Medians first, then each run (a corpus run and the tiny run made next to it)."""
+def bare_s() -> float:
+    """Whole-process seconds of a bare PySpark job (``tests.bench.bare``)."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "tests.bench.bare"], check=True, env=_env(None),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def table(corpus: Corpus, runs: list[Run], tiny: list[Run], bare: list[float], corpus_bytes: int, records: int) -> str:
+    """Medians first, then each run (a corpus run, and the tiny and bare runs made next to it)."""
     t = runs[0].totals
     marginal = [r.wall_s - s.wall_s for r, s in zip(runs, tiny, strict=True)]
     columns: list[tuple[str, list[float], str]] = [
         ("load average before the run", [r.load for r in runs], ".1f"),
         ("whole process (s)", [r.wall_s for r in runs], ".1f"),
         ("whole process, tiny log dir: fixed cost (s)", [s.wall_s for s in tiny], ".1f"),
+        ("whole process, bare PySpark job (s)", bare, ".1f"),
         ("marginal: corpus MB/s", [corpus_bytes / MB / m for m in marginal], ".0f"),
         ("marginal: records/s", [records / m for m in marginal], ",.0f"),
         ("session ready -> last commit (s)", [r.ready_to_commit_s for r in runs], ".1f"),
@@ -365,14 +375,15 @@ def bench(base: Path, corpus: Corpus, runs: int, memory_cap: str | None, record:
     base.mkdir(parents=True, exist_ok=True)
     manifest = _generated(base / "corpus", corpus.spec)
     _generated(base / "tiny", corpus.tiny)
-    measured, tiny = [], []
+    measured, tiny, bare = [], [], []
     for i in range(runs):
+        bare.append(bare_s())
         tiny.append(run_once(base / "tiny", base / "work-tiny", corpus, memory_cap, digest=False))
         measured.append(run_once(base / "corpus", base / "work", corpus, memory_cap, digest=True))
         print(f"{corpus.name} run {i + 1}: {measured[-1].wall_s:.1f} s whole, tiny {tiny[-1].wall_s:.1f} s", flush=True)
     shutil.rmtree(base / "work", ignore_errors=True)
     cap = f" (driver and Python workers capped at {memory_cap})" if memory_cap else ""
-    return "\n".join([table(corpus, measured, tiny, log_bytes(manifest), manifest["records"]) + cap,
+    return "\n".join([table(corpus, measured, tiny, bare, log_bytes(manifest), manifest["records"]) + cap,
                       _identity(base, measured, record), ""])
 
 
