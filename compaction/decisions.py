@@ -28,6 +28,7 @@ from writers.cleaned import COPY, DROP, EMPTY, REWRITE, Outcome
 INT32_MAX = 2**31 - 1
 
 
+@dataclass(frozen=True, slots=True)
 class BatchPlan:
     """What the cleaner decided for one batch before looking at its records."""
 
