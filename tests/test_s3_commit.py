@@ -328,24 +328,24 @@ def test_two_writers_race_for_one_generation(s3, gen, local_truth, merged_truth,
     s3.put([str(p) for p in local], [f"{BUCKET}/{prefix}/{p.relative_to(gen)}" for p in local])
     end = 2417
     results = {"kcompact-merged": merged_truth / TARGET, "kcompact-split": local_truth / TARGET}
-    commits = {}
+    records = {}
     for owner, truth in results.items():
         files = [p for p in truth.iterdir() if p.suffix[1:] in SEGMENT_KINDS and int(p.stem) < end]
         staged = [f"{BUCKET}/{prefix}/{TARGET}/{commits.staged_name(p.name, owner)}" for p in files]
         s3.put([str(p) for p in files], staged)
         replaced = [segment_name(int(p.stem), k) for p in old.glob("*.log") if int(p.stem) < end for k in SEGMENT_KINDS]
-        commits[owner] = s3commit.plan_record("orders", 0, 1, owner, [f"s3://{p}" for p in staged], replaced, end)
-    barrier, outcome = threading.Barrier(len(commits)), {}
+        records[owner] = s3commit.plan_record("orders", 0, 1, owner, [f"s3://{p}" for p in staged], replaced, end)
+    barrier, outcome = threading.Barrier(len(records)), {}
 
     def commit(owner: str) -> None:
         barrier.wait()
         try:
-            s3commit.commit_partition(url(prefix), url(f"{prefix}/{TARGET}"), commits[owner])
+            s3commit.commit_partition(url(prefix), url(f"{prefix}/{TARGET}"), records[owner])
             outcome[owner] = "won"
         except s3commit.CommitLost:
             outcome[owner] = "lost"
 
-    threads = [threading.Thread(target=commit, args=(owner,)) for owner in commits]
+    threads = [threading.Thread(target=commit, args=(owner,)) for owner in records]
     for t in threads:
         t.start()
     for t in threads:
