@@ -461,7 +461,10 @@ def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: 
         for pid, row in enumerate(rows):
             report.partitions.append(PartitionReport.of(batches.report_row(row, pid), counts, [], committed=False))
         return
-    progress("stage 5/5: committing (swap, checkpoint)")
+    failing = {w["path"] for w in written if w["error"]}
+    ready = sum(row["path"] not in failing for row in rows)
+    progress(f"stage 5/5: committing {ready} of {len(rows)} partitions (swap, checkpoint)" if ready else
+             "stage 5/5: nothing to commit: every partition failed")
     for pid, row in enumerate(rows):
         groups = [w for w in written if w["path"] == row["path"]]
         errors = [w["error"] for w in groups if w["error"]]
@@ -496,7 +499,8 @@ def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: 
             result.fail(row | {"error": error})
             continue
         report.partitions.append(PartitionReport.of(batches.report_row(row, pid), counts, groups, committed=True))
-        progress(f"  committed {row['topic']}-{row['partition']}: checkpoint {row['latest_offset'] + 1}")
+        progress(f"  committed {row['topic']}-{row['partition']} ({pid + 1}/{len(rows)}): "
+                 f"checkpoint {row['latest_offset'] + 1}")
     watch.lap("5 commit")
 
 

@@ -14,7 +14,7 @@ from compaction.decisions import PartitionPlan, plan_partition
 from compaction.model import BatchInfo, SegmentInfo
 from readers.indexes import parse_offset_index, parse_txn_index
 from readers.logdir import Partition, scan_partition
-from readers.segment import iter_batches
+from readers.segment import iter_batches, iter_to_torn_tail
 
 
 def read_partition(path: str, topic: str, number: int, first_dirty: int) -> tuple[Partition, list[SegmentInfo], list[BatchInfo]]:
@@ -32,8 +32,9 @@ def read_partition(path: str, topic: str, number: int, first_dirty: int) -> tupl
             offset_index=tuple(parse_offset_index(seg.index.path, storage.read_bytes(seg.index.path)))
             if seg.index and holds_first_dirty else (),
         ))
-        with storage.open_read(seg.log.path) as f:
-            batches.extend(BatchInfo.of(b, seg.base_offset) for b in iter_batches(f, seg.log.path))
+        with storage.open_read(seg.log.path) as f:  # the active segment ends at a torn tail, as the log does
+            read = iter_to_torn_tail(f, seg.log.path) if i + 1 == len(part.segments) else iter_batches(f, seg.log.path)
+            batches.extend(BatchInfo.of(b, seg.base_offset) for b in read)
     return part, segments, batches
 
 

@@ -25,10 +25,10 @@ from matplotlib.figure import Figure
 
 import storage
 from compaction.report import METRICS, REASONS
+from conf.units import MB
 
 TOP = 40  # partitions drawn in a per-partition plot: the largest ones
 DPI = 100
-MB = 1e6  # as the JSON's mb_per_s
 REASON_COLOURS = dict(zip(REASONS, ("#1864ab", "#c92a2a", "#e67700", "#868e96", "#862e9c")))
 RULE = ("Every number is the report's JSON value: integers as they are, decimals rounded to 3 places "
         "(the exact value is in each cell's data-value, its place in the JSON in data-path).")
@@ -208,7 +208,7 @@ def _bytes_plot(parts: list[dict]) -> Plot:
         ax.barh([i - 0.2 for i in y], [p["bytes_written"] / MB for p in done], 0.4, label="after (bytes written)",
                 color="#2b8a3e")
         ax.set_yticks(list(y), [_name(p) for p in done])
-        ax.set_xlabel("MB (10^6 bytes)")
+        ax.set_xlabel("MB (2^20 bytes)")
         fig.legend(loc="outside right upper")
     else:
         _nothing(ax, "no partition was cleaned")
@@ -250,7 +250,7 @@ def _retention_plots(parts: list[dict]) -> list[Plot]:
     if due:
         ax.barh(range(len(due)), [p["bytes_deleted"] / MB for p in due], color="#c92a2a")
         ax.set_yticks(range(len(due)), [_name(p) for p in due])
-        ax.set_xlabel("MB (10^6 bytes)")
+        ax.set_xlabel("MB (2^20 bytes)")
     else:
         _nothing(ax, "no segment due for deletion")
     by_bytes = _png("retention-bytes", f"Bytes deleted (due, in a dry run), per partition ({TOP} largest at most)",
