@@ -435,7 +435,7 @@ def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: 
            keeper: LeaseKeeper) -> None:
     report = result.report
     sc = spark.sparkContext
-    progress(f"stage 1/5: batch plans of {selected.num_rows} partitions")
+    progress(f"stage 1/5: batch plans of {selected.num_rows} partition{'s' * (selected.num_rows != 1)}")
     sc.setJobGroup("kcompact-batch-plans", f"batch-level decisions for {selected.num_rows} partitions")
     partitions = _batch_plans(spark, selected, now)
     watch.lap("1 batch plans")
@@ -451,7 +451,7 @@ def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: 
     slot_of_gid = _rewrite_slots(spark, jobs, batches)
     entries = _map_entries(spark, rows, batches, slot_of_gid)
     stage = "2-3 offset map, keep flags" if dry_run else "2-4 offset map, keep flags, rewrite"
-    progress(f"stages {stage} ({len(jobs)} segment groups)")
+    progress(f"stages {stage} ({len(jobs)} segment group{'s' * (len(jobs) != 1)})")
     sc.setJobGroup("kcompact-clean", f"offset map, keep flags, .cleaned segments for {len(jobs)} groups")
     with _sql_conf(spark, JOB_CONF):
         written = _per_group(spark, jobs, entries, slot_of_gid, dry_run, keeper.owner)

@@ -310,9 +310,11 @@ def _run_facts(args: argparse.Namespace, spark, paths: list[str]) -> dict:
 
     ended = _wall_ms()
     sc = spark.sparkContext if spark is not None else None
+    asked = ("spark.driver.memory", "spark.ui.enabled", *(key for key, _ in getattr(args, "spark_conf", [])))
     return {"command": args.command, "arguments": list(args.argv), "version": version(), "host": socket.gethostname(),
             "started": iso(args.started_ms), "ended": iso(ended), "started_ms": args.started_ms, "ended_ms": ended,
             "spark_master": sc.master if sc else None, "spark_app_id": sc.applicationId if sc else None,
+            "spark_conf": {key: sc.getConf().get(key) for key in asked} if sc else {},
             "log_dirs": list(paths)}
 
 
