@@ -96,17 +96,34 @@ def to_json(table: pa.Table) -> list[dict]:
 
 
 def read(path: str) -> pa.Table:
-    """A plan written by ``write`` (the compaction job takes one with ``--plan``)."""
+    """A plan written by ``write`` (the compaction job takes one with ``--plan``); anything else is
+    a ValueError naming the file."""
+    not_a_plan = f"{path}: not a plan written by 'kcompact plan --output'"
     if path.endswith(".parquet"):
         fs, fs_path = storage.resolve(path)
-        return pq.read_table(fs_path, filesystem=fs)
-    if path.endswith(".json"):
+        try:
+            table = pq.read_table(fs_path, filesystem=fs)
+        except pa.ArrowException as exc:
+            raise ValueError(f"{not_a_plan} ({exc})") from None
+    elif path.endswith(".json"):
         from planner.build import PLAN_SCHEMA
 
-        rows = json.loads(storage.read_bytes(path))
+        try:
+            rows = json.loads(storage.read_bytes(path))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{not_a_plan} (not JSON: {exc})") from None
+        if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+            raise ValueError(f"{not_a_plan} (not a list of partitions)")
         for row in rows:
             for name in ("config", "config_sources"):
-                if row.get(name) is not None:
+                if isinstance(row.get(name), dict):
                     row[name] = list(row[name].items())
-        return pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
-    raise ValueError(f"{path}: a plan is read from .parquet or .json")
+        try:
+            table = pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise ValueError(f"{not_a_plan} ({exc})") from None
+    else:
+        raise ValueError(f"{path}: a plan is read from .parquet or .json")
+    if "log_dir" not in table.column_names or None in table.column("log_dir").to_pylist():
+        raise ValueError(f"{not_a_plan} (a partition without its log dir)")
+    return table

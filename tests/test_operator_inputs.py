@@ -175,6 +175,17 @@ def test_compact_refuses_a_plan_made_for_other_log_dirs(tmp_path, capsys):
     assert f"was made for {tmp_path / 'a'}, not {tmp_path / 'b'}" in one_line(capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("text, why", [("x\n", "(not JSON: "), ('{"a": 1}', "(not a list of partitions)"),
+                                       ('[{"x": 1}]', "(a partition without its log dir)")])
+def test_a_file_that_is_not_a_plan_is_named(tmp_path, text, why, capsys):
+    dirty(tmp_path / "logs" / "orders-0")
+    plan = tmp_path / "plan.json"
+    plan.write_text(text)
+    assert main(["compact", str(tmp_path / "logs"), "--plan", str(plan)]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith(f"kcompact: error: {plan}: not a plan written by 'kcompact plan --output' {why}"), line
+
+
 @pytest.mark.parametrize("command", ["pause", "resume", "abort", "reset-uncleanable"])
 def test_state_commands_refuse_unknown_partitions(tmp_path, command, capsys):
     dirty(tmp_path / "orders-0")
