@@ -24,7 +24,7 @@ def describe(table: pa.Table) -> str:
     dirty = sum(b or 0 for b, s in zip(table.column("cleanable_bytes").to_pylist(),
                                        table.column("selected").to_pylist()) if s)
     lines.append(f"{table.num_rows} partition{'' if table.num_rows == 1 else 's'}, {selected} selected, "
-                 f"{dirty / MB:.1f} MB to clean ({UNIT_NOTE})")
+                 f"{dirty / MB:.1f} MB to clean; {UNIT_NOTE}")
     lines += [f"note: {note}" for notes in table.column("notes").to_pylist() for note in notes or []]
     return "\n".join(lines)
 
