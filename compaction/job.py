@@ -445,7 +445,7 @@ def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: 
            keeper: LeaseKeeper) -> None:
     report = result.report
     sc = spark.sparkContext
-    progress(f"stage 1/5: batch plans of {selected.num_rows} partitions")
+    progress(f"stage 1/5: batch plans of {selected.num_rows} partition{'s' * (selected.num_rows != 1)}")
     sc.setJobGroup("kcompact-batch-plans", f"batch-level decisions for {selected.num_rows} partitions")
     partitions = _batch_plans(spark, selected, now)
     watch.lap("1 batch plans")
@@ -459,7 +459,7 @@ def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: 
     batches = Batches.of(ok)
     jobs = _group_jobs(rows, batches, now, keeper.owner)
     stage = "2-3 offset map, keep flags" if dry_run else "2-4 offset map, keep flags, rewrite"
-    progress(f"stages {stage} ({len(jobs)} segment groups)")
+    progress(f"stages {stage} ({len(jobs)} segment group{'s' * (len(jobs) != 1)})")
     sc.setJobGroup("kcompact-clean", f"offset map, keep flags, .cleaned segments for {len(jobs)} groups")
     with _sql_conf(spark, JOB_CONF):
         written = _clean_groups(spark, rows, batches, jobs, dry_run, keeper.owner)
@@ -469,7 +469,10 @@ def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: 
         for pid, row in enumerate(rows):
             report.partitions.append(PartitionReport.of(batches.report_row(row, pid), counts, [], committed=False))
         return
-    progress("stage 5/5: committing (swap, checkpoint)")
+    failing = {w["path"] for w in written if w["error"]}
+    ready = sum(row["path"] not in failing for row in rows)
+    progress(f"stage 5/5: committing {ready} of {len(rows)} partitions (swap, checkpoint)" if ready else
+             "stage 5/5: nothing to commit: every partition failed")
     for pid, row in enumerate(rows):
         groups = [w for w in written if w["path"] == row["path"]]
         errors = [w["error"] for w in groups if w["error"]]
@@ -504,7 +507,8 @@ def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: 
             result.fail(row | {"error": error})
             continue
         report.partitions.append(PartitionReport.of(batches.report_row(row, pid), counts, groups, committed=True))
-        progress(f"  committed {row['topic']}-{row['partition']}: checkpoint {row['latest_offset'] + 1}")
+        progress(f"  committed {row['topic']}-{row['partition']} ({pid + 1}/{len(rows)}): "
+                 f"checkpoint {row['latest_offset'] + 1}")
     watch.lap("5 commit")
 
 

@@ -18,6 +18,8 @@ from readers import walk
 from readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL
 from readers.indexes import parse_offset_index, parse_txn_index
 from readers.logdir import Partition, scan_partition
+from readers.errors import FormatError
+from readers.segment import torn_tail
 
 
 def read_partition(path: str, topic: str, number: int, first_dirty: int) -> tuple[Partition, list[SegmentInfo], np.ndarray]:
@@ -38,9 +40,19 @@ def read_partition(path: str, topic: str, number: int, first_dirty: int) -> tupl
             offset_index=tuple(parse_offset_index(seg.index.path, storage.read_bytes(seg.index.path)))
             if seg.index and holds_first_dirty else (),
         ))
-        with storage.open_read(seg.log.path) as f:
-            tables += [_table(chunk, seg.base_offset) for chunk in walk.read_chunks(f, seg.log.path)]
+        with storage.open_read(seg.log.path) as f:  # the active segment ends at a torn tail, as the log does
+            tables += list(_tables(f, seg.log.path, seg.base_offset, active=i + 1 == len(part.segments)))
     return part, segments, np.concatenate(tables) if tables else np.empty(0, BATCH_TABLE)
+
+
+def _tables(f, path: str, segment: int, active: bool):
+    try:
+        for chunk in walk.read_chunks(f, path):
+            yield _table(chunk, segment)
+    except FormatError as exc:
+        tail = torn_tail(f, path, start=exc.position or 0) if active else None
+        if tail is None or tail.position != exc.position:
+            raise
 
 
 def _table(chunk: walk.Chunk, segment: int) -> np.ndarray:

@@ -2,10 +2,16 @@
 cleaning (LogCleaner's stats message, one per partition), written as JSON with Kafka's cleaner
 metrics (``metrics``: the gauges of LogCleaner and LogCleanerManager, by their JMX names).
 
-The text's MB are Kafka's, 2^20 bytes, formatted as Java's ``%,.1f`` formats them (the shortest
-decimal of the double, rounded half up), so a line reads as a broker's log would for the same
-bytes. The JSON gives exact bytes; its ``mb_per_s`` are 10^6 bytes a second, as every other
-figure of the project.
+The text's MB are Kafka's, 2^20 bytes (``conf.units``: every MB of this tool), formatted as
+Java's ``%,.1f`` formats them (the shortest decimal of the double, rounded half up), so a line
+reads as a broker's log would for the same bytes. The JSON gives exact bytes and ``mb_per_s`` in
+the same MB.
+
+Below the partitions' lines, every run says what it left undone and why: partitions the plan
+could not clean because of bad input or an uncleanable state (until someone fixes them, every
+run lists them and ends partial), the uncleanable partitions per log dir (Kafka's
+``uncleanable-partitions-count`` is always visible), and cleaner checkpoints reset to the log
+start because they lay outside the log.
 """
 
 from __future__ import annotations
@@ -14,13 +20,16 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
+from conf.units import MB, UNIT_NOTE
 from operations.states import IDLE, UNCLEANABLE
 
 REASONS = ("superseded", "tombstone", "aborted", "keyless", "marker")
-MIB = 1024 * 1024  # LogCleaner.recordStats: mb(bytes) = bytes / (1024 * 1024)
-# What Kafka's cleaner-manager gauges read of every planned partition, cleaned or not.
-PLAN_FACTS = ("log_dir", "path", "cleanup_policy", "state", "total_bytes", "cleanable_bytes", "cleanable_ratio",
-              "max_compaction_delay_ms")
+MIB = MB  # LogCleaner.recordStats: mb(bytes) = bytes / (1024 * 1024)
+# What Kafka's cleaner-manager gauges and the run's summary read of every planned partition.
+PLAN_FACTS = ("topic", "partition", "log_dir", "path", "cleanup_policy", "state", "skip_reason", "notes", "total_bytes",
+              "cleanable_bytes", "cleanable_ratio", "max_compaction_delay_ms", "checkpoint_reset",
+              "first_dirty_offset")
+BAD_INPUT = "bad input"
 # Kafka's cleaner gauges and what each means for a run of this job (the run plays one cleaner
 # thread's pass over every partition it cleaned; the plan plays LogCleanerManager's view).
 METRICS = {
@@ -33,11 +42,14 @@ METRICS = {
                                  "compacted, idle partition is, in whole seconds (0: none overdue)",
     "uncleanable-partitions-count": "per log dir: partitions marked uncleanable (before the run, or by it)",
     "uncleanable-bytes": "per log dir: the cleanable bytes of those partitions, as planned",
-    "time-since-last-run-ms": "milliseconds from the moment the run began choosing what to clean to the end of the run",
+    "time-since-last-run-ms": "per log dir: milliseconds from the moment the previous run began choosing what to clean "
+                              "to the moment this one did (Kafka stamps a run as grabFilthiestCompactedLog starts), "
+                              "as the gauge read just before this run",
 }
 NO_BUFFER = ("kcompact has no dedupe buffer: the offset map holds exact keys in Spark tasks (a shuffle when a "
              "partition exceeds a task), not in a fixed-size hash map, so no cleaning stops at a full buffer")
 NO_PLAN = "unknown: the report was not given the plan (Report.observe_plan)"
+NO_LAST_RUN = "null: no earlier run of kcompact recorded in that log dir (kcompact-last-run.json)"
 
 
 def java_fixed(x: float, places: int, grouping: bool = True) -> str:
@@ -87,7 +99,7 @@ class PartitionReport:
 
     @property
     def mb_per_s(self) -> float:
-        return self.bytes_read / 1e6 / self.seconds if self.seconds else 0.0
+        return self.bytes_read / MB / self.seconds if self.seconds else 0.0
 
     @classmethod
     def failed(cls, row: dict, groups: list[dict] = ()) -> PartitionReport:
@@ -155,6 +167,10 @@ class Report:
     # cleaner-offset-checkpoint entries outside their log, reset to the log start as Kafka's
     # grabFilthiestCompactedLog resets them, whether or not the partition is cleaned
     checkpoint_resets: list[dict] = field(default_factory=list)
+    # log dir -> wall ms at which its previous run began choosing (None: none recorded), and when this one did
+    previous_runs: dict[str, int | None] = field(default_factory=dict)
+    began_choosing_ms: int | None = None
+    run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
 
     def observe_plan(self, plan, marked: Iterable[str] = ()) -> None:
         """Keep what Kafka's cleaner-manager gauges read of ``plan`` (an Arrow table with the
@@ -173,7 +189,7 @@ class Report:
             "bytes_read": read, "bytes_written": sum(p.bytes_written for p in done),
             "records_read": sum(p.records_read for p in done), "records_kept": sum(p.records_kept for p in done),
             "removed": removed, "seconds": self.seconds,
-            "mb_per_s": read / 1e6 / self.seconds if self.seconds else 0.0,
+            "mb_per_s": read / MB / self.seconds if self.seconds else 0.0,
             "records_per_s": sum(p.records_read for p in done) / self.seconds if self.seconds else 0.0,
         }
 
@@ -190,11 +206,11 @@ class Report:
             "max-compaction-delay-secs": None,
             "uncleanable-partitions-count": None,
             "uncleanable-bytes": None,
-            # Kafka stamps the time of a run when it starts choosing a log; planning began
-            # ``stages["plan"]`` seconds before the job itself (no such stage: the caller did not time it)
-            "time-since-last-run-ms": int(1000 * (self.stages.get("plan", 0.0) + self.seconds)),
+            "time-since-last-run-ms": self._since_last_run(),
         }
         notes = {"max-buffer-utilization-percent": NO_BUFFER}
+        if None in values["time-since-last-run-ms"].values():
+            notes["time-since-last-run-ms"] = NO_LAST_RUN
         if self.dry_run:
             notes["cleaner-recopy-percent"] = "dry run: nothing was written"
         if self.planned is None:
@@ -211,15 +227,10 @@ class Report:
         idle = [r for r in self.planned if "compact" in (r["cleanup_policy"] or "") and r["state"] == IDLE]
         ratios = [r["cleanable_ratio"] for r in idle if r["cleanable_ratio"] is not None and r["total_bytes"]]
         delays = [r["max_compaction_delay_ms"] for r in idle if r["max_compaction_delay_ms"] is not None]
-        log_dir = {r["path"]: r["log_dir"] for r in self.planned}
         bytes_of = {r["path"]: r["cleanable_bytes"] or 0 for r in self.planned}
-        marked = {r["path"] for r in self.planned if r["state"] == UNCLEANABLE} | set(self.marked)
-        count = dict.fromkeys(sorted(set(log_dir.values())), 0)
-        size = dict(count)
-        for path in sorted(marked):
-            where = log_dir.get(path) or path.rstrip("/").rpartition("/")[0]
-            count[where] = count.get(where, 0) + 1
-            size[where] = size.get(where, 0) + bytes_of.get(path, 0)
+        marked = self.uncleanable()
+        count = {log_dir: len(paths) for log_dir, paths in marked.items()}
+        size = {log_dir: sum(bytes_of.get(path, 0) for path in paths) for log_dir, paths in marked.items()}
         return {
             "max-dirty-percent": int(100 * max(ratios, default=0.0)),
             "max-compaction-delay-secs": int(max(delays, default=0)) // 1000,
@@ -227,14 +238,50 @@ class Report:
             "uncleanable-bytes": size,
         }
 
+    def _since_last_run(self) -> dict[str, int | None]:
+        """Per log dir, this run's start of choosing less the previous run's (None: no previous run)."""
+        return {log_dir: None if before is None or self.began_choosing_ms is None else self.began_choosing_ms - before
+                for log_dir, before in sorted(self.previous_runs.items())}
+
+    def blocked(self) -> list[dict]:
+        """``blocked_rows`` of the plan, less the partitions this run reported otherwise."""
+        reported = {p.path for p in self.partitions}
+        return [b for b in blocked_rows(self.planned or []) if b["path"] not in reported]
+
+    def notes(self) -> list[str]:
+        """What the plan noted without holding anything back (torn tails of active segments)."""
+        return [note for r in self.planned or [] for note in r["notes"] or []]
+
+    def uncleanable(self) -> dict[str, list[str]]:
+        """Per planned log dir, the partition dirs marked uncleanable (before the run, or by it)."""
+        log_dir = {r["path"]: r["log_dir"] for r in self.planned or []}
+        marked = {r["path"] for r in self.planned or [] if r["state"] == UNCLEANABLE} | set(self.marked)
+        out: dict[str, list[str]] = {d: [] for d in sorted(set(log_dir.values()))}
+        for path in sorted(marked):
+            out.setdefault(log_dir.get(path) or path.rstrip("/").rpartition("/")[0], []).append(path)
+        return out
+
     def text(self) -> str:
-        """The stats message of every partition, then the run's totals in the same units."""
+        """The stats message of every partition; what the run left undone and why (partitions blocked
+        by bad input or an uncleanable state, cleaner checkpoints reset, the uncleanable partitions
+        of every log dir); then the run's totals, in the same units."""
         lines = [p.summary() for p in self.partitions]
+        blocked = self.blocked()
+        if blocked:
+            lines.append(f"not cleaned until fixed ({_count(len(blocked), 'partition')}):")
+            lines += [f"  {b['partition']}: {b['why']} -> {b['way_out']}" for b in blocked]
         lines += [f"reset the cleaner checkpoint of {r['topic']}-{r['partition']} ({r['log_dir']}): {r['why']}, "
-                  f"now the log start {r['offset']}" for r in self.checkpoint_resets]
+                  f"now the log start {r['offset']}, as Kafka's cleaner resets it" for r in self.checkpoint_resets]
+        lines += self.notes()
+        if self.planned is not None:
+            lines.append("uncleanable partitions: " + ("; ".join(
+                f"{log_dir}: {len(paths)}" + (f" ({', '.join(p.rstrip('/').rpartition('/')[2] for p in paths)})"
+                                              if paths else "")
+                for log_dir, paths in self.uncleanable().items()) or "none"))
         t = self.totals()
         written = "not written (dry run)" if self.dry_run else f"{java_fixed(t['bytes_written'] / MIB, 1)} MB"
-        lines.append(f"{t['partitions']} partitions: {t['cleaned']} cleaned, {t['failed']} failed, "
+        done = f"would clean {t['partitions'] - t['failed'] - t['skipped']}" if self.dry_run else f"{t['cleaned']} cleaned"
+        lines.append(f"{_count(t['partitions'], 'partition')}: {done}, {t['failed']} failed, "
                      f"{t['skipped']} skipped; {java_fixed(t['bytes_read'] / MIB, 1)} MB -> {written}, "
                      f"{t['records_read']:,d} -> "
                      f"{t['records_kept']:,d} messages in {java_fixed(t['seconds'], 1)} seconds "
@@ -244,6 +291,32 @@ class Report:
 
     def to_json(self) -> dict:
         metrics, notes = self.metrics()
-        return {"now": self.now, "dry_run": self.dry_run, "totals": self.totals(), "stages": self.stages,
-                "metrics": metrics, "metric_notes": notes, "checkpoint_resets": self.checkpoint_resets,
+        return {"run": self.run, "now": self.now, "dry_run": self.dry_run, "units": UNIT_NOTE,
+                "totals": self.totals(), "stages": self.stages, "metrics": metrics, "metric_notes": notes,
+                "blocked": self.blocked(), "checkpoint_resets": self.checkpoint_resets, "notes": self.notes(),
                 "partitions": [asdict(p) | {"mb_per_s": p.mb_per_s} for p in self.partitions]}
+
+
+def blocked_rows(rows: Iterable[dict]) -> list[dict]:
+    """Compacted partitions of a plan (rows with the planner's columns) that bad input or an
+    uncleanable state keeps from being cleaned: each with why and the way out. They make a run
+    partial until someone fixes them; paused and in-progress partitions do not (an operator or
+    another job holds them on purpose)."""
+    out = []
+    for r in rows:
+        why = r["skip_reason"] or ""
+        if r["topic"] is None or "compact" not in (r["cleanup_policy"] or ""):
+            continue
+        name = f"{r['topic']}-{r['partition']}"
+        if r["state"] == UNCLEANABLE:
+            way_out = f"fix or remove the named file, then 'kcompact reset-uncleanable {r['log_dir']} {name}'"
+        elif why.startswith(BAD_INPUT):
+            way_out = f"'kcompact verify {r['log_dir']}' lists every problem"
+        else:
+            continue
+        out.append({"partition": name, "path": r["path"], "log_dir": r["log_dir"], "why": why, "way_out": way_out})
+    return out
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,d} {noun}{'' if n == 1 else 's'}"

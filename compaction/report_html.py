@@ -25,10 +25,10 @@ from matplotlib.figure import Figure
 
 import storage
 from compaction.report import METRICS, REASONS
+from conf.units import MB
 
 TOP = 40  # partitions drawn in a per-partition plot: the largest ones
 DPI = 100
-MB = 1e6  # as the JSON's mb_per_s
 REASON_COLOURS = dict(zip(REASONS, ("#1864ab", "#c92a2a", "#e67700", "#868e96", "#862e9c")))
 RULE = ("Every number is the report's JSON value: integers as they are, decimals rounded to 3 places "
         "(the exact value is in each cell's data-value, its place in the JSON in data-path).")
@@ -44,14 +44,15 @@ h1 { font-size: 1.5em; margin-bottom: 0.2em; }
 h2 { font-size: 1.25em; border-bottom: 2px solid #dee2e6; padding-bottom: 0.2em; margin-top: 1.6em; }
 p.rule, p.when { color: #495057; margin: 0.3em 0; }
 .scroll { overflow-x: auto; margin: 0.8em 0 1.2em; }
-table { border-collapse: collapse; font-size: 0.85em; }
+table { border-collapse: collapse; font-size: 0.8em; max-width: 100%; }
 caption { text-align: left; font-weight: bold; padding: 0.3em 0; }
-th, td { border: 1px solid #dee2e6; padding: 0.25em 0.5em; vertical-align: top; }
+th, td { border: 1px solid #dee2e6; padding: 0.2em 0.4em; vertical-align: top; }
+thead th { overflow-wrap: anywhere; min-width: 3em; }
 thead th { background: #e9ecef; position: sticky; top: 0; }
 tbody th { background: #f8f9fa; text-align: left; font-weight: normal; }
 tbody tr:nth-child(even) td { background: #f8f9fa; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-td.text { max-width: 40em; overflow-wrap: break-word; }
+td.text { max-width: 40em; overflow-wrap: anywhere; }
 figure { display: inline-block; margin: 0.5em 1.5em 0.5em 0; }
 figure img { max-width: 100%; border: 1px solid #dee2e6; }
 figcaption { font-size: 0.85em; color: #495057; }
@@ -208,7 +209,7 @@ def _bytes_plot(parts: list[dict]) -> Plot:
         ax.barh([i - 0.2 for i in y], [p["bytes_written"] / MB for p in done], 0.4, label="after (bytes written)",
                 color="#2b8a3e")
         ax.set_yticks(list(y), [_name(p) for p in done])
-        ax.set_xlabel("MB (10^6 bytes)")
+        ax.set_xlabel("MB (2^20 bytes)")
         fig.legend(loc="outside right upper")
     else:
         _nothing(ax, "no partition was cleaned")
@@ -250,7 +251,7 @@ def _retention_plots(parts: list[dict]) -> list[Plot]:
     if due:
         ax.barh(range(len(due)), [p["bytes_deleted"] / MB for p in due], color="#c92a2a")
         ax.set_yticks(range(len(due)), [_name(p) for p in due])
-        ax.set_xlabel("MB (10^6 bytes)")
+        ax.set_xlabel("MB (2^20 bytes)")
     else:
         _nothing(ax, "no segment due for deletion")
     by_bytes = _png("retention-bytes", f"Bytes deleted (due, in a dry run), per partition ({TOP} largest at most)",
@@ -269,9 +270,37 @@ def _retention_plots(parts: list[dict]) -> list[Plot]:
 
 
 # -- sections ----------------------------------------------------------------------------------
+def _utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _when(data: dict) -> str:
-    at = datetime.fromtimestamp(data["now"] / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return f"Run at {at}" + (" (dry run: nothing was written)" if data["dry_run"] else "")
+    """When it ran (the wall clock), where and with what, then the clock its rules used (``now``)."""
+    run = data.get("run") or {}
+    ran = ""
+    if run:
+        ran = (f"Ran from {_utc(run['started_ms'])} to {_utc(run['ended_ms'])} on {run['host']}: kcompact "
+               f"{run['version']}, Spark {run['spark_master']} ({run['spark_app_id']}). ")
+    clock = f"The rules' clock (now): {_utc(data['now'])}"
+    return ran + clock + (" (dry run: nothing was written)" if data["dry_run"] else "")
+
+
+def _run_table(doc: Doc, id: str) -> Table:
+    """``now``, ``dry_run`` and where and how the run ran (``run``: a nightly run's sections have it once, at the top)."""
+    keys = [("now",), ("dry_run",)] + [("units",)] * ("units" in doc.data) + [("run", k) for k in doc.data.get("run") or {}]
+    return _key_values(doc, f"{id}-run", "Run", keys)
+
+
+def _undone(doc: Doc, s: Section, id: str) -> None:
+    """What the run left undone and why: partitions held back until fixed, checkpoints reset, notes."""
+    data = doc.data
+    blocked = data.get("blocked") or []
+    if blocked:
+        columns = ("partition", "why", "way_out")
+        s.tables.append(Table(f"{id}-blocked", "Not cleaned until fixed", list(columns),
+                              [Row(None, [doc.cell("blocked", i, c) for c in columns]) for i in range(len(blocked))]))
+    s.notes += [("cleaner checkpoint reset", text) for text in data.get("checkpoint_resets") or []]
+    s.notes += [("note", text) for text in data.get("notes") or []]
 
 
 PARTITION_COLUMNS = (("topic",), ("partition",), ("path",), ("dirty_start",), ("dirty_end",), ("bytes_read",),
@@ -283,7 +312,8 @@ PARTITION_COLUMNS = (("topic",), ("partition",), ("path",), ("dirty_start",), ("
 def compaction_section(doc: Doc, id: str = "compaction") -> Section:
     data = doc.data
     s = Section(id, "Compaction", [_when(data)])
-    s.tables.append(_key_values(doc, f"{id}-run", "Run", [("now",), ("dry_run",)]))
+    s.tables.append(_run_table(doc, id))
+    _undone(doc, s, id)
     totals = [("totals", k, *sub) for k, v in data["totals"].items()
               for sub in ([(r,) for r in v] if isinstance(v, dict) else [()])]
     s.tables.append(_key_values(doc, f"{id}-totals", "Totals", totals, strip=1))
@@ -319,7 +349,7 @@ def compaction_section(doc: Doc, id: str = "compaction") -> Section:
 def retention_section(doc: Doc, id: str = "retention") -> Section:
     data = doc.data
     s = Section(id, "Retention", [_when(data)])
-    s.tables.append(_key_values(doc, f"{id}-run", "Run", [("now",), ("dry_run",)]))
+    s.tables.append(_run_table(doc, id))
     s.tables.append(_key_values(doc, f"{id}-totals", "Totals", [("totals", k) for k in data["totals"]], strip=1))
     columns = ("topic", "partition", "path", "log_start", "new_log_start", "bytes_deleted", "deleted", "skipped",
                "error")
@@ -359,8 +389,7 @@ def sections(doc: dict) -> tuple[str, list[Section]]:
     """The page's title and sections for any of the three report documents."""
     root = Doc(doc)
     if "compaction" in doc and "retention" in doc:
-        run = _key_values(root, "nightly-run", "Run", [("now",), ("dry_run",)])
-        out = [Section("nightly", "Nightly run", [_when(doc)], [run])]
+        out = [Section("nightly", "Nightly run", [_when(doc)], [_run_table(root, "nightly")])]
         if doc.get("recovery") is not None:
             out.append(recovery_section(root.sub("recovery")))
         out += [retention_section(root.sub("retention")), compaction_section(root.sub("compaction"))]

@@ -32,15 +32,16 @@ def _row(part, state: states.CleaningState) -> Row:
     if state.state in (states.IN_PROGRESS, states.ABORTED):
         if state.expired():
             return Row(name, part.path, f"{state.state} (lease expired)",
-                       f"{state.holder} stopped renewing its lease at {state.heartbeat_ms}",
+                       f"{state.holder} stopped renewing its lease at {states.utc(state.heartbeat_ms)}",
                        "none needed: the next job takes it over ('kcompact abort' clears it now)")
         pause = f", {state.pause_count} pause(s) requested" if state.pause_count else ""
-        return Row(name, part.path, state.state, f"{state.holder}, started {state.started_ms}, {state.lease_end}{pause}",
+        return Row(name, part.path, state.state,
+                   f"{state.holder}, started {states.utc(state.started_ms)}, {state.lease_end}{pause}",
                    "wait, or 'kcompact abort' (stops at the next segment group)")
     if state.state == states.PAUSED:
         return Row(name, part.path, "paused", f"paused {state.pause_count}x", f"'kcompact resume' ({state.pause_count}x)")
     if state.state == states.UNCLEANABLE:
-        return Row(name, part.path, "uncleanable", f"{state.reason} (since {state.since_ms})",
+        return Row(name, part.path, "uncleanable", f"{state.reason} (since {states.utc(state.since_ms)})",
                    "fix or remove the named file, then 'kcompact reset-uncleanable'")
     return Row(name, part.path, "idle", "", "")
 

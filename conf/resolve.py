@@ -85,20 +85,22 @@ class Config:
     broker: dict[str, list[Entry]] = field(default_factory=dict)
     topics: dict[str, list[Entry]] = field(default_factory=dict)
 
-    def add_broker(self, key: str, raw: str, source: str) -> None:
-        setting, value = _broker_value(key, raw, source)
+    def add_broker(self, key: str, raw: str, source: str, where: str | None = None) -> None:
+        """``where``: the place errors name (a file and line), when more precise than ``source``."""
+        setting, value = _broker_value(key, raw, where or source)
         self.broker.setdefault(setting.name, []).append(Entry(value, source))
 
-    def add_topic(self, pattern: str, key: str, raw: str, source: str) -> None:
+    def add_topic(self, pattern: str, key: str, raw: str, source: str, where: str | None = None) -> None:
+        where = where or source
         if not _TOPIC_PATTERN.match(pattern):
-            raise ConfigError(f"{source}: {pattern!r} is not a topic name or glob pattern")
+            raise ConfigError(f"{where}: {pattern!r} is not a topic name or glob pattern")
         setting = BY_TOPIC_NAME.get(key)
         if setting is None:
             if key in OTHER_TOPIC_SETTINGS:
                 return
             hint = f" (the topic-level name is {BY_BROKER_NAME[key].topic_name})" if key in BY_BROKER_NAME else ""
-            raise ConfigError(f"{source}: unknown topic-level key {key!r} for topic {pattern!r}{hint}")
-        value = parse_value(setting, raw, key, source)
+            raise ConfigError(f"{where}: unknown topic-level key {key!r} for topic {pattern!r}{hint}")
+        value = parse_value(setting, raw, key, where)
         self.topics.setdefault(setting.name, []).append(Entry(value, source, pattern))
 
     def for_topic(self, topic: str) -> TopicConfig:
@@ -148,22 +150,39 @@ def _broker_value(key: str, raw: str, source: str) -> tuple[Setting, object]:
 
 # -- sources -------------------------------------------------------------------------------------
 def add_properties_file(config: Config, path: str) -> None:
-    """A ``--config`` file; retention aliases apply in Kafka's precedence (ms > minutes > hours)."""
+    """A ``--config`` file; retention aliases apply in Kafka's precedence (ms > minutes > hours).
+    Errors name the file and the line of the key; a key given twice counts where it is last."""
     try:
-        props = javaproperties.loads(storage.read_bytes(path).decode("utf-8"))
+        props, lines = _properties(storage.read_bytes(path).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"{path}: not a readable properties file: {exc}") from None
     aliases = sorted((k for k in props if k in RETENTION_ALIASES), key=lambda k: -RETENTION_ALIASES[k])
     if "log.retention.ms" in props:
         aliases = []
-    for key in aliases[-1:]:
-        config.add_broker(key, props[key], path)
-    for key, raw in props.items():
-        match = _TOPIC_KEY.match(key)
-        if match:
-            config.add_topic(match["topic"], match["key"], raw, path)
-        elif key not in RETENTION_ALIASES:
-            config.add_broker(key, raw, path)
+    try:
+        for key in aliases[-1:]:
+            config.add_broker(key, props[key], path, f"{path}: line {lines[key]}")
+        for key, raw in props.items():
+            match = _TOPIC_KEY.match(key)
+            if match:
+                config.add_topic(match["topic"], match["key"], raw, path, f"{path}: line {lines[key]}")
+            elif key not in RETENTION_ALIASES:
+                config.add_broker(key, raw, path, f"{path}: line {lines[key]}")
+    except ConfigError as exc:
+        if " #" in str(exc) or " !" in str(exc):
+            raise ConfigError(f"{exc} (a .properties file has no comments after a value: the '#' and what follows "
+                              "are part of it; put the comment on a line of its own)") from None
+        raise
+
+
+def _properties(text: str) -> tuple[dict[str, str], dict[str, int]]:
+    """The key-value pairs of a properties text, and the line each key was (last) given on."""
+    props, lines, line = {}, {}, 1
+    for element in javaproperties.parse(text):
+        if isinstance(element, javaproperties.KeyValue):
+            props[element.key], lines[element.key] = element.value, line
+        line += element.source.count("\n")
+    return props, lines
 
 
 def split_assignments(text: str, source: str) -> list[tuple[str, str]]:

@@ -23,7 +23,10 @@ class ConfigError(ValueError):
 
 def _int_parser(lo: int, hi: int) -> Callable[[str], int]:
     def parse(raw: str) -> int:
-        value = int(raw.strip())
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ValueError(f"must be a whole number between {lo} and {hi}") from None
         if not lo <= value <= hi:
             raise ValueError(f"must be between {lo} and {hi}")
         return value
@@ -32,7 +35,10 @@ def _int_parser(lo: int, hi: int) -> Callable[[str], int]:
 
 
 def _ratio(raw: str) -> float:
-    value = float(raw.strip())
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ValueError("must be a number between 0 and 1") from None
     if math.isnan(value) or not 0.0 <= value <= 1.0:
         raise ValueError("must be between 0 and 1")
     return value

@@ -1,40 +1,43 @@
-"""The nightly run as an Airflow DAG, ``kcompact_nightly``: recover -> retain -> plan -> compact.
+"""The nightly run as an Airflow DAG, ``kcompact_nightly``: one task, ``kcompact run``.
 
-Each task is a BashOperator that runs our command line (``kcompact STEP LOGDIR... --now MS
---report FILE``), so the DAG file imports neither Spark nor this project: Airflow parses it
-often, and the Airflow workers only need the ``kcompact`` command (or spark-submit) on hand.
+``kcompact run`` is the whole night in one process, one Spark session and one clock, holding every
+log dir's ``.lock`` from start to end: recovery of what an interrupted run or a crashed broker left,
+retention, a fresh plan on the log as retention left it, compaction of what the plan selects; one
+report, ``<report_dir>/<interval end, UTC>/run.json`` and ``run.html`` beside it. (Separate tasks
+would start a Spark session each and let go of the locks between steps, so a broker or another job
+could slip in between retention and compaction.) The task is a BashOperator that runs our command
+line, so the DAG file imports neither Spark nor this project: Airflow parses it often, and the
+Airflow workers only need the ``kcompact`` command (or spark-submit) on hand.
 
-Settings, per run first: the run's Params (trigger form or ``--conf``), else the Airflow
-Variable ``kcompact_<name>`` (also read from the environment as ``AIRFLOW_VAR_KCOMPACT_<NAME>``),
-else the default:
+Settings, per run first: the run's Params (trigger form or ``--conf``), else the Airflow Variable
+``kcompact_<name>`` (also read from the environment as ``AIRFLOW_VAR_KCOMPACT_<NAME>``), else the
+default:
 
 - ``log_dirs``: JSON list of log dirs (local or ``s3://``); required.
-- ``report_dir``: where each run writes ``<report_dir>/<interval end, UTC>/<step>.json``
-  (``plan.json`` is the plan); default ``$AIRFLOW_HOME/kcompact-reports``.
-- ``extra_args``: JSON list of arguments for retain, plan and compact (``--config FILE``,
-  ``--topic-config ...``, ``--broker-config ...``); default none.
+- ``report_dir``: where each run writes its report; default ``$AIRFLOW_HOME/kcompact-reports``.
+- ``extra_args``: JSON list of more arguments for ``kcompact run`` (``--config FILE``,
+  ``--topic-config ...``, ``--broker-config ...``, ``--max-partitions N``, ``--driver-memory``...);
+  default none.
 - ``command`` (Variable only, because it is shell text and a run's Params come from whoever
-  triggers it): the command line of one step, ``{step}`` standing for the step's name; default
-  ``kcompact {step}``; with ``make dist``'s files, e.g. ``spark-submit --master yarn --py-files
+  triggers it): the command line, ``{step}`` standing for ``run``; default ``kcompact {step}``;
+  with ``make dist``'s files, e.g. ``spark-submit --master yarn --py-files
   /opt/kcompact/kcompact-py.zip /opt/kcompact/{step}.py``.
 
-``--now`` is the run's data interval end in ms (its ``run_after`` when triggered without a
-logical date), so a rerun of one interval decides as the first try did. Every step may be
-retried (twice, 5 minutes apart), because each starts from the log dirs as it finds them:
-recover finishes or rolls back interrupted swaps and has nothing left to do the second time;
-retain plans anew at the same ``--now``, so it deletes only what is still due; plan only reads
-the log dirs and writes one file; compact plans anew too, so partitions an earlier try cleaned
-are no longer dirty, a swap the killed try left is recovered before its partition is touched,
-and the killed try's leases (120 s) have lapsed by the retry. One run at a time: two would only
-refuse each other's log dirs.
+``--now`` is the run's data interval end in ms (its ``run_after`` when triggered without a logical
+date), so a rerun of one interval decides as the first try did. A night may take at most
+``KCOMPACT_TIMEOUT_HOURS`` hours (environment of the DAG processor, default 6): past it the task is
+killed and failed, not retried, so a hung night cannot hold back the next ones (one run at a time).
+A kill at any instant leaves the log dirs as a crash does, and the next run recovers them first.
 
-Exit codes to task states: 0 success; 4 (partial: some partitions failed or a log dir was in
-use, the rest done) success, with a warning in the log and ``partial`` in the XCom; 1 (bad
-input), 2 (usage or configuration) and 5 (everything attempted failed) fail the task at once and
-stop the tasks after it, since a retry would repeat the verdict, or skip the partitions it
-marked uncleanable and report success; 3 (internal error) and a kill by signal fail it and are
-retried. The task log names the JSON report; the XCom (return value) is ``{"step",
-"exit_code", "status", "report"}``.
+Exit codes to task states: 0 success; 4 (partial: some partitions failed or are held back by bad
+input or an uncleanable state, or a log dir was in use or held no partition; the rest done)
+success, with a warning in the log and ``partial`` in the XCom, every night until someone fixes
+what the report lists; 1 (bad input), 2 (usage or configuration) and 5 (everything attempted
+failed) fail the task at once, since a retry would repeat the verdict; 3 (internal error) and a
+kill by a signal fail it and are retried (twice, 5 minutes apart): each try starts from the log
+dirs as it finds them (recovery first, a plan made anew at the same ``--now``, the killed try's
+leases lapsed after 120 s). The task log names the report; the XCom (return value) is
+``{"step", "exit_code", "status", "report"}``.
 """
 
 from __future__ import annotations
@@ -47,14 +50,15 @@ import shlex
 from datetime import datetime, timedelta, timezone
 
 from airflow.providers.standard.operators.bash import BashOperator
-from airflow.sdk import DAG, Param, RetryDecision, RetryPolicy, Variable, chain
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk import DAG, Param, RetryDecision, RetryPolicy, Variable
+from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 
 log = logging.getLogger(__name__)
 
-STEPS = ("recover", "retain", "plan", "compact")
+STEP = "run"
 EXIT_OK, EXIT_PARTIAL = 0, 4
 FINAL = {1: "bad input", 2: "bad usage or configuration", 5: "everything attempted failed"}
+TIMEOUT = timedelta(hours=float(os.environ.get("KCOMPACT_TIMEOUT_HOURS", "6")))
 
 
 def _setting(params, name: str, default):
@@ -68,7 +72,7 @@ def _setting(params, name: str, default):
 
 
 def step_script(step: str, params, dag_run) -> str:
-    """The bash script of one step: run it, name its report, let 0 and 4 succeed, and end with
+    """The bash script of the night: run it, name its report, let 0 and 4 succeed, and end with
     the line ``STEP EXIT_CODE REPORT`` that ``step_result`` turns into the task's XCom."""
     when = dag_run.data_interval_end or dag_run.run_after  # a run triggered without a logical date has no interval
     log_dirs = _setting(params, "log_dirs", [])
@@ -78,14 +82,12 @@ def step_script(step: str, params, dag_run) -> str:
     report_dir = _setting(params, "report_dir", os.path.join(home, "kcompact-reports"))
     run_dir = f"{report_dir.rstrip('/')}/{when.astimezone(timezone.utc):%Y%m%dT%H%M%SZ}"
     report = shlex.quote(f"{run_dir}/{step}.json")
-    args = [*log_dirs]
-    if step != "recover":  # recover needs no clock and takes no configuration
-        now_ms = calendar.timegm(when.utctimetuple()) * 1000 + when.microsecond // 1000
-        args += ["--now", str(now_ms), *_setting(params, "extra_args", [])]
+    now_ms = calendar.timegm(when.utctimetuple()) * 1000 + when.microsecond // 1000
+    args = [*log_dirs, "--now", str(now_ms), *_setting(params, "extra_args", [])]
     command = Variable.get("kcompact_command", default="kcompact {step}").replace("{step}", step)
     return "\n".join([
         *([] if "://" in run_dir else [f"mkdir -p -- {shlex.quote(run_dir)}"]),
-        f"{command} {shlex.join(args)} {'--output' if step == 'plan' else '--report'} {report}",
+        f"{command} {shlex.join(args)} --report {report}",
         "rc=$?",
         f'echo "kcompact {step}: exit code $rc, report" {report}',
         f"case $rc in {EXIT_OK}|{EXIT_PARTIAL}) ;; *) exit $rc ;; esac",
@@ -94,19 +96,23 @@ def step_script(step: str, params, dag_run) -> str:
 
 
 def step_result(last_line: str) -> dict:
-    """The XCom of a step that succeeded, from its last line; a partial success is logged as a warning."""
+    """The XCom of a night that succeeded, from its last line; a partial success is logged as a warning."""
     step, code, report = last_line.split(" ", 2)
     status = "partial" if int(code) == EXIT_PARTIAL else "done"
     if status == "partial":
-        log.warning("kcompact %s: partial success (exit %s): some partitions failed or a log dir was in use, see %s", step, code, report)
+        log.warning("kcompact %s: partial success (exit %s): some partitions failed or are held back until fixed, "
+                    "see %s", step, code, report)
     return {"step": step, "exit_code": int(code), "status": status, "report": report}
 
 
 class ExitCodePolicy(RetryPolicy):
-    """Fail at once on kcompact's verdicts (1, 2, 5), which a retry would repeat; retry the rest
-    (3, a kill by signal, a failure before the command ran) as the task's ``retries`` allow."""
+    """Fail at once on kcompact's verdicts (1, 2, 5), which a retry would repeat, and on a timeout,
+    which would only hold back the next nights; retry the rest (3, a kill by signal, a failure before
+    the command ran) as the task's ``retries`` allow."""
 
     def evaluate(self, exception, try_number, max_tries, context=None) -> RetryDecision:
+        if isinstance(exception, AirflowTaskTimeout):
+            return RetryDecision.fail(f"the night took longer than {TIMEOUT}; the next run starts afresh")
         found = re.search(r"exit code (\d+)", str(exception))
         code = int(found.group(1)) if found else None
         if code in FINAL:
@@ -116,7 +122,7 @@ class ExitCodePolicy(RetryPolicy):
 
 with DAG(
     dag_id="kcompact_nightly",
-    description="Kafka log dirs: recover interrupted swaps, apply retention, plan, compact",
+    description="Kafka log dirs: recover, apply retention, plan and compact, in one kcompact run",
     doc_md=__doc__,
     schedule="@daily",
     start_date=datetime(2024, 1, 1, tzinfo=timezone.utc),
@@ -126,22 +132,20 @@ with DAG(
         "log_dirs": Param(None, type=["null", "array"], items={"type": "string"},
                           description="log dirs (local or s3://); default: the kcompact_log_dirs Variable"),
         "report_dir": Param(None, type=["null", "string"],
-                            description="reports go to REPORT_DIR/<interval end>/<step>.json; "
+                            description="the report goes to REPORT_DIR/<interval end>/run.json (and run.html); "
                                         "default: the kcompact_report_dir Variable, else $AIRFLOW_HOME/kcompact-reports"),
         "extra_args": Param(None, type=["null", "array"], items={"type": "string"},
-                            description="arguments for retain, plan and compact (--config, --topic-config, "
-                                        "--broker-config); default: the kcompact_extra_args Variable"),
+                            description="more arguments for kcompact run (--config, --topic-config, --broker-config, "
+                                        "--max-partitions...); default: the kcompact_extra_args Variable"),
     },
     user_defined_macros={"step_script": step_script},
-    default_args={"retries": 2, "retry_delay": timedelta(minutes=5), "retry_policy": ExitCodePolicy()},
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=5), "retry_policy": ExitCodePolicy(),
+                  "execution_timeout": TIMEOUT},
     tags=["kcompact", "kafka"],
 ) as dag:
-    chain(*(
-        BashOperator(
-            task_id=step,
-            bash_command=f"{{{{ step_script('{step}', params, dag_run) }}}}",
-            skip_on_exit_code=None,  # no exit code of ours means "skipped"
-            output_processor=step_result,
-        )
-        for step in STEPS
-    ))
+    BashOperator(
+        task_id=STEP,
+        bash_command=f"{{{{ step_script('{STEP}', params, dag_run) }}}}",
+        skip_on_exit_code=None,  # no exit code of ours means "skipped"
+        output_processor=step_result,
+    )

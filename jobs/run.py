@@ -18,10 +18,13 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import pyarrow as pa
 
 import storage
 from compaction.report import Report
+from conf.units import UNIT_NOTE
 from operations.recover import RecoveryReport
 from operations.retention import RetentionReport
 
@@ -33,6 +36,8 @@ class NightlyReport:
     recovery: RecoveryReport | None  # None on a dry run: recovery writes
     retention: RetentionReport
     compaction: Report
+    plan: pa.Table  # the compaction plan, as retention left the log dirs
+    run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
 
     @property
     def failed(self) -> int:
@@ -44,20 +49,27 @@ class NightlyReport:
         totals = self.compaction.totals()
         return self.retention.attempted + totals["partitions"] - totals["skipped"]
 
+    @property
+    def blocked(self) -> int:
+        """Partitions bad input or an uncleanable state kept from retention or compaction (once each)."""
+        return len({p.path for p in self.retention.blocked} | {b["path"] for b in self.compaction.blocked()})
+
     def text(self) -> str:
-        recovery = f"{self.recovery.text()}\n" if self.recovery else ""
-        return f"{recovery}{self.retention.text()}\n{self.compaction.text()}"
+        """The compaction's summary: recovery's and retention's went to the console as each ended."""
+        return self.compaction.text()
 
     def to_json(self) -> dict:
-        return {"now": self.now, "dry_run": self.dry_run,
+        return {"run": self.run, "now": self.now, "dry_run": self.dry_run, "units": UNIT_NOTE,
                 "recovery": self.recovery.to_json() if self.recovery else None,
                 "retention": self.retention.to_json(), "compaction": self.compaction.to_json()}
 
 
 def nightly(spark, paths, conf=None, now: int | None = None, dry_run: bool = False,
             max_partitions: int | None = None, progress=print, lease_ms: int | None = None) -> NightlyReport:
+    """The steps in order, each step's summary on ``progress`` as it ends."""
     from compaction import job
     from compaction.leases import LeaseKeeper
+    from operations import last_run
     from operations.states import LEASE_MS
     from operations.recover import recover_log_dirs
     from planner.build import build_config, plan
@@ -65,23 +77,34 @@ def nightly(spark, paths, conf=None, now: int | None = None, dry_run: bool = Fal
     now = int(time.time() * 1000) if now is None else now
     conf = build_config(paths, conf)  # one configuration and one clock for every step
     # 0. recovery, before anything reads the log dirs
-    recovery = None if dry_run else recover_log_dirs(paths, progress=progress)
+    recovery = None
+    if not dry_run:
+        recovery = recover_log_dirs(paths, progress=progress)
+        progress(recovery.text())
     # 1. retention
-    retention = retain(spark, paths, conf=conf, now=now, dry_run=dry_run, progress=progress)
+    retention, _ = retain(spark, paths, conf=conf, now=now, dry_run=dry_run, progress=progress)
+    progress(retention.text())
     # 2. plan, on the log as retention left it
     ready = time.monotonic()
+    previous = {path: last_run.read(path) for path in paths}
+    began = int(time.time() * 1000)
     progress("compaction: planning")
     table = plan(spark, paths, conf=conf, now=now, top=max_partitions).toArrow()
     # 3. compaction
     compaction = job.run(spark, table, now=now, dry_run=dry_run, progress=progress, ready=ready,
-                         leases=LeaseKeeper(lease_ms=lease_ms or LEASE_MS))
-    return NightlyReport(now, dry_run, recovery, retention, compaction.report)
+                         leases=LeaseKeeper(lease_ms=lease_ms or LEASE_MS)).report
+    compaction.previous_runs, compaction.began_choosing_ms = previous, began
+    if not dry_run:
+        for path in paths:
+            last_run.write(path, began)
+    return NightlyReport(now, dry_run, recovery, retention, compaction, table)
 
 
 def retain(spark, paths: Sequence[str], conf=None, now: int | None = None, dry_run: bool = False,
-           progress: Callable[[str], None] = print) -> RetentionReport:
+           progress: Callable[[str], None] = print) -> tuple[RetentionReport, pa.Table]:
     """Plan retention for every partition under ``paths`` (on Spark), then delete (driver), holding
-    each log dir's ``.lock`` throughout (``storage.LogDirBusy`` when another process has one)."""
+    each log dir's ``.lock`` throughout (``storage.LogDirBusy`` when another process has one).
+    Returns the report and the plan it followed."""
     from operations.retention import execute
     from planner.build import plan
 
@@ -94,7 +117,7 @@ def retain(spark, paths: Sequence[str], conf=None, now: int | None = None, dry_r
         table = plan(spark, paths, conf=conf, now=now, retention_only=True).toArrow()
         report = execute(table, now=now, dry_run=dry_run, progress=progress)
     report.seconds = time.monotonic() - started
-    return report
+    return report, table
 
 
 if __name__ == "__main__":

@@ -1,38 +1,156 @@
 """The SparkSession every job uses: the one spark-submit configured, else local Spark.
 
-Executors must run the Python that has this project installed, so
-PYSPARK_PYTHON defaults to the interpreter running the driver.
+Executors must run the Python that has this project installed, so PYSPARK_PYTHON defaults to
+the interpreter running the driver. Embedded local Spark is sized by ``Sizing`` (the command
+line's ``--cores``, ``--driver-memory``, ``--spark-conf``, ``--spark-ui``, or the environment's
+``KCOMPACT_CORES``, ``KCOMPACT_DRIVER_MEMORY``, ``KCOMPACT_SPARK_CONF``); under spark-submit,
+spark-submit's own options do that. The JVM's own output (its start-up warnings, Spark's log)
+goes to a file unless ``verbose``, so the console shows only what kcompact says; Ctrl-C is noted
+(``interrupted``) before Spark cancels its jobs, so the command line can say "interrupted"
+rather than report the cancelled job's Java error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from jobs import cds
 
 LOG4J = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
+_INTERRUPTED = threading.Event()
+_LOG: list[str] = []  # the file this process's JVM writes to, once it started one
 
 
-def session(app_name: str):
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    """Embedded local Spark's size and settings; None: the environment's, else Spark's default."""
+
+    cores: int | None = None
+    driver_memory: str | None = None
+    conf: tuple[tuple[str, str], ...] = ()
+    ui: bool = False
+    verbose: bool = False  # the JVM's output on the console rather than in ``log_path()``
+
+    @classmethod
+    def from_env(cls, cores: int | None = None, driver_memory: str | None = None,
+                 conf: tuple[tuple[str, str], ...] = (), ui: bool = False, verbose: bool = False) -> Sizing:
+        """The command line's values, each missing one from the environment."""
+        if cores is None and os.environ.get("KCOMPACT_CORES"):
+            cores = int(os.environ["KCOMPACT_CORES"])
+        driver_memory = driver_memory or os.environ.get("KCOMPACT_DRIVER_MEMORY") or None
+        env_conf = tuple(parse_conf(item) for item in os.environ.get("KCOMPACT_SPARK_CONF", "").split())
+        return cls(cores, driver_memory, env_conf + tuple(conf), ui, verbose)
+
+
+def parse_conf(item: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of a Spark setting (``--spark-conf``, ``KCOMPACT_SPARK_CONF``)."""
+    key, eq, value = item.partition("=")
+    if not eq or not key.startswith("spark."):
+        raise ValueError(f"{item!r} is not a Spark setting KEY=VALUE (keys start with 'spark.')")
+    return key, value
+
+
+def log_path() -> str:
+    """Where the embedded JVM writes its output unless verbose: one file per kcompact process."""
+    return os.environ.get("KCOMPACT_SPARK_LOG") or os.path.join(tempfile.gettempdir(), f"kcompact-spark-{os.getpid()}.log")
+
+
+def session(app_name: str, sizing: Sizing | None = None):
+    sizing = sizing or Sizing.from_env()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
+    starts_jvm = SparkContext._active_spark_context is None
     # spark-submit starts the driver with its gateway port set (and always a master); a
     # SparkConf read before the gateway exists would see none of spark-submit's settings
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit: embedded local Spark
+    embedded = "PYSPARK_GATEWAY_PORT" not in os.environ
+    if embedded:  # not under spark-submit: embedded local Spark
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = (builder.master("local[*]")
+        builder = (builder.master(f"local[{sizing.cores or '*'}]")
                    # C1 only: a command's JVM lives seconds, and C2's compilations cost more CPU
                    # than they win back (bench-compact: JVM CPU 22.7 -> 13.7 s, whole run 22.9 -> 20.2 s)
                    .config("spark.driver.extraJavaOptions",
                            f"-Dlog4j2.configurationFile={LOG4J.as_uri()} -XX:TieredStopAtLevel=1 {cds.java_options()}")
+                   .config("spark.ui.enabled", str(sizing.ui).lower())
                    .config("spark.ui.showConsoleProgress", "false")
                    .config("spark.sql.debug.maxToStringFields", "200")
-                   .config("spark.sql.shuffle.partitions", str(max(2, (os.cpu_count() or 2) * 2))))
-    spark = builder.getOrCreate()
+                   .config("spark.sql.shuffle.partitions", str(max(2, (sizing.cores or os.cpu_count() or 2) * 2))))
+        if sizing.driver_memory:
+            builder = builder.config("spark.driver.memory", sizing.driver_memory)
+        for key, value in sizing.conf:
+            builder = builder.config(key, value)
+    redirect = not sizing.verbose and embedded and starts_jvm
+    with _jvm_output(log_path() if redirect else None):
+        spark = builder.getOrCreate()
+    if redirect:
+        _LOG.append(log_path())
     spark.sparkContext.setLogLevel(os.environ.get("KCOMPACT_SPARK_LOG_LEVEL", "WARN"))
+    _note_interrupts()
     return spark
+
+
+@contextlib.contextmanager
+def _jvm_output(path: str | None) -> Iterator[None]:
+    """While the JVM starts, this process's stderr is ``path``: the JVM inherits it for its life
+    (its start-up warnings, Spark's log, the Python workers' output), this process gets its own back."""
+    if path is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _note_interrupts() -> None:
+    """Note a Ctrl-C before Spark's own handler (which cancels every job) runs."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if getattr(previous, "notes_interrupts", False):
+        return
+
+    def handler(signum, frame):
+        _INTERRUPTED.set()
+        if callable(previous):
+            previous(signum, frame)
+        raise KeyboardInterrupt
+
+    handler.notes_interrupts = True
+    signal.signal(signal.SIGINT, handler)
+
+
+def started_jvm() -> bool:
+    """This process started an embedded JVM whose output went to ``log_path()``."""
+    return bool(_LOG)
+
+
+def close_log(keep: bool) -> None:
+    """At the end of a command: the JVM's log kept when the command failed (the error names it), else
+    removed, unless KCOMPACT_SPARK_LOG asked for it."""
+    if _LOG and not keep and not os.environ.get("KCOMPACT_SPARK_LOG"):
+        with contextlib.suppress(OSError):
+            os.remove(_LOG[0])
+
+
+def interrupted() -> bool:
+    """A Ctrl-C reached this process since its Spark session started."""
+    return _INTERRUPTED.is_set()

@@ -15,6 +15,16 @@ rebuilt from the ``.log`` (LogSegment.recover's entries: one chunk per batch). A
 ``.timeindex`` beside a sound ``.index`` is left to the broker, which creates it empty on load;
 our readers fall back to the segment's modification time, as the broker then does.
 
+With ``torn_tails`` (``kcompact recover``), what a broker does after an unclean shutdown too:
+it validates the batches from its recovery point on, so always those of the active segment, and
+truncates the segment at the first invalid one (LogSegment.recover), then rebuilds its indexes.
+We truncate only a torn tail (``readers.segment.torn_tail``: nothing valid after the first
+invalid entry), which is what a crash mid-append leaves; a bad batch with valid ones after it,
+or one in a closed segment, is corruption: reported, never cut (the broker would delete what
+follows it). The ``.txnindex`` keeps the aborted transactions whose ABORT marker is still in the
+log. Producer snapshots and the leader-epoch checkpoint beyond the new log end are the broker's
+own, and it trims them when it loads the log.
+
 ``plan_recovery`` is the pure decision (file names in, actions out); ``recover_partition``
 applies it through ``storage``, each step made durable before the next.
 """
@@ -31,14 +41,14 @@ import storage
 from readers import commits, indexes
 from readers.errors import FormatError
 from readers.logdir import segment_name
-from readers.segment import iter_batches
+from readers.segment import iter_batches, torn_tail
 from operations import s3commit
 from writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentWriter
 
 SWAP, CLEANED, DELETED = ".swap", ".cleaned", ".deleted"
 # What ``storage.write_atomic`` may leave at a log dir's root after a crash: our checkpoints'
 # and cleaning states' temp files.
-_ROOT_TEMP = re.compile(r"^(cleaner-offset-checkpoint|log-start-offset-checkpoint|kcompact-state\..+\.json)\.tmp$")
+_ROOT_TEMP = re.compile(r"^(cleaner-offset-checkpoint|log-start-offset-checkpoint|kcompact-state\..+\.json|kcompact-last-run\.json)\.tmp$")
 _OFFSET_PREFIX = re.compile(r"^(\d+)\.")
 
 
@@ -101,15 +111,18 @@ class PartitionRecovery:
     deleted: list[str] = field(default_factory=list)
     renamed: list[tuple[str, str]] = field(default_factory=list)
     indexes_rebuilt: list[str] = field(default_factory=list)
+    truncated: list[str] = field(default_factory=list)  # torn tails cut off active segments, as a broker does
     problems: list[str] = field(default_factory=list)
     generation: int | None = None  # object stores: the latest commit record's generation (0: none)
 
     @property
     def changed(self) -> bool:
-        return bool(self.deleted or self.renamed or self.indexes_rebuilt)
+        return bool(self.deleted or self.renamed or self.indexes_rebuilt or self.truncated)
 
     def summary(self) -> str:
         parts = [f"{len(self.deleted)} deleted", f"{len(self.renamed)} swaps completed"]
+        if self.truncated:
+            parts.append(f"truncated: {'; '.join(self.truncated)}")
         if self.indexes_rebuilt:
             parts.append(f"indexes rebuilt: {', '.join(self.indexes_rebuilt)}")
         if self.problems:
@@ -118,12 +131,13 @@ class PartitionRecovery:
 
 
 def recover_partition(partition_dir: str, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-                      indexes: bool = True) -> PartitionRecovery:
+                      indexes: bool = True, torn_tails: bool = False) -> PartitionRecovery:
     """Apply the broker's load-time recovery to one partition dir (idempotent: a second run, or
     a run after a crash of this one, finds less to do and ends in the same files). On an object
     store, first the commit protocol's (``operations.s3commit``): the caller holds the partition's
     lease, or no job can take it. ``indexes=False`` leaves the index check out: it reads every
-    segment's index files, work for ``recover_log_dirs``, not for a job's check of each partition."""
+    segment's index files, work for ``recover_log_dirs``, not for a job's check of each partition.
+    ``torn_tails``: truncate a torn tail of the active segment, as a broker recovering from a crash."""
     out = PartitionRecovery(partition_dir)
     files, _ = storage.list_dir(partition_dir)
     for f in files:  # an index rebuild of ours cut short (write_atomic's temp file)
@@ -149,13 +163,17 @@ def recover_partition(partition_dir: str, index_interval_bytes: int = DEFAULT_IN
         out.renamed = actions.rename
         files, _ = storage.list_dir(partition_dir)
         names = [posixpath.basename(f.path) for f in files]
-    if not indexes:
+    logs = sorted((n for n in names if n.endswith(".log") and _offset(n) is not None), key=_offset)
+    cut = None
+    if torn_tails and logs:
+        cut = _truncate_torn_tail(partition_dir, _offset(logs[-1]), out)
+    if not indexes and cut is None:
         return out
     sizes = {posixpath.basename(f.path): f.size for f in files}
-    for name in sorted(n for n in names if n.endswith(".log") and _offset(n) is not None):
+    for name in logs if indexes else logs[-1:]:
         base = _offset(name)
         try:
-            rebuilt = _repair_indexes(partition_dir, base, sizes, index_interval_bytes)
+            rebuilt = _repair_indexes(partition_dir, base, sizes, index_interval_bytes, force=base == cut)
         except FormatError as exc:  # a corrupt .log: reported by verify and the job, not guessed at here
             out.problems.append(str(exc))
             continue
@@ -178,11 +196,37 @@ def _index_broken(path: str, data: bytes, parse, entry_size: int) -> bool:
     return entries[-1].relative_offset < 0
 
 
-def _repair_indexes(partition_dir: str, base: int, sizes: dict[str, int], interval: int) -> list[str]:
+def _truncate_torn_tail(partition_dir: str, base: int, out: PartitionRecovery) -> int | None:
+    """Cut the active segment (base offset ``base``) at its torn tail, if it has one, and keep its
+    ``.txnindex`` to the transactions still in the log; the base offset when it was cut."""
+    log_path = storage.join(partition_dir, segment_name(base, "log"))
+    with storage.open_read(log_path) as f:
+        tail = torn_tail(f, log_path)
+        if tail is None:
+            return None
+        log_end = base
+        for batch in iter_batches(f, log_path, end=tail.position):
+            log_end = batch.next_offset
+    size = storage.info(log_path).size
+    storage.truncate(log_path, tail.position)
+    out.truncated.append(f"{segment_name(base, 'log')}: {size - tail.position} bytes from byte {tail.position} "
+                         f"({tail.what}); the log now ends at offset {log_end}")
+    txn_path = storage.join(partition_dir, segment_name(base, "txnindex"))
+    if storage.exists(txn_path):
+        data = storage.read_bytes(txn_path)
+        kept = [t for t in indexes.parse_txn_index(txn_path, data) if t.last_offset < log_end]
+        if len(kept) * indexes.TXN_ENTRY.size != len(data):
+            storage.write_atomic(txn_path, data[:len(kept) * indexes.TXN_ENTRY.size])
+            out.truncated.append(f"{segment_name(base, 'txnindex')}: aborted transactions past offset {log_end} dropped")
+    return base
+
+
+def _repair_indexes(partition_dir: str, base: int, sizes: dict[str, int], interval: int,
+                    force: bool = False) -> list[str]:
     index, timeindex = segment_name(base, "index"), segment_name(base, "timeindex")
     index_path, time_path = storage.join(partition_dir, index), storage.join(partition_dir, timeindex)
-    broken = index not in sizes or _index_broken(index_path, storage.read_bytes(index_path),
-                                                  indexes.parse_offset_index, 8)
+    broken = force or index not in sizes or _index_broken(index_path, storage.read_bytes(index_path),
+                                                           indexes.parse_offset_index, 8)
     if not broken and timeindex in sizes:
         broken = _index_broken(time_path, storage.read_bytes(time_path), indexes.parse_time_index, 12)
     if not broken:
@@ -235,7 +279,8 @@ class RecoveryReport:
         return sum(1 for p in self.partitions if p.problems) + len(self.skipped)
 
     def text(self) -> str:
-        lines = [p.summary() for p in self.partitions if p.changed or p.problems]
+        """Problems and skips, then the counts (each recovered partition was said as it happened)."""
+        lines = [p.summary() for p in self.partitions if p.problems]
         lines += [f"{path}: skipped: {why}" for path, why in self.skipped.items()]
         lines += [f"{path}: removed (interrupted atomic write)" for path in self.temp_files]
         changed = sum(p.changed for p in self.partitions)
@@ -248,14 +293,14 @@ class RecoveryReport:
                 "checked": len(self.partitions), "skipped": self.skipped, "temp_files": self.temp_files}
 
 
-def recover_log_dirs(paths: Iterable[str], progress=print) -> RecoveryReport:
+def recover_log_dirs(paths: Iterable[str], progress=print, torn_tails: bool = False) -> RecoveryReport:
     """Recover every partition of the log dirs, holding their ``.lock`` (re-entrant: usually the
     caller's), except one a live job is working on: its swap is not interrupted, it is under way.
     A log dir another process locks is skipped with the holder named. A job holds a local
     log dir's ``.lock`` for as long as it runs, so a lease found there is a dead job's (killed,
     say): its partition is recovered and the lease given back, as if it had expired. On an object
     store a partition with a commit to finish or staged files to delete is recovered under a lease
-    of its own, so no job commits to it meanwhile."""
+    of its own, so no job commits to it meanwhile. ``torn_tails``: see ``recover_partition``."""
     import uuid
 
     report = RecoveryReport()
@@ -267,11 +312,11 @@ def recover_log_dirs(paths: Iterable[str], progress=print) -> RecoveryReport:
             except storage.LogDirBusy as exc:
                 report.skipped[log_dir] = str(exc)
                 continue
-            _recover_log_dir(log_dir, owner, report, progress)
+            _recover_log_dir(log_dir, owner, report, progress, torn_tails)
     return report
 
 
-def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress) -> None:
+def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress, torn_tails: bool) -> None:
     from operations import states
     from readers.logdir import scan_log_dir
 
@@ -289,11 +334,11 @@ def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress)
                 report.skipped[part.path] = lease
                 continue
             try:
-                done = recover_partition(part.path)
+                done = recover_partition(part.path, torn_tails=torn_tails)
             finally:
                 states.release(lease)
         else:
-            done = recover_partition(part.path)
+            done = recover_partition(part.path, torn_tails=torn_tails)
             if leased:  # after the files: a crash in between leaves the lease for the next recovery
                 states.release(states.Lease(part.path, state, version))
         if done.changed:

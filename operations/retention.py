@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 import pyarrow as pa
 
 import storage
+from conf.units import MB, UNIT_NOTE
 from operations import states
 from readers import checkpoint
 from readers.errors import FormatError
@@ -89,7 +90,7 @@ class PartitionRetention:
 
     def summary(self, dry_run: bool) -> str:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in self.reasons.items())
-        what = f"{len(self.segments)} segments ({self.bytes_deleted / 1e6:.2f} MB)"
+        what = f"{len(self.segments)} segment{'' if len(self.segments) == 1 else 's'} ({self.bytes_deleted / MB:.2f} MB)"
         if self.error:
             return f"{self.name}: NOT deleted ({what} due): {self.error}"
         if self.skipped:
@@ -107,6 +108,7 @@ class RetentionReport:
     partitions: list[PartitionRetention] = field(default_factory=list)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
 
     def totals(self) -> dict:
         due = [p for p in self.partitions if not p.skipped and not p.error]
@@ -122,17 +124,26 @@ class RetentionReport:
     def attempted(self) -> int:
         return sum(1 for p in self.partitions if not p.skipped)
 
+    @property
+    def blocked(self) -> list[PartitionRetention]:
+        """Partitions with segments due (or unknown) that bad input or an uncleanable state held back:
+        work this run could not do until someone fixes them."""
+        return [p for p in self.partitions if (p.skipped or "").startswith(("bad input", "uncleanable"))]
+
     def text(self) -> str:
-        lines = [p.summary(self.dry_run) for p in self.partitions]
+        """Every partition's line but those ``execute`` printed as it deleted them, then the totals."""
+        lines = [p.summary(self.dry_run) for p in self.partitions if not p.deleted or p.error]
         t = self.totals()
         verb = "to delete" if self.dry_run else "deleted"
-        lines.append(f"retention: {t['partitions']} partitions ({t['skipped']} skipped, {t['failed']} failed); "
-                     f"{t['segments']} segments, {t['bytes'] / 1e6:.2f} MB {verb} in {t['seconds']:.1f} s")
+        lines.append(f"retention: {t['partitions']} partition{'' if t['partitions'] == 1 else 's'} "
+                     f"({t['skipped']} skipped, {t['failed']} failed); "
+                     f"{t['segments']} segments, {t['bytes'] / MB:.2f} MB {verb} in {t['seconds']:.1f} s")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
     def to_json(self) -> dict:
-        return {"now": self.now, "dry_run": self.dry_run, "totals": self.totals(), "notes": self.notes,
+        return {"run": self.run, "now": self.now, "dry_run": self.dry_run, "units": UNIT_NOTE,
+                "totals": self.totals(), "notes": self.notes,
                 "partitions": [asdict(p) | {"reasons": p.reasons} for p in self.partitions]}
 
 
@@ -162,7 +173,7 @@ def execute(plan: pa.Table, now: int, dry_run: bool = False,
             if entry.skipped is None:
                 entry.deleted = True
                 done.append(entry)
-                progress(f"  deleted {len(entry.segments)} segments of {entry.name}: log start {entry.new_log_start}")
+                progress(f"  {entry.summary(dry_run)}")
         if done and local:  # an object store's commit records moved them already
             try:
                 _move_checkpoints(log_dir, {(p.topic, p.partition): p.new_log_start for p in done})

@@ -33,6 +33,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
 
 import storage
 from readers.errors import FormatError
@@ -45,6 +46,13 @@ _FILE = re.compile(r"^kcompact-state\.(?P<topic>.+)-(?P<partition>\d+)\.json$")
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+def utc(ms: int | None) -> str:
+    """A wall-clock time in ms as people read it."""
+    if ms is None:
+        return "an unknown time"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +78,7 @@ class CleaningState:
     def lease_end(self) -> str:
         if self.heartbeat_ms is None:
             return "no heartbeat recorded"
-        return f"lease valid until {self.heartbeat_ms + (self.lease_ms or LEASE_MS)} ms"
+        return f"lease valid until {utc(self.heartbeat_ms + (self.lease_ms or LEASE_MS))}"
 
     @property
     def holder(self) -> str:

@@ -52,6 +52,7 @@ PLAN_SCHEMA = pa.schema([
     ("segments", pa.list_(SEGMENT_TYPE)), ("problems", pa.list_(pa.string())),
     ("retention_deletes", pa.list_(RETENTION_DELETE)), ("retention_log_start", pa.int64()),
     ("retention_bytes_deleted", pa.int64()), ("retention_skip_reason", pa.string()),
+    ("notes", pa.list_(pa.string())),
 ])
 TASK_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("log_dir", pa.string()), ("path", pa.string()),
@@ -160,7 +161,7 @@ def plan_task(task: Task, now: int, retention_only: bool = False) -> dict:
     row.update(_retention(facts, values, state, now))
     if facts.segments:
         row.update(log_start_offset=facts.log_start, active_base_offset=facts.segments[-1].base_offset)
-    row["problems"] = facts.problems
+    row["problems"], row["notes"] = facts.problems, facts.notes
     row["segments"] = [
         {"base_offset": s.base_offset, "size": s.size, "mtime_ms": s.mtime_ms,
          "largest_timestamp": s.largest_timestamp, "first_batch_timestamp": s.first_batch_timestamp}
@@ -190,7 +191,7 @@ def plan_task(task: Task, now: int, retention_only: bool = False) -> dict:
         if decision.total_bytes == 0:
             row["skip_reason"] = "empty"
         elif not decision.cleanable:
-            row["skip_reason"] = (f"below ratio: {decision.cleanable_ratio:.3f} <= "
+            row["skip_reason"] = (f"below ratio: {rules.ratio_text(decision.cleanable_ratio, values['min.cleanable.dirty.ratio'])} <= "
                                   f"min.cleanable.dirty.ratio {values['min.cleanable.dirty.ratio']}")
     return row
 

@@ -8,6 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import storage
+from conf.units import MB, UNIT_NOTE
+from planner.rules import ratio_text
 
 TABLE_COLUMNS = ("rank", "partition", "ratio", "dirty MB", "total MB", "dirty range", "bound", "decision")
 
@@ -21,7 +23,9 @@ def describe(table: pa.Table) -> str:
     selected = sum(1 for r in table.column("selected").to_pylist() if r)
     dirty = sum(b or 0 for b, s in zip(table.column("cleanable_bytes").to_pylist(),
                                        table.column("selected").to_pylist()) if s)
-    lines.append(f"{table.num_rows} partitions, {selected} selected, {dirty / 1e6:.1f} MB to clean")
+    lines.append(f"{table.num_rows} partition{'' if table.num_rows == 1 else 's'}, {selected} selected, "
+                 f"{dirty / MB:.1f} MB to clean; {UNIT_NOTE}")
+    lines += [f"note: {note}" for notes in table.column("notes").to_pylist() for note in notes or []]
     return "\n".join(lines)
 
 
@@ -39,7 +43,7 @@ def describe_retention(table: pa.Table) -> str:
     out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in lines]
     due = [r for r in rows if r["retention_skip_reason"] is None]
     segments = sum(len(r["retention_deletes"]) for r in due)
-    mb = sum(r["retention_bytes_deleted"] or 0 for r in due) / 1e6
+    mb = sum(r["retention_bytes_deleted"] or 0 for r in due) / MB
     out.append(f"{len(due)} partitions with {segments} segments ({mb:.1f} MB) to delete, "
                f"{len(rows) - len(due)} skipped")
     return "\n".join(out)
@@ -55,15 +59,15 @@ def _retention_line(r: dict) -> list[str]:
     if r["retention_skip_reason"] is not None:
         reasons = f"skip: {r['retention_skip_reason']}" + (f" [due: {reasons}]" if reasons else "")
     start = "" if r["retention_log_start"] is None else str(r["retention_log_start"])
-    mb = f"{(r['retention_bytes_deleted'] or 0) / 1e6:.2f}" if deletes else ""
+    mb = f"{(r['retention_bytes_deleted'] or 0) / MB:.2f}" if deletes else ""
     return [name, str(len(deletes)) if deletes else "", mb, start, reasons]
 
 
 def _line(r: dict) -> list[str]:
     name = f"{r['topic']}-{r['partition']}" if r["topic"] is not None else r["path"]
-    ratio = "" if r["cleanable_ratio"] is None else f"{r['cleanable_ratio']:.3f}"
-    dirty = "" if r["cleanable_bytes"] is None else f"{r['cleanable_bytes'] / 1e6:.2f}"
-    total = "" if r["total_bytes"] is None else f"{r['total_bytes'] / 1e6:.2f}"
+    ratio = "" if r["cleanable_ratio"] is None else ratio_text(r["cleanable_ratio"], r["min_cleanable_ratio"])
+    dirty = "" if r["cleanable_bytes"] is None else f"{r['cleanable_bytes'] / MB:.2f}"
+    total = "" if r["total_bytes"] is None else f"{r['total_bytes'] / MB:.2f}"
     span = ("" if r["first_dirty_offset"] is None
             else f"[{r['first_dirty_offset']}, {r['first_uncleanable_dirty_offset']})")
     decision = "clean" if r["selected"] else f"skip: {r['skip_reason']}"
@@ -92,20 +96,37 @@ def to_json(table: pa.Table) -> list[dict]:
 
 
 def read(path: str) -> pa.Table:
-    """A plan written by ``write`` (the compaction job takes one with ``--plan``)."""
+    """A plan written by ``write`` (the compaction job takes one with ``--plan``); anything else is
+    a ValueError naming the file."""
+    not_a_plan = f"{path}: not a plan written by 'kcompact plan --output'"
     if path.endswith(".parquet"):
         fs, fs_path = storage.resolve(path)
-        return _complete(path, pq.read_table(fs_path, filesystem=fs))
-    if path.endswith(".json"):
+        try:
+            table = pq.read_table(fs_path, filesystem=fs)
+        except pa.ArrowException as exc:
+            raise ValueError(f"{not_a_plan} ({exc})") from None
+    elif path.endswith(".json"):
         from planner.build import PLAN_SCHEMA
 
-        rows = json.loads(storage.read_bytes(path))
+        try:
+            rows = json.loads(storage.read_bytes(path))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{not_a_plan} (not JSON: {exc})") from None
+        if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+            raise ValueError(f"{not_a_plan} (not a list of partitions)")
         for row in rows:
             for name in ("config", "config_sources"):
-                if row.get(name) is not None:
+                if isinstance(row.get(name), dict):
                     row[name] = list(row[name].items())
-        return _complete(path, pa.Table.from_pylist(rows, schema=PLAN_SCHEMA))
-    raise ValueError(f"{path}: a plan is read from .parquet or .json")
+        try:
+            table = pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise ValueError(f"{not_a_plan} ({exc})") from None
+    else:
+        raise ValueError(f"{path}: a plan is read from .parquet or .json")
+    if "log_dir" not in table.column_names or None in table.column("log_dir").to_pylist():
+        raise ValueError(f"{not_a_plan} (a partition without its log dir)")
+    return _complete(path, table)
 
 
 def _complete(path: str, table: pa.Table) -> pa.Table:

@@ -18,6 +18,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 import storage
+from conf.units import MB
+from planner.rules import ratio_text
 
 FIGSIZE = (14.0, 6.5)  # inches
 DPI = 100  # so the PNG is FIGSIZE * DPI pixels
@@ -25,7 +27,6 @@ TOP = 20
 BINS = [i / 20 for i in range(21)]  # 0.05-wide bins over [0, 1]
 SELECTED, SKIPPED = "#2b8a3e", "#adb5bd"
 THRESHOLDS = (("#c92a2a", "--"), ("#1864ab", ":"), ("#e67700", "-."), ("#862e9c", (0, (5, 2, 1, 2))))
-MB = 1e6
 _LABEL_CHARS = 32
 COLUMNS = ["topic", "partition", "cleanup_policy", "cleanable_ratio", "cleanable_bytes", "min_cleanable_ratio",
            "selected", "rank"]
@@ -118,10 +119,10 @@ def _top_bytes(ax, rows: list[dict]) -> None:
     ax.set_yticks(range(len(top)), [_label(r) for r in top], fontsize=9)
     for i, (row, size) in enumerate(zip(top, sizes)):
         note = f" #{row['rank']} selected" if row["selected"] else " skipped"
-        ax.text(size, i, f" {_mb(size)} MB, ratio {row['cleanable_ratio']:.2f},{note}", va="center", fontsize=8)
+        ax.text(size, i, f" {_mb(size)} MB, ratio {ratio_text(row['cleanable_ratio'], row['min_cleanable_ratio'])},{note}", va="center", fontsize=8)
     ax.set_xlim(0, max(sizes, default=0) * 1.6 or 1)  # room for the notes right of the bars
     ax.set_title(f"Top {len(top)} partitions by cleanable bytes (green: selected)")
-    ax.set_xlabel("cleanable bytes (MB)")
+    ax.set_xlabel("cleanable bytes (MB = 2^20 bytes)")
 
 
 def _mb(size: float) -> str:

@@ -43,6 +43,17 @@ class Decision:
         return self.clean_bytes + self.cleanable_bytes
 
 
+def ratio_text(ratio: float, threshold: float | None = None) -> str:
+    """A cleanable ratio to 3 decimals, with more where 3 would make it read as its threshold
+    (min.cleanable.dirty.ratio) when it is not: Kafka cleans when ratio > threshold, so 0.4996
+    must not read 0.500 beside "skipped"."""
+    for places in range(3, 10):
+        text = f"{ratio:.{places}f}"
+        if threshold is None or float(text) != threshold or ratio == threshold:
+            return text
+    return repr(ratio)
+
+
 def first_dirty_offset(checkpoint: int | None, log_start: int, log_end: int) -> tuple[int, str | None]:
     """The cleaner checkpoint, or the log start when it is missing or out of range (and why)."""
     if checkpoint is None:
@@ -155,19 +166,23 @@ class Candidate:
 
 
 def rank(candidates: Sequence[Candidate], top: int | None = None, max_bytes: int | None = None) -> dict[str, tuple[int, str | None]]:
-    """Rank by cleanable ratio, highest first (Kafka cleans the filthiest log first), then
-    apply the run's budgets: the first ``top`` partitions, and the longest prefix whose
-    cleanable bytes fit ``max_bytes``. Returns key -> (rank, budget skip reason or None)."""
+    """Rank by cleanable ratio, highest first (Kafka cleans the filthiest log first), then fill the
+    run's budgets greedily in rank order, as Kafka cleans the filthiest log it can: a partition is
+    selected while fewer than ``top`` are and its cleanable bytes fit in what ``max_bytes`` leaves;
+    one too large is passed over, and the partitions after it still get their turn, so one huge
+    partition cannot starve the others night after night. Returns key -> (rank, why it was left
+    out, or None)."""
     ordered = sorted(candidates, key=lambda c: (-c.cleanable_ratio, -c.cleanable_bytes, c.topic, c.partition))
-    out, used, full = {}, 0, False
+    out, used, chosen = {}, 0, 0
     for i, c in enumerate(ordered, start=1):
         reason = None
-        if top is not None and i > top:
-            reason = f"over budget: --top {top}"
-        elif max_bytes is not None and (full or used + c.cleanable_bytes > max_bytes):
-            full = True
-            reason = f"over budget: --max-bytes {max_bytes}"
+        if top is not None and chosen >= top:
+            reason = f"over budget: --top {top} (as many partitions ranked higher are selected)"
+        elif max_bytes is not None and used + c.cleanable_bytes > max_bytes:
+            reason = (f"over budget: --max-bytes {max_bytes} (its {c.cleanable_bytes} cleanable bytes do not fit "
+                      f"in the {max_bytes - used} left)")
         else:
             used += c.cleanable_bytes
+            chosen += 1
         out[c.key] = (i, reason)
     return out

@@ -24,7 +24,7 @@ from readers.batch import Batch
 from readers.errors import FormatError
 from readers.indexes import TIME_ENTRY, parse_time_index
 from readers.logdir import Partition, Segment, scan_partition
-from readers.segment import DEFAULT_CHUNK, iter_batches
+from readers.segment import DEFAULT_CHUNK, iter_batches, iter_to_torn_tail
 from planner.rules import SegmentFacts, dirty_non_active, first_dirty_offset
 
 _SNAPSHOT = re.compile(r"^(\d{20})\.snapshot$")
@@ -42,6 +42,7 @@ class PartitionFacts:
     last_stable: int = 0
     problems: list[str] = field(default_factory=list)
     retention_blockers: list[str] = field(default_factory=list)  # the problems that also stop retention
+    notes: list[str] = field(default_factory=list)  # what is worth saying but stops nothing (a torn tail)
 
 
 def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_start_checkpoint: int | None,
@@ -77,7 +78,7 @@ def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_st
                 facts.retention_blockers.append(str(exc))
     elif log_start_checkpoint is not None and log_start_checkpoint > part.segments[-1].base_offset:
         try:
-            facts.log_end, log_end_known = _log_end_from(part.segments[-1], facts.log_start), True
+            facts.log_end, log_end_known = _log_end_from(part.segments[-1], facts.log_start, facts.notes), True
         except FormatError as exc:  # the log start could not be checked against the log end
             facts.problems.append(str(exc))
             facts.retention_blockers.append(str(exc))
@@ -133,7 +134,7 @@ def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int
         if i + 1 < len(segments) and segments[i + 1].base_offset <= start_offset:
             continue
         with storage.open_read(seg.log.path) as f:
-            for n, batch in enumerate(iter_batches(f, seg.log.path, chunk_size=_chunk(seg.size))):
+            for n, batch in enumerate(_batches(f, seg, seg is segments[-1], facts.notes)):
                 if n == 0:
                     first_stamps[seg.base_offset] = batch.max_timestamp
                 if batch.last_offset < start_offset:
@@ -147,12 +148,22 @@ def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int
     return first_stamps
 
 
-def _log_end_from(active: Segment, at_least: int) -> int:
+def _batches(f, seg: Segment, active: bool, notes: list[str]):
+    """A segment's batches; the active one's up to a torn tail (what a crashed broker leaves: the log
+    ends before it, and ``kcompact recover`` truncates it as the broker does on load), noted."""
+    if not active:
+        return iter_batches(f, seg.log.path, chunk_size=_chunk(seg.size))
+    return iter_to_torn_tail(f, seg.log.path, chunk_size=_chunk(seg.size), on_torn=lambda tail: notes.append(
+        f"{tail}: a torn tail of the active segment, what a broker crash leaves (the log ends before it; "
+        f"'kcompact recover' truncates it as a restarting broker would)"))
+
+
+def _log_end_from(active: Segment, at_least: int, notes: list[str]) -> int:
     """The log end offset as far as needed: the active segment's batches are read until one ends
     at or beyond ``at_least`` (then the log end is not below it), else to the end of the segment."""
     log_end = active.base_offset
     with storage.open_read(active.log.path) as f:
-        for batch in iter_batches(f, active.log.path, chunk_size=_chunk(active.size)):
+        for batch in _batches(f, active, True, notes):
             log_end = batch.next_offset
             if log_end >= at_least:
                 break

@@ -131,6 +131,34 @@ def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] 
     return part
 
 
+ROOT_FILES = ("meta.properties", *CHECKPOINTS)
+EXPECTED = ("a Kafka log dir: a directory holding meta.properties, checkpoint files or "
+            "<topic>-<partition> directories of segments")
+
+
+def not_a_log_dir(path: str) -> str | None:
+    """Why ``path`` is not a Kafka log dir (None when it is one), checked before a command writes
+    anything there: an empty directory is an unmounted volume more often than a broker's new dir.
+    A directory counts when it holds a broker's root file, or a ``<topic>-<partition>``
+    directory with a segment in it."""
+    found = storage.kind(path)
+    if found is None:
+        return f"{storage.describe_error(FileNotFoundError(path), path)}; expected {EXPECTED}"
+    if found == "file":
+        return f"{path}: is a file; expected {EXPECTED}"
+    files, dirs = storage.list_dir(path)
+    if not files and not dirs:
+        return f"{path}: is empty (an unmounted volume?); expected {EXPECTED}"
+    if any(posixpath.basename(info.path) in ROOT_FILES for info in files):
+        return None
+    for sub in sorted(dirs):
+        if parse_partition_dir(posixpath.basename(sub.rstrip("/"))) is None:
+            continue
+        if any(_SEGMENT_FILE.match(posixpath.basename(info.path)) for info in storage.list_dir(sub)[0]):
+            return None
+    return f"{path}: holds neither Kafka checkpoint files nor partition directories; expected {EXPECTED}"
+
+
 def scan_log_dir(path: str) -> LogDir:
     path = path.rstrip("/")
     files, dirs = storage.list_dir(path)

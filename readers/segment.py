@@ -9,7 +9,7 @@ batch has been yielded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 import crc32c
@@ -126,6 +126,41 @@ def iter_batches(
         if strict and not _sound(batch):
             raise FormatError(path, pos, f"batch at offset {offset}: {'; '.join(problems(batch))}")
         yield batch
+
+
+def torn_tail(f: BinaryIO, path: str, start: int = 0, chunk_size: int = DEFAULT_CHUNK) -> FormatError | None:
+    """Where a segment's torn tail starts: its first invalid entry, when no valid batch follows it
+    (what a crash mid-append leaves at the end of a log, and what a broker's recovery truncates).
+    None when the segment is sound, or when a valid batch follows the invalid one: that is
+    corruption, not a torn write, and nothing may be cut. A framing fault (a torn batch or header,
+    zeros, an unknown magic) hides whatever follows it, so it counts as a tail, as the broker
+    counts it."""
+    first_bad = None
+    try:
+        for batch in iter_batches(f, path, start=start, chunk_size=chunk_size, strict=False):
+            if _sound(batch):
+                if first_bad is not None:
+                    return None
+            elif first_bad is None:
+                first_bad = FormatError(path, batch.position,
+                                        f"batch at offset {batch.base_offset_field}: {'; '.join(problems(batch))}")
+    except FormatError as exc:
+        return first_bad or exc
+    return first_bad
+
+
+def iter_to_torn_tail(f: BinaryIO, path: str, chunk_size: int = DEFAULT_CHUNK,
+                      on_torn: Callable[[FormatError], None] = lambda tail: None) -> Iterator[Batch]:
+    """``iter_batches`` (strict) of the segment a broker appends to, the active one: a torn tail
+    ends the iteration, passed to ``on_torn``, instead of raising, since a crashed broker leaves
+    one there and truncates it when it loads the log. Any other fault raises."""
+    try:
+        yield from iter_batches(f, path, chunk_size=chunk_size)
+    except FormatError as exc:
+        tail = torn_tail(f, path, start=exc.position or 0, chunk_size=chunk_size)
+        if tail is None or tail.position != exc.position:
+            raise exc from None
+        on_torn(tail)
 
 
 def _sound(batch: Batch) -> bool:

@@ -29,7 +29,7 @@ from readers.indexes import (
 )
 from readers.logdir import LogDir, Partition, Segment, scan_log_dir, segment_name
 from readers.records import Record
-from readers.segment import iter_batches, problems
+from readers.segment import iter_batches, problems, torn_tail
 
 MAX_RELATIVE_OFFSET = 0x7FFFFFFF  # index entries store offset - base offset as an int32
 LEFTOVER_MEANING = {
@@ -53,13 +53,15 @@ class SegmentSummary:
 def verify_log_dir(path: str) -> list[Problem]:
     logdir = scan_log_dir(path)
     found = list(logdir.problems)
+    ends: dict[tuple[str, int], tuple[int, int]] = {}
     for part in logdir.partitions:
-        found += check_partition(part)
-    found += check_checkpoints(logdir)
+        found += check_partition(part, ends)
+    found += check_checkpoints(logdir, ends)
     return found
 
 
-def check_partition(part: Partition) -> list[Problem]:
+def check_partition(part: Partition, ends: dict[tuple[str, int], tuple[int, int]] | None = None) -> list[Problem]:
+    """Every problem of one partition; ``ends`` gets its (first base offset, log end offset)."""
     found = list(part.problems)
     for info in part.leftovers:
         suffix = posixpath.splitext(info.path)[1]
@@ -69,10 +71,28 @@ def check_partition(part: Partition) -> list[Problem]:
         active = seg is part.active
         next_base = None if active else part.segments[i + 1].base_offset
         summary, seg_found = check_log(seg, prev_last, next_base)
-        found += seg_found
+        found += _torn_tail_said(seg, seg_found) if active and seg_found else seg_found
         found += check_indexes(part, seg, summary, active)
         prev_last = max(prev_last, summary.last_offset)
+    if ends is not None and part.segments:
+        # the log end: past the last batch read, and never below the active segment's base offset
+        ends[(part.topic, part.partition)] = (part.segments[0].base_offset,
+                                              max(prev_last + 1, part.segments[-1].base_offset))
     return found
+
+
+TORN_TAIL = ("a torn tail of the active segment, what a broker crash leaves: 'kcompact recover' truncates it "
+             "as a restarting broker would")
+
+
+def _torn_tail_said(seg: Segment, found: list[Problem]) -> list[Problem]:
+    """The active segment's problems, the one that starts a torn tail saying so (and the way out)."""
+    with storage.open_read(seg.log.path) as f:
+        tail = torn_tail(f, seg.log.path)
+    if tail is None:
+        return found
+    return [Problem(p.path, p.position, f"{p.what} ({TORN_TAIL})") if (p.path, p.position) == (tail.path, tail.position)
+            else p for p in found]
 
 
 # -- the .log -------------------------------------------------------------------------
@@ -253,14 +273,16 @@ def _outside(offset: int, summary: SegmentSummary) -> str:
 
 
 # -- checkpoints -------------------------------------------------------------------------
-def check_checkpoints(logdir: LogDir) -> list[Problem]:
-    """Each checkpoint parses; the cleaner's names only partitions that exist."""
+def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int]] | None = None) -> list[Problem]:
+    """Each checkpoint parses; the cleaner's names only partitions that exist, at an offset inside
+    their log: Kafka's cleaner takes an entry below the log start or past the log end for a log
+    truncated or rebuilt under it, and cleans the whole log again from its start."""
     live = {(p.topic, p.partition) for p in logdir.partitions}
-    found = []
+    found, parsed = [], {}
     for name, path in sorted(logdir.checkpoints.items()):
         text = storage.read_bytes(path)
         try:
-            entries = checkpoint.parse(path, text)
+            parsed[name] = checkpoint.parse(path, text)
         except FormatError as exc:
             found.append(Problem.of(exc))
             continue
@@ -268,7 +290,25 @@ def check_checkpoints(logdir: LogDir) -> list[Problem]:
             continue
         lines = _line_positions(text)
         found += [Problem(path, lines[key], f"entry for {key[0]}-{key[1]}, which has no partition directory")
-                  for key in entries if key not in live]
+                  for key in parsed[name] if key not in live]
+    if ends is None or checkpoint.CLEANER_OFFSET not in parsed:
+        return found
+    path = logdir.checkpoints[checkpoint.CLEANER_OFFSET]
+    lines = _line_positions(storage.read_bytes(path))
+    starts = parsed.get(checkpoint.LOG_START_OFFSET, {})
+    for key, offset in parsed[checkpoint.CLEANER_OFFSET].items():
+        if key not in ends:
+            continue
+        first, log_end = ends[key]
+        log_start = max(starts.get(key, first), first)
+        entry = f"entry {key[0]} {key[1]} {offset}"
+        span = f"{key[0]}-{key[1]} holds offsets [{log_start}, {log_end})"
+        if offset > log_end:
+            found.append(Problem(path, lines[key], f"{entry} is past the log end offset {log_end} ({span}); Kafka's "
+                                                   "cleaner ignores it and cleans the whole log from its start"))
+        elif offset < log_start:
+            found.append(Problem(path, lines[key], f"{entry} is below the log start offset {log_start} ({span}); "
+                                                   "Kafka's cleaner ignores it and cleans the whole log from its start"))
     return found
 
 

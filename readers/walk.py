@@ -171,7 +171,7 @@ def read_chunks(f: BinaryIO, path: str, start: int = 0, end: int | None = None, 
                 check: bool = True) -> Iterator[Chunk]:
     """The entries starting in [start, end) of the file (to its end by default), a chunk at a time.
     ``check``: verify every entry's CRC, codec and counts (``readers.segment.problems``), raising
-    ``FormatError`` at the first bad one, after the chunks before it. Two buffers take turns, so a
+    ``FormatError`` at the first bad one, after every entry before it. Two buffers take turns, so a
     chunk's bytes stay valid until the chunk after the next one is read: copy what you keep longer."""
     f.seek(start)
     buffers = [np.empty(chunk_size, np.uint8), np.empty(chunk_size, np.uint8)]
@@ -187,8 +187,11 @@ def read_chunks(f: BinaryIO, path: str, start: int = 0, end: int | None = None, 
             entries = entries[file_pos + entries[:, POSITION] < end]
         if len(entries):
             chunk = Chunk(path, buf, file_pos, entries)
-            if check:
-                _check(chunk)
+            bad = _first_problem(chunk) if check else None
+            if bad is not None:
+                if bad[0]:
+                    yield Chunk(path, buf, file_pos, entries[:bad[0]])
+                raise bad[1]
             yield chunk
         if past or (end is not None and file_pos + stop >= end) or (how == END and eof):
             return
@@ -208,8 +211,9 @@ def _be_py(buf: np.ndarray, pos: int) -> int:
     return int.from_bytes(bytes(buf[pos:pos + 4]), "big", signed=True)
 
 
-def _check(chunk: Chunk) -> None:
-    """``readers.segment.problems`` of every entry, the CRC by the crc32c library."""
+def _first_problem(chunk: Chunk) -> tuple[int, FormatError] | None:
+    """The first entry with a ``readers.segment.problems`` (the CRC by the crc32c library), and
+    the error naming it."""
     e = chunk.entries
     v2 = e[:, MAGIC] == 2
     suspect = v2 & (((e[:, ATTRIBUTES] & 0x07) > codecs.ZSTD) | (e[:, RECORDS_COUNT] < 0)
@@ -224,7 +228,9 @@ def _check(chunk: Chunk) -> None:
         batch = chunk.batch(k)
         found = problems(batch)
         if found:
-            raise FormatError(chunk.path, batch.position, f"batch at offset {batch.base_offset_field}: {'; '.join(found)}")
+            return k, FormatError(chunk.path, batch.position,
+                                  f"batch at offset {batch.base_offset_field}: {'; '.join(found)}")
+    return None
 
 
 def _framing_error(path: str, buf: np.ndarray, file_pos: int, stop: int, filled: int, how: int) -> FormatError:

@@ -128,6 +128,49 @@ def exists(path: str) -> bool:
     return fs.exists(fs_path)
 
 
+def kind(path: str) -> str | None:
+    """``"file"``, ``"directory"`` (on an object store: a prefix with objects under it, or a
+    bucket) or None when there is nothing at ``path``."""
+    fs, fs_path = resolve(path)
+    try:
+        return "directory" if fs.info(fs_path)["type"] == "directory" else "file"
+    except FileNotFoundError:
+        return None
+
+
+_REASONS = {FileNotFoundError: "no such file or directory", PermissionError: "permission denied",
+            IsADirectoryError: "is a directory", NotADirectoryError: "not a directory",
+            FileExistsError: "already exists"}
+
+
+def describe_error(exc: OSError, path: str | None = None) -> str:
+    """A storage error as one line a person can act on: the path, then the reason, without errno
+    numbers or exception names. s3fs raises bare errors (``FileNotFoundError('bucket/key')``,
+    ``FileNotFoundError('The specified bucket does not exist')``); ``path`` names the file when
+    the error does not."""
+    first = str(exc.args[0]) if exc.args else ""
+    names_a_key = exc.strerror is None and exc.filename is None and bool(first) and " " not in first
+    where = exc.filename or path or (first if names_a_key else None)
+    reason = exc.strerror or (None if names_a_key else first) or _REASONS.get(type(exc), "I/O error")
+    if isinstance(exc, FileNotFoundError) and where is not None and "://" in str(where):
+        reason = _missing_on_object_store(str(where), reason)
+    reason = reason[:1].lower() + reason[1:]
+    return f"{where}: {reason}" if where is not None else reason
+
+
+def _missing_on_object_store(url: str, reason: str) -> str:
+    """Which part is missing: the bucket, or any object at or under the path."""
+    fs, fs_path = resolve(url)
+    bucket = fs_path.split("/", 1)[0]
+    try:
+        bucket_there = fs.exists(bucket)
+    except OSError:
+        return reason
+    if not bucket_there:
+        return f"bucket {bucket!r} does not exist"
+    return f"no object at or under this path (bucket {bucket!r} exists)"
+
+
 def open_read(path: str):
     """A seekable binary file object; callers read it in bounded chunks."""
     fs, fs_path = resolve(path)
@@ -212,6 +255,19 @@ def copy(src: str, dst: str) -> None:
 def remove(path: str) -> None:
     fs, fs_path = resolve(path)
     fs.rm_file(fs_path)
+
+
+def truncate(path: str, size: int) -> None:
+    """Cut a file to its first ``size`` bytes, durably (a broker's recovery truncating a torn log
+    tail); on object stores the object is written again with those bytes."""
+    fs, fs_path = resolve(path)
+    if is_local(fs):
+        with open(fs_path, "r+b") as f:
+            f.truncate(size)
+            f.flush()
+            os.fsync(f.fileno())
+    else:
+        fs.pipe_file(fs_path, fs.cat_file(fs_path, start=0, end=size) if size else b"")
 
 
 def set_mtime(path: str, mtime_ms: int) -> None:
@@ -347,6 +403,9 @@ BROKER_LOCK = ".lock"
 class LogDirBusy(OSError):
     """Another process (a Kafka broker, or another kcompact job) holds the log dir's ``.lock``."""
 
+    def __str__(self) -> str:  # the sentence alone: no errno, no repeated path
+        return self.strerror or super().__str__()
+
 
 def _lock_holder(fd: int) -> int | None:
     """The pid holding a conflicting POSIX lock on ``fd`` (F_GETLK), None if unknown."""
@@ -361,6 +420,8 @@ def _lock_holder(fd: int) -> int | None:
 
 
 def _describe_pid(pid: int | None) -> str:
+    """``process 1234 (command line: java ... kafka.Kafka ...)``: cut with an ellipsis when long, so
+    no cut-off bracket of the command reads as the end of the sentence."""
     if pid is None:
         return "another process"
     try:
@@ -368,7 +429,9 @@ def _describe_pid(pid: int | None) -> str:
             command = " ".join(f.read().replace(b"\0", b" ").decode(errors="replace").split())
     except OSError:
         command = ""
-    return f"process {pid}" + (f" ({command[:120]})" if command else "")
+    if len(command) > 120:
+        command = command[:119] + "\u2026"
+    return f"process {pid}" + (f" (command line: {command})" if command else "")
 
 
 # POSIX record locks belong to the process, and closing any descriptor of the file drops them

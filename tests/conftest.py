@@ -34,6 +34,23 @@ def s3_endpoint():
         server.stop()
 
 
+# -- the embedded JVM's output of the kcompact processes the tests start ------------------------------
+@pytest.fixture(scope="session", autouse=True)
+def spark_log(tmp_path_factory):
+    """One file under the run's temp dir for the JVM output of every kcompact command the tests run
+    (jobs.spark keeps a failed command's log, and a killed one cannot remove its own)."""
+    import os
+
+    path = tmp_path_factory.mktemp("spark-log") / "kcompact-spark.log"
+    saved = os.environ.get("KCOMPACT_SPARK_LOG")
+    os.environ["KCOMPACT_SPARK_LOG"] = str(path)
+    yield path
+    if saved is None:
+        os.environ.pop("KCOMPACT_SPARK_LOG", None)
+    else:
+        os.environ["KCOMPACT_SPARK_LOG"] = saved
+
+
 # -- one SparkSession for the whole run ------------------------------------------------------------
 @pytest.fixture(scope="session")
 def spark():

@@ -3,7 +3,7 @@ the broker's segment/index rules): our reader must list exactly the records and 
 Kafka's side listed, our index builder must reproduce Kafka's index files, and our
 encoder must reproduce or faithfully re-encode every batch.
 
-Listing format: /work/shared/fixtures/kafka-written/README.md.
+Listing format: tests/fixtures/kafka-written/README.md.
 """
 
 from __future__ import annotations
@@ -120,3 +120,17 @@ def test_every_batch_re_encodes_faithfully(log):
                 kp.producer_id, kp.producer_epoch, kp.base_sequence, kp.is_transactional, kp.leader_epoch) == (
                 b.base_offset, b.last_offset, b.codec, b.max_timestamp, b.base_timestamp,
                 b.producer_id, b.producer_epoch, b.base_sequence, b.is_transactional, b.partition_leader_epoch)
+
+
+def test_fixture_ships_with_the_repository():
+    """A clone alone has its golden data: the fixture is tracked in this repository, not looked up
+    beside it (a clone made elsewhere, without ../shared, must pass its tests)."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert FIXTURE_DIR.is_relative_to(root)
+    tracked = subprocess.run(["git", "ls-files", str(FIXTURE_DIR.relative_to(root))], cwd=root,
+                             capture_output=True, text=True, check=True).stdout.split()
+    on_disk = sorted(str(p.relative_to(root)) for p in FIXTURE_DIR.rglob("*") if p.is_file())
+    assert sorted(tracked) == on_disk and "tests/fixtures/kafka-written/README.md" in tracked

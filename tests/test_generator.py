@@ -504,3 +504,31 @@ def test_writes_to_s3_the_same_bytes(tmp_path: Path, s3_endpoint: str) -> None:
         if f.is_file():
             remote = "s3://gen/logs/" + str(f.relative_to(tmp_path))
             assert storage.read_bytes(remote) == f.read_bytes(), remote
+
+
+# -- gen's help and spec format (issue 13 item 7) ------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_gen_help_points_only_at_what_a_clone_has(capsys):
+    with pytest.raises(SystemExit):
+        main(["gen", "--help"])
+    text = capsys.readouterr().out
+    assert "shared/" not in text and "fixtures/" not in text
+    assert "--print-spec" in text and "README" in text
+
+
+def test_print_spec_prints_the_built_in_spec(capsys):
+    import json
+
+    assert main(["gen", "--print-spec"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert generator.validate(printed) == generator.load_spec(None)
+
+
+def test_readme_documents_every_spec_key():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## The sample-data generator"):]
+    section = section[:section.index("\n## ", 1)]
+    keys = [*generator._SPEC_KEYS, "name", *generator._TOPIC_FIELDS, *generator._CONFIG_CHECKS]
+    assert [key for key in keys if f"`{key}`" not in section] == []

@@ -13,6 +13,7 @@ failure: CI installs it (``.ci/run``).
 from __future__ import annotations
 
 import base64
+import html
 import io
 import json
 import os
@@ -21,6 +22,7 @@ import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import numpy as np
@@ -196,6 +198,30 @@ def check_rendered(p) -> None:
     assert not_blank(p.shot)
 
 
+MEASURE = """<script>
+window.addEventListener("load", () => {
+  const wide = [...document.querySelectorAll("table")]
+    .filter(t => t.scrollWidth > t.parentElement.clientWidth + 1 || t.getBoundingClientRect().right > innerWidth)
+    .map(t => `${t.id} ${t.scrollWidth}px in ${t.parentElement.clientWidth}px`);
+  const page = document.documentElement.scrollWidth;
+  document.body.setAttribute("data-measured", JSON.stringify({wide, page, view: innerWidth}));
+});
+</script>"""
+
+
+def widths(root: Path, name: str) -> dict:
+    """The page laid out by Chromium in a 1280 px wide window: tables wider than their box, and the
+    page's width (a test-only copy with a measuring script, the page itself has none)."""
+    page_file = root / f"{name}.html"
+    measured = root / f"{name}-measured.html"
+    measured.write_text(page_file.read_text().replace("</body>", MEASURE + "</body>"))
+    dom = chromium(root / f"profile-measure-{name}", "--window-size=1280,2000", "--virtual-time-budget=5000",
+                   "--dump-dom", measured.as_uri())
+    found = re.search(r'data-measured="([^"]*)"', dom)
+    assert found, "the measuring script did not run"
+    return json.loads(found[1].replace("&quot;", '"'))
+
+
 # -- the pages -----------------------------------------------------------------------------------
 def test_jobs_succeed(reports):
     assert reports.codes == {"compact": 0, "retain": 0, "run": 0}
@@ -231,6 +257,26 @@ def test_nightly_page_has_every_step(reports):
     assert {"now", "dry_run", "retention", "compaction"} <= prefixes
     if doc["recovery"] is not None:
         assert "recovery" in prefixes
+
+
+@pytest.mark.parametrize("name", ["compact", "retain", "run"])
+def test_tables_fit_a_1280_px_window(reports, name):
+    measured = widths(reports.root, name)
+    assert measured["view"] == 1280
+    assert measured["wide"] == [] and measured["page"] <= 1280, measured
+
+
+def test_page_says_when_where_and_with_what_it_ran(reports):
+    doc = reports.compact.doc
+    run = doc["run"]
+    assert run["command"] == "compact" and run["arguments"][0] == "compact" and run["log_dirs"] == [run["arguments"][1]]
+    assert run["started_ms"] <= run["ended_ms"] and run["spark_master"].startswith("local")
+    assert run["spark_app_id"].startswith("local-") and run["host"] and run["version"]
+    assert doc["now"] == NOW and abs(run["started_ms"] - NOW) > DAY  # the rules' clock is not the wall clock
+    text = html.unescape(re.sub(r"<[^>]+>", "", reports.compact.raw))
+    started = datetime.fromtimestamp(run["started_ms"] / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert f"Ran from {started} to " in text and f"on {run['host']}: kcompact {run['version']}" in text
+    assert "The rules' clock (now): 2024-07-13 09:46:40 UTC" in text
 
 
 def test_retention_page_lists_every_due_segment(reports):

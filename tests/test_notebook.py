@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import hashlib
 import io
 import json
 import re
@@ -123,3 +124,43 @@ def test_records_read_back_are_kafkas(notebook):
     # columns: topic, partition, offset, timestamp, key, value_bytes, isControl
     assert [(r[0], r[1], r[2], r[4], r[5], r[6]) for r in rows] == expected
     assert [int(e[2]) for e in expected] == list(range(100, 110))
+
+
+def test_real_compaction_of_a_copy_removed_afterwards(notebook):
+    nb, _ = notebook
+    text, _ = outputs(nb, "compact")
+    cleaned = re.findall(r"^Log cleaner thread 0 cleaned log (\S+) ", text, re.M)
+    assert cleaned and "users-1" in cleaned
+    copy = Path(re.search(r"^copy: (\S+)$", text, re.M)[1])
+    removed, _ = outputs(nb, "remove-copy")
+    assert removed.strip() == f"removed {copy.parent}" and not copy.parent.exists()
+
+
+def latest_per_key(partition_dir: Path) -> tuple[int, dict[bytes, tuple[int, bytes | None]]]:
+    """kafka-python's reading: keyed data records, and each key's latest (offset, value)."""
+    count, latest = 0, {}
+    for log in sorted(partition_dir.glob("*.log")):
+        for batch in MemoryRecords(log.read_bytes()):
+            if batch.is_control_batch:
+                continue
+            for r in batch:
+                if r.key is not None:
+                    count += 1
+                    latest[r.key] = (r.offset, r.value)
+    return count, latest
+
+
+def test_latest_value_per_key_is_the_same_after_cleaning(notebook):
+    nb, _ = notebook
+    log_dir = Path(re.search(r"^wrote (\S+) \(seed", outputs(nb, "setup")[0], re.M)[1])
+    count, latest = latest_per_key(log_dir / "users-1")
+    text, _ = outputs(nb, "latest")
+    summary = re.search(r"^users-1: (\d+) -> (\d+) keyed records; (\d+) keys, (\d+) with another latest", text, re.M)
+    before, after, keys, differ = map(int, summary.groups())
+    assert (before, keys, differ) == (count, len(latest), 0) and after < before
+    rows = shown_rows(text)  # key, offset_before, value_before, offset_after, value_after; the first 10 keys
+    expected = sorted(latest.items())[:10]
+    assert [r[0] for r in rows] == [show(k.decode()) for k, _ in expected]
+    for row, (_, (offset, value)) in zip(rows, expected):
+        digest = "NULL" if value is None else hashlib.sha256(value).hexdigest()[:12]
+        assert row[1:] == [str(offset), digest, str(offset), digest]

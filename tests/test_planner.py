@@ -473,13 +473,15 @@ BUDGET_ARGS = ["bud-*:cleanup.policy=compact", "bud-c:min.cleanable.dirty.ratio=
 
 
 def test_budgets(spark, budget_dir):
-    # --top 2, --max-bytes 3S: bud-a (2S) fits; bud-a + bud-b = 4S > 3S; bud-c is third: over --top
+    # --top 2, --max-bytes 3S, filled greedily in rank order: bud-a (2S) fits; bud-b (2S) does not fit the S
+    # left and is passed over; bud-c (S) fits and is the second
     df = plan(spark, [str(budget_dir)], conf=resolve.build(topic_args=BUDGET_ARGS), now=NOW, top=2, max_bytes=3 * S)
     got = df.select("topic", "rank", "cleanable_bytes", "selected", "skip_reason")
     expected = [
         ("bud-a", 1, 2 * S, True, None),
-        ("bud-b", 2, 2 * S, False, f"over budget: --max-bytes {3 * S}"),
-        ("bud-c", 3, S, False, "over budget: --top 2"),
+        ("bud-b", 2, 2 * S, False,
+         f"over budget: --max-bytes {3 * S} (its {2 * S} cleanable bytes do not fit in the {S} left)"),
+        ("bud-c", 3, S, True, None),
     ]
     assert_df_equality(got, spark.createDataFrame(expected, schema=got.schema), ignore_nullable=True)
 

@@ -287,30 +287,42 @@ def test_rank_highest_ratio_first_with_ties_broken():
     assert all(reason is None for _, reason in got.values())
 
 
+TOP = "over budget: --top {} (as many partitions ranked higher are selected)"
+BYTES = "over budget: --max-bytes {} (its {} cleanable bytes do not fit in the {} left)"
+
+
 def test_rank_top_n():
     got = rank([cand("a", 0.9, 10), cand("b", 0.8, 10), cand("c", 0.7, 10)], top=2)
-    assert got == {"a": (1, None), "b": (2, None), "c": (3, "over budget: --top 2")}
+    assert got == {"a": (1, None), "b": (2, None), "c": (3, TOP.format(2))}
 
 
-def test_rank_max_bytes_is_a_prefix():
-    # a (100) fits 250; a+b = 300 > 250: b goes over, and so does c (50) although 150 would fit:
-    # the budget takes the longest prefix of the ranking, never skipping ahead
+def test_rank_max_bytes_fills_greedily_in_rank_order():
+    # a (100) fits 250; b (200) does not fit the 150 left: passed over; c (50) fits what is left (Kafka
+    # cleans the filthiest log it can: one partition larger than the budget must not block the rest)
     got = rank([cand("a", 0.9, 100), cand("b", 0.8, 200), cand("c", 0.7, 50)], max_bytes=250)
-    assert got == {"a": (1, None), "b": (2, "over budget: --max-bytes 250"), "c": (3, "over budget: --max-bytes 250")}
+    assert got == {"a": (1, None), "b": (2, BYTES.format(250, 200, 150)), "c": (3, None)}
+
+
+def test_rank_a_top_partition_larger_than_the_budget_does_not_starve_the_rest():
+    # the case: plan --top 1 --max-bytes 200000, the top partition 300 kB, the next 194 kB
+    got = rank([cand("big", 0.9, 300_000), cand("fits", 0.8, 194_000), cand("c", 0.7, 1_000)], top=1,
+               max_bytes=200_000)
+    assert got == {"big": (1, BYTES.format(200_000, 300_000, 200_000)), "fits": (2, None), "c": (3, TOP.format(1))}
 
 
 def test_rank_max_bytes_exact_fit_and_both_budgets():
     # 100 + 200 = 300 <= 300: both fit
     got = rank([cand("a", 0.9, 100), cand("b", 0.8, 200)], max_bytes=300)
     assert got == {"a": (1, None), "b": (2, None)}
-    # top 2 and 150 bytes: a fits (100), b over bytes (300 > 150), c over --top
-    got = rank([cand("a", 0.9, 100), cand("b", 0.8, 200), cand("c", 0.7, 1)], top=2, max_bytes=150)
-    assert got == {"a": (1, None), "b": (2, "over budget: --max-bytes 150"), "c": (3, "over budget: --top 2")}
+    # top 2 and 150 bytes: a fits (100), b over bytes (200 > 50 left), c (1) fits: the second selected
+    got = rank([cand("a", 0.9, 100), cand("b", 0.8, 200), cand("c", 0.7, 1), cand("d", 0.6, 1)], top=2,
+               max_bytes=150)
+    assert got == {"a": (1, None), "b": (2, BYTES.format(150, 200, 50)), "c": (3, None), "d": (4, TOP.format(2))}
 
 
 def test_rank_nothing():
     assert rank([]) == {}
-    assert rank([cand("a", 0.9, 100)], top=0) == {"a": (1, "over budget: --top 0")}
+    assert rank([cand("a", 0.9, 100)], top=0) == {"a": (1, TOP.format(0))}
 
 
 # -- properties ---------------------------------------------------------------------------------
@@ -370,7 +382,11 @@ def test_rank_invariants(items, top, max_bytes):
     assert sorted(r for r, _ in got.values()) == list(range(1, len(cands) + 1))
     assert all(a.cleanable_ratio >= b.cleanable_ratio for a, b in zip(by_rank, by_rank[1:]))
     selected = [c for c in by_rank if got[c.key][1] is None]
-    # the selected ones are a prefix of the ranking, within both budgets
-    assert selected == by_rank[: len(selected)]
+    # within both budgets, and greedy: every one passed over had no room left when its turn came
     assert top is None or len(selected) <= top
     assert max_bytes is None or sum(c.cleanable_bytes for c in selected) <= max_bytes
+    for c in by_rank:
+        if got[c.key][1] is not None:
+            before = [s for s in selected if got[s.key][0] < got[c.key][0]]
+            assert (top is not None and len(before) >= top) or (
+                max_bytes is not None and sum(s.cleanable_bytes for s in before) + c.cleanable_bytes > max_bytes)

@@ -81,3 +81,19 @@ def test_show_plan_takes_a_dataframe_like():
 
     fig = show_plan(Frame())
     assert any("no partition has cleanup.policy=compact" in t.get_text() for t in fig.texts)
+
+
+def test_a_skipped_ratio_never_reads_as_its_threshold():
+    """Kafka cleans when ratio > min.cleanable.dirty.ratio: 0.499 shown as "0.50, skipped" (or 0.4996
+    as "0.500") reads as a partition at the threshold; the labels keep the digits that tell them apart."""
+    from planner.output import describe
+
+    table = pa.Table.from_pylist([row(0, 0.499, 200_000), row(1, 0.4996, 100_000),
+                                  row(2, 0.9, 50_000, selected=True, rank=1)], schema=PLAN_SCHEMA)
+    labels = [t.get_text() for t in show_plan(table).axes[1].texts]
+    assert any("ratio 0.499, skipped" in t for t in labels), labels
+    assert any("ratio 0.4996, skipped" in t for t in labels), labels
+    assert any("ratio 0.900, #1 selected" in t for t in labels), labels
+    ratios = [tokens[tokens.index(name) + 1] for tokens in (line.split() for line in describe(table).splitlines())
+              for name in tokens if name.startswith("orders-")]
+    assert sorted(ratios) == ["0.499", "0.4996", "0.900"]

@@ -13,7 +13,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from compaction.report import METRICS, MIB, NO_BUFFER, NO_PLAN, PartitionReport, Report, java_fixed
+from compaction.report import METRICS, MIB, NO_BUFFER, NO_LAST_RUN, NO_PLAN, PartitionReport, Report, java_fixed
 from compaction.report_html import write_report
 from planner.build import PLAN_SCHEMA
 
@@ -134,7 +134,7 @@ def test_metrics_without_the_plan():
         "max-compaction-delay-secs": None,
         "uncleanable-partitions-count": None,
         "uncleanable-bytes": None,
-        "time-since-last-run-ms": 6500,  # planning 2.5 s + the job's 4.0 s
+        "time-since-last-run-ms": {},  # no log dir with a previous run given
     }
     assert set(values) == set(METRICS)
     assert notes == {"max-buffer-utilization-percent": NO_BUFFER, "max-dirty-percent": NO_PLAN,
@@ -155,7 +155,7 @@ def test_metrics_with_the_plan():
     # marked: orders-2 (before the run), orders-1 (by it), both in /logs/a; orders-1's bytes unknown: 0
     assert values["uncleanable-partitions-count"] == {"/logs/a": 2, "/logs/b": 0}
     assert values["uncleanable-bytes"] == {"/logs/a": 5_000, "/logs/b": 0}
-    assert (values["cleaner-recopy-percent"], values["time-since-last-run-ms"]) == (40, 6500)
+    assert (values["cleaner-recopy-percent"], values["time-since-last-run-ms"]) == (40, {})
 
 
 @pytest.mark.parametrize(("ratio", "percent"), [(0.29, 28), (0.5, 50), (1.0, 100)])
@@ -172,7 +172,7 @@ def test_dry_run_and_empty_run():
     empty = Report(NOW, False, seconds=0.25)
     values, _ = empty.metrics()
     assert (values["max-clean-time-secs"], values["cleaner-recopy-percent"], values["time-since-last-run-ms"]) \
-        == (0, 0, 250)
+        == (0, 0, {})
     empty.observe_plan(PLAN_SCHEMA.empty_table())
     values, _ = empty.metrics()
     assert (values["max-dirty-percent"], values["max-compaction-delay-secs"]) == (0, 0)
@@ -189,3 +189,77 @@ def test_json_carries_metrics_and_notes(tmp_path):
     assert doc["totals"]["bytes_written"] == MIB // 4 + 5 * MIB
     nothing = {"superseded": 0, "tombstone": 0, "aborted": 0, "keyless": 0, "marker": 0}
     assert [p["removed"] for p in doc["partitions"][2:]] == [nothing, nothing]  # failed, skipped: none removed
+
+
+# -- what a run leaves undone, said every run (issue 13 items 1, 3, 4, 6) ----------------------------
+def undone_plan() -> pa.Table:
+    rows = [
+        plan_row("/logs/a/orders-0", "compact", "idle", 4_000_000, 3_000_000, 0.75, 0),
+        plan_row("/logs/a/orders-2", "compact", "uncleanable", 9_000, 5_000, 0.99, 0),
+        plan_row("/logs/a/orders-6", "compact", "idle", None, None, None, None),
+        plan_row("/logs/b/orders-3", "compact", "paused", 8_000, 7_600, 0.95, 0),
+        plan_row("/logs/b/clicks-0", "delete", "idle", None, None, None, None),
+    ]
+    rows[1]["skip_reason"] = "uncleanable: /logs/a/orders-2/00000000000000000000.log: byte 7: CRC mismatch (reset-uncleanable after fixing)"
+    rows[2]["skip_reason"] = "bad input: /logs/a/cleaner-offset-checkpoint: byte 0: unsupported checkpoint version 'x'"
+    rows[3]["skip_reason"] = "paused (1x; resume to clean)"
+    rows[4]["skip_reason"] = "bad input: /logs/b/clicks-0/x: not a Kafka segment file name"  # retention's business
+    rows[0].update(checkpoint_reset="checkpoint 1000 above log end 6", first_dirty_offset=0)
+    return pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
+
+
+def test_text_lists_blocked_and_uncleanable_partitions_and_checkpoint_resets():
+    r = Report(NOW, False, [cleaned()], seconds=1.5)
+    r.observe_plan(undone_plan())
+    r.checkpoint_resets.append({"log_dir": "/logs/a", "topic": "orders", "partition": 0, "from": 1000, "offset": 0,
+                                "why": "checkpoint 1000 above log end 6"})
+    lines = r.text().split("\n")
+    at = lines.index("not cleaned until fixed (2 partitions):")
+    assert lines[at + 1] == ("  orders-2: uncleanable: /logs/a/orders-2/00000000000000000000.log: byte 7: CRC mismatch "
+                             "(reset-uncleanable after fixing) -> fix or remove the named file, then "
+                             "'kcompact reset-uncleanable /logs/a orders-2'")
+    assert lines[at + 2] == ("  orders-6: bad input: /logs/a/cleaner-offset-checkpoint: byte 0: unsupported checkpoint "
+                             "version 'x' -> 'kcompact verify /logs/a' lists every problem")
+    assert ("reset the cleaner checkpoint of orders-0 (/logs/a): checkpoint 1000 above log end 6, now the log start 0, "
+            "as Kafka's cleaner resets it") in lines
+    assert "uncleanable partitions: /logs/a: 1 (orders-2); /logs/b: 0" in lines
+    assert lines[-1].startswith("1 partition: 1 cleaned, 0 failed, 0 skipped;")  # one, not "1 partitions"
+    # paused (an operator's choice) and the delete-only partition are not blocked compaction work
+    assert [b["partition"] for b in r.blocked()] == ["orders-2", "orders-6"]
+
+
+def test_a_partition_failed_by_the_run_is_not_listed_twice():
+    r = Report(NOW, False, [cleaned()], seconds=1.0)
+    failing = PartitionReport.failed({"topic": "orders", "partition": 2, "path": "/logs/a/orders-2", "first_dirty": 0,
+                                      "seconds": 0.1, "error": "CRC"})
+    r.partitions.append(failing)
+    r.observe_plan(undone_plan(), marked=["/logs/a/orders-2"])
+    assert [b["partition"] for b in r.blocked()] == ["orders-6"]
+
+
+def test_dry_run_says_would_clean():
+    dry = cleaned()
+    dry.committed = False
+    r = Report(NOW, True, [dry, failed(), skipped()], seconds=2.0)
+    assert r.text().split("\n")[-1].startswith("3 partitions: would clean 1, 1 failed, 1 skipped; 3.0 MB -> "
+                                               "not written (dry run)")
+
+
+def test_time_since_last_run_is_kafkas_gauge_before_this_run():
+    # Kafka: time-since-last-run-ms = now - timeOfLastRun, stamped when grabFilthiestCompactedLog starts; read
+    # just before this run stamped it: this run's start of choosing - the previous run's
+    r = Report(NOW, False, seconds=1.0, previous_runs={"/logs/a": NOW - 86_400_000, "/logs/b": None},
+               began_choosing_ms=NOW)
+    values, notes = r.metrics()
+    assert values["time-since-last-run-ms"] == {"/logs/a": 86_400_000, "/logs/b": None}
+    assert notes["time-since-last-run-ms"] == NO_LAST_RUN
+
+
+def test_json_has_the_run_the_units_and_what_was_left_undone():
+    r = Report(NOW, False, [cleaned()], seconds=1.5, run={"host": "h", "version": "0.1.0"})
+    r.observe_plan(undone_plan())
+    doc = r.to_json()
+    assert doc["run"] == {"host": "h", "version": "0.1.0"}
+    assert doc["units"] == "MB = 2^20 bytes (as Kafka's cleaner log)"
+    assert [b["partition"] for b in doc["blocked"]] == ["orders-2", "orders-6"]
+    assert doc["partitions"][0]["mb_per_s"] == 2.0  # 3 MiB in 1.5 s, in the console's MB (2^20 bytes)

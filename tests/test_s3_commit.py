@@ -33,7 +33,7 @@ from readers.checkpoint import parse as parse_checkpoint
 from readers.dump import dump_path
 from readers.logdir import SEGMENT_KINDS, scan_partition, segment_name
 from tests.support import FAULTY, failing_s3, kp_batches, kp_record
-from operations import s3commit
+from operations import last_run, s3commit
 from readers import commits
 
 NOW = "1720001000000"
@@ -257,7 +257,7 @@ def commit_fixture(s3, gen: Path, merged_truth: Path):
 
 COMMIT_ONE = """
 import json, sys
-from operations import s3commit
+from operations import last_run, s3commit
 from readers import commits
 args = json.loads(sys.argv[1])
 record = s3commit.plan_record("orders", 0, 1, args["owner"], args["staged"], args["replaced"], args["checkpoint"])
@@ -385,7 +385,9 @@ def test_compact_on_s3_equals_local_compaction(jobs, local_truth, gen, s3, child
     assert compared > 5000
     assert checkpoint_entries(s3, "full") == parse_checkpoint("local", (local_truth / "cleaner-offset-checkpoint").read_bytes())
     assert staged_left(s3, "full") == []
-    at_root = sorted(n for n in object_names(s3, "full") if n.startswith("kcompact-"))  # no state left: idle
+    names = object_names(s3, "full")
+    assert last_run.FILE in names  # when this run began choosing: the next run's time-since-last-run-ms
+    at_root = sorted(n for n in names if n.startswith("kcompact-") and n != last_run.FILE)  # no state left: idle
     assert at_root == sorted(commits.record_name(t, int(n), 1) for t, n in (p.rsplit("-", 1) for p in cleaned))
     assert all(commits.CommitRecord.parse(n, s3.cat(f"{BUCKET}/full/{n}")).applied for n in at_root)
     assert int((jobs.out / "count").read_text()) > max(KILLS.values())  # orders-0's commit: those kills hit it

@@ -241,7 +241,7 @@ def test_log_dir_locked_by_a_broker_is_refused_untouched(spark, java_holding_loc
                     ["recover", str(log_dir)]):
         assert main(command + (["--now", str(NOW)] if command[0] != "recover" else [])) == 5, command
         err = capsys.readouterr().err
-        assert f"{log_dir}/.lock is locked by process {pid} (java" in err and "Kafka broker" in err
+        assert f"{log_dir}/.lock is locked by process {pid} (command line: java" in err and "Kafka broker" in err
         assert "Traceback" not in err
     assert tree(log_dir) == before
 

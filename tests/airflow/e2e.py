@@ -3,15 +3,17 @@
 ``make test-airflow`` runs it with the Python of .venv-airflow, which has Airflow and this project.
 In a throwaway AIRFLOW_HOME (SQLite database, jobs/ as the DAG folder) it checks:
 1. parsing: Airflow's DagBag loads the DAG without import errors, and loading it imported
-   neither Spark nor this project;
-2. the nightly run: ``airflow dags test`` runs recover -> retain -> plan -> compact on a log dir
-   from ``kcompact gen --seed 7``; every task succeeds, every report is where the task said with
-   the interval's clock as ``now``, ``kcompact verify`` passes and the log dir got smaller;
-3. the exit-code contract: compact on a log dir with one corrupt partition (exit 4) succeeds with
-   ``partial`` in its XCom and a warning in its log; a bad --broker-config (exit 2) fails retain
-   at once, without retries, and the tasks after it do not run; on the failure a real
-   BashOperator raises for each exit code, the DAG's retry policy fails 1, 2 and 5 at once and
-   leaves 3 and a kill to the retries.
+   neither Spark nor this project; the DAG is one task, ``run``, with an execution timeout;
+2. the nightly run: ``airflow dags test`` runs ``kcompact run`` on a log dir from ``kcompact gen
+   --seed 7``; the task succeeds, its report is where the task said, with the interval's clock
+   as ``now`` in every section and one Spark application for the whole night, it cleaned
+   partitions and held none back, ``kcompact verify`` passes and the log dir got smaller;
+3. the exit-code contract: a log dir with one corrupt partition (exit 4) succeeds with
+   ``partial`` in its XCom and a warning in its log; a bad --broker-config (exit 2) fails the
+   task at once, without retries; on the failure a real BashOperator raises for each exit code,
+   the DAG's retry policy fails 1, 2 and 5 at once and leaves 3 and a kill to the retries;
+4. the timeout: with a night of a few seconds (``KCOMPACT_TIMEOUT_HOURS``), the task is killed
+   and failed without a retry, and the log dir it leaves recovers and verifies.
 Settings reach the DAG the three ways it reads them: Params (``--conf``), Airflow Variables from
 the environment, defaults. Prints a line per check and a closing count; exits 1 if any check failed.
 """
@@ -31,9 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the Airflow venv: airflow and kcompact
 DAG_ID = "kcompact_nightly"
-STEPS = ("recover", "retain", "plan", "compact")
+STEP = "run"
 # Runs are told apart by their logical date, which is also the data interval end the DAG turns into --now.
 NIGHTLY, PARTIAL, BAD_CONFIG = "2024-07-03T10:03:20+00:00", "2024-07-04T10:03:20+00:00", "2024-07-05T10:03:20+00:00"
+TIMEOUT = "2024-07-06T10:03:20+00:00"
 NIGHTLY_MS, NIGHTLY_STAMP = 1720001000000, "20240703T100320Z"
 PARTIAL_STAMP = "20240704T100320Z"
 
@@ -73,12 +76,9 @@ def size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def dags_test(env: dict, logical_date: str, conf: dict, log: Path, timeout: float,
-              only: str | None = None) -> subprocess.CompletedProcess:
-    """``airflow dags test`` of one run; with ``only``, the other tasks are marked successful unrun."""
+def dags_test(env: dict, logical_date: str, conf: dict, log: Path, timeout: float) -> subprocess.CompletedProcess:
+    """``airflow dags test`` of one run."""
     args = [str(BIN / "airflow"), "dags", "test", DAG_ID, logical_date, "--conf", json.dumps(conf)]
-    if only:
-        args += ["--mark-success-pattern", f"^(?!(?:{only})$)"]
     started = time.monotonic()
     done = run(*args, env=env, timeout=timeout, log=log)
     print(f"     airflow dags test {logical_date}: exit {done.returncode} in {time.monotonic() - started:.0f} s",
@@ -112,19 +112,24 @@ print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "
                   "imported": sorted(m for m in sys.modules if m.split(".")[0] in ours)}))
 """
 
-# What the DAG's retry policy decides on the failure a real BashOperator raises for each exit code.
+# What the DAG's retry policy decides on the failure a real BashOperator raises for each exit code,
+# and on a timeout; the task's timeout.
 RETRIES = """
 import json, sys
 from airflow.dag_processing.dagbag import DagBag
 from airflow.providers.standard.operators.bash import BashOperator
-policy = DagBag(dag_folder=sys.argv[1]).dags["kcompact_nightly"].get_task("compact").retry_policy
+from airflow.sdk.exceptions import AirflowTaskTimeout
+dag = DagBag(dag_folder=sys.argv[1]).dags["kcompact_nightly"]
+task = dag.get_task("run")
 decisions = {}
 for code in (1, 2, 3, 5, 137):
     try:
         BashOperator(task_id=f"exit_{code}", bash_command=f"exit {code}", skip_on_exit_code=None).execute({})
     except Exception as exc:
-        decisions[code] = policy.evaluate(exc, try_number=1, max_tries=3).action.value
-print(json.dumps(decisions))
+        decisions[code] = task.retry_policy.evaluate(exc, try_number=1, max_tries=3).action.value
+decisions["timeout"] = task.retry_policy.evaluate(AirflowTaskTimeout(), try_number=1, max_tries=3).action.value
+print(json.dumps({"tasks": sorted(dag.task_ids), "timeout_s": task.execution_timeout.total_seconds(),
+                  "decisions": decisions}))
 """
 
 
@@ -138,9 +143,12 @@ def check_parsing(env: dict) -> None:
     check("parsing imported neither Spark nor this project", parsed["imported"] == [], parsed["imported"])
     listed = json_out(run(str(BIN / "airflow"), "dags", "list-import-errors", "--local", "--output", "json", env=env))
     check("airflow dags list-import-errors --local is empty", listed == [], listed)
-    decisions = json_out(run(str(BIN / "python"), "-c", RETRIES, str(ROOT / "jobs"), env=env))
-    check("retry policy: exit 1, 2 and 5 fail at once, 3 and a kill (137) are retried",
-          decisions == {"1": "fail", "2": "fail", "3": "default", "5": "fail", "137": "default"}, decisions)
+    found = json_out(run(str(BIN / "python"), "-c", RETRIES, str(ROOT / "jobs"), env=env)) or {}
+    check("one task, run, with a 6 h execution timeout", (found.get("tasks"), found.get("timeout_s")) == (["run"], 6 * 3600),
+          found)
+    check("retry policy: exit 1, 2 and 5 and a timeout fail at once, 3 and a kill (137) are retried",
+          found.get("decisions") == {"1": "fail", "2": "fail", "3": "default", "5": "fail", "137": "default",
+                                     "timeout": "fail"}, found.get("decisions"))
 
 
 def check_nightly(env: dict, db: Path, tmp: Path) -> None:
@@ -154,26 +162,24 @@ def check_nightly(env: dict, db: Path, tmp: Path) -> None:
     done = dags_test(env, NIGHTLY, {"report_dir": str(reports)}, tmp / "nightly.log", timeout=1800)
     check("nightly run: airflow dags test exits 0", done.returncode == 0, tail(done.stdout))
     states, tries, xcoms = run_facts(env, db, NIGHTLY)
-    check("nightly run: every task succeeded at the first try",
-          states == dict.fromkeys(STEPS, "success") and tries == dict.fromkeys(STEPS, 1), (states, tries))
-    for step in STEPS:
-        report = reports / NIGHTLY_STAMP / f"{step}.json"
-        check(f"{step}: XCom says done, exit 0, and names its report",
-              xcoms.get(step) == {"step": step, "exit_code": 0, "status": "done", "report": str(report)},
-              xcoms.get(step))
-        check(f"{step}: the task log names the report",
-              f"kcompact {step}: exit code 0, report {report}" in done.stdout)
-        check(f"{step}: the report is there", report.is_file(), report)
-    for step in ("retain", "compact"):
-        report = reports / NIGHTLY_STAMP / f"{step}.json"
-        now = json.loads(report.read_text()).get("now") if report.is_file() else None
-        check(f"{step}: ran at the interval end ({NIGHTLY_MS} ms)", now == NIGHTLY_MS, now)
-    plan = reports / NIGHTLY_STAMP / "plan.json"
-    selected = sum(1 for row in json.loads(plan.read_text()) if row["selected"]) if plan.is_file() else 0
-    compacted = reports / NIGHTLY_STAMP / "compact.json"
-    totals = json.loads(compacted.read_text())["totals"] if compacted.is_file() else {}
-    check("compact cleaned every partition the plan selected, none failed",
-          selected > 0 and totals.get("cleaned") == selected and totals.get("failed") == 0, (selected, totals))
+    check("nightly run: the task succeeded at the first try",
+          (states, tries) == ({STEP: "success"}, {STEP: 1}), (states, tries))
+    report = reports / NIGHTLY_STAMP / f"{STEP}.json"
+    check("run: XCom says done, exit 0, and names its report",
+          xcoms.get(STEP) == {"step": STEP, "exit_code": 0, "status": "done", "report": str(report)}, xcoms.get(STEP))
+    check("run: the task log names the report", f"kcompact {STEP}: exit code 0, report {report}" in done.stdout)
+    if not check("run: the report and its page are there", report.is_file() and report.with_suffix(".html").is_file(),
+                 report):
+        return
+    doc = json.loads(report.read_text())
+    nows = (doc["now"], doc["retention"]["now"], doc["compaction"]["now"])
+    check(f"run: every step ran at the interval end ({NIGHTLY_MS} ms)", nows == (NIGHTLY_MS,) * 3, nows)
+    check("run: one kcompact run, one Spark application for the whole night",
+          doc["run"]["command"] == STEP and doc["run"]["spark_app_id"] and doc["run"]["log_dirs"] == [str(logs)],
+          doc["run"])
+    totals = doc["compaction"]["totals"]
+    check("run: partitions cleaned, none failed, none held back",
+          totals["cleaned"] > 0 and totals["failed"] == 0 and doc["compaction"]["blocked"] == [], totals)
     done = run(str(BIN / "kcompact"), "verify", str(logs), env=env)
     check("kcompact verify passes on the log dir", done.returncode == 0, tail(done.stdout + done.stderr))
     after = size(logs)
@@ -181,7 +187,7 @@ def check_nightly(env: dict, db: Path, tmp: Path) -> None:
 
 
 def check_partial(env: dict, db: Path, tmp: Path) -> None:
-    """Exit 4: one partition's segment has a flipped byte; compaction cleans the others."""
+    """Exit 4: one partition's segment has a flipped byte; the night cleans the others."""
     logs, reports = tmp / "corrupt", tmp / "reports"
     done = run(str(BIN / "kcompact"), "gen", "--out", str(logs), "--seed", "7", env=env)
     if not check("kcompact gen --seed 7 (to corrupt)", done.returncode == 0, tail(done.stdout + done.stderr)):
@@ -191,16 +197,16 @@ def check_partial(env: dict, db: Path, tmp: Path) -> None:
     data[len(data) // 2] ^= 0xFF
     segment.write_bytes(data)
     done = dags_test(env, PARTIAL, {"log_dirs": [str(logs)], "report_dir": str(reports)}, tmp / "partial.log",
-                     timeout=1200, only="compact")
+                     timeout=1200)
     states, tries, xcoms = run_facts(env, db, PARTIAL)
-    report = reports / PARTIAL_STAMP / "compact.json"
-    check("exit 4: compact succeeds", done.returncode == 0 and states.get("compact") == "success", states)
+    report = reports / PARTIAL_STAMP / f"{STEP}.json"
+    check("exit 4: the task succeeds", done.returncode == 0 and states.get(STEP) == "success", states)
     check("exit 4: XCom says partial and names the report",
-          xcoms.get("compact") == {"step": "compact", "exit_code": 4, "status": "partial", "report": str(report)},
-          xcoms.get("compact"))
-    check("exit 4: the task log has the warning", "kcompact compact: partial success (exit 4)" in done.stdout)
-    failed = [(p["topic"], p["partition"]) for p in json.loads(report.read_text())["partitions"] if p["error"]] \
-        if report.is_file() else None
+          xcoms.get(STEP) == {"step": STEP, "exit_code": 4, "status": "partial", "report": str(report)},
+          xcoms.get(STEP))
+    check("exit 4: the task log has the warning", f"kcompact {STEP}: partial success (exit 4)" in done.stdout)
+    failed = [(p["topic"], p["partition"]) for p in json.loads(report.read_text())["compaction"]["partitions"]
+              if p["error"]] if report.is_file() else None
     check("exit 4: the report has orders-0 and only it failed", failed == [("orders", 0)], failed)
 
 
@@ -208,13 +214,34 @@ def check_bad_config(env: dict, db: Path, tmp: Path) -> None:
     """Exit 2: a verdict, so no retry (which would wait 5 minutes: the timeout catches it)."""
     conf = {"log_dirs": [str(tmp / "logs")], "report_dir": str(tmp / "reports"),
             "extra_args": ["--broker-config", "no.such.setting=1"]}
-    done = dags_test(env, BAD_CONFIG, conf, tmp / "bad-config.log", timeout=240, only="retain|plan|compact")
+    done = dags_test(env, BAD_CONFIG, conf, tmp / "bad-config.log", timeout=240)
     check("exit 2: airflow dags test ends without waiting for a retry", done.returncode != -1, tail(done.stdout))
     states, tries, _ = run_facts(env, db, BAD_CONFIG)
-    check("exit 2: retain failed at its first try, the tasks after it did not run",
-          (states.get("retain"), tries.get("retain"), states.get("plan"), states.get("compact"))
-          == ("failed", 1, "upstream_failed", "upstream_failed"), (states, tries))
-    check("exit 2: the task log names kcompact's exit code", "kcompact retain: exit code 2" in done.stdout)
+    check("exit 2: the task failed at its first try", (states.get(STEP), tries.get(STEP)) == ("failed", 1),
+          (states, tries))
+    check("exit 2: the task log names kcompact's exit code", f"kcompact {STEP}: exit code 2" in done.stdout)
+
+
+def check_timeout(env: dict, db: Path, tmp: Path) -> None:
+    """A night longer than its timeout (here 5 s: Spark alone takes longer to start) is killed and
+    failed at its first try; the log dir is as a crash leaves it, and recovers."""
+    logs = tmp / "slow"
+    done = run(str(BIN / "kcompact"), "gen", "--out", str(logs), "--seed", "7", env=env)
+    if not check("kcompact gen --seed 7 (to time out)", done.returncode == 0, tail(done.stdout + done.stderr)):
+        return
+    env = {**env, "KCOMPACT_TIMEOUT_HOURS": str(5 / 3600)}
+    done = dags_test(env, TIMEOUT, {"log_dirs": [str(logs)], "report_dir": str(tmp / "reports")}, tmp / "timeout.log",
+                     timeout=600)
+    check("timeout: airflow dags test ends without waiting for a retry", done.returncode != -1, tail(done.stdout))
+    states, tries, _ = run_facts(env, db, TIMEOUT)
+    check("timeout: the task failed at its first try", (states.get(STEP), tries.get(STEP)) == ("failed", 1),
+          (states, tries))
+    check("timeout: the task timed out, and the retry policy failed it",
+          "AirflowTaskTimeout" in done.stdout and "the night took longer than" in done.stdout, tail(done.stdout))
+    recovered = run(str(BIN / "kcompact"), "recover", str(logs), env=env)
+    verified = run(str(BIN / "kcompact"), "verify", str(logs), env=env)
+    check("timeout: the log dir recovers and verifies", (recovered.returncode, verified.returncode) == (0, 0),
+          tail(recovered.stdout + recovered.stderr + verified.stdout))
 
 
 def main() -> int:
@@ -233,6 +260,7 @@ def main() -> int:
         check_nightly(env, home / "airflow.db", tmp)
         check_partial(env, home / "airflow.db", tmp)
         check_bad_config(env, home / "airflow.db", tmp)
+        check_timeout(env, home / "airflow.db", tmp)
     failed = results.count(False)
     if failed:
         print(f"     logs, reports and log dirs kept in {tmp}")
