@@ -34,17 +34,19 @@ import pyarrow as pa
 
 from compaction import partition_scan
 from compaction.leases import LeaseKeeper
-from compaction.map_pass import Planned, bucket_of, build_map, pack, read_keys, reduce_bucket, split_by, unpack
+from compaction.map_pass import Planned, bucket_of, pack, read_keys, reduce_bucket, split_by, unpack
 from compaction.offset_map import KeyTable
 from compaction.report import PartitionReport, Report, group_outcomes
 from compaction.decisions import DISCARD, PLAN_FLAGS
 from compaction.rewrite import (
+    ABORTED_BY_OPERATOR,
     IO_ERROR,
     REASON_OF_CODE,
     RESULT_SCHEMA,
     GroupJob,
     GroupPlans,
     Lookup,
+    clean_partition,
     count_group,
     rewrite_group,
 )
@@ -222,7 +224,6 @@ def _sql_conf(spark, values: dict[str, str]) -> Iterator[None]:
                 spark.conf.set(key, value)
 
 
-ABORTED = "aborted"
 
 
 @dataclass(slots=True)
@@ -294,7 +295,8 @@ class Batches:
 
     def group_plans(self, gid: int) -> GroupPlans:
         lo, hi = np.searchsorted(self.gid, gid, "left"), np.searchsorted(self.gid, gid, "right")
-        return GroupPlans(self.segment[lo:hi], self.position[lo:hi], self.flags[lo:hi])
+        return GroupPlans(self.segment[lo:hi], self.position[lo:hi], self.sizes[lo:hi], self.flags[lo:hi],
+                          self.feeds_map[lo:hi])
 
     def pid_of_gid(self) -> np.ndarray:
         """The partition (row) of each group."""
@@ -479,7 +481,7 @@ def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: 
         if errors or len(groups) != len(row["groups"]):
             _discard(groups)
             error = errors[0] if errors else "not every segment group was rewritten"
-            if error == ABORTED:
+            if error == ABORTED_BY_OPERATOR:
                 _aborted(row, result, progress)
             else:
                 result.fail(row | {"error": error}, groups=group_outcomes(row, groups, "written"))
@@ -564,7 +566,7 @@ def _group_jobs(rows: list[dict], batches: Batches, now: int, owner: str) -> dic
                 mtime_ms=g["mtime_ms"], aborted=tuple(AbortedTxn(**t) for t in g["aborted"]),
                 index_interval_bytes=config["index.interval.bytes"], buffers=BufferSizes.of(config),
                 delete_retention_ms=config["delete.retention.ms"], now=now, latest_offset=row["latest_offset"],
-                owner=owner)
+                first_dirty=row["first_dirty"], owner=owner)
             jobs[gid] = (job, batches.group_plans(gid))
             gid += 1
     return jobs
@@ -588,22 +590,16 @@ def _clean_groups(spark, rows: list[dict], batches: Batches, jobs: dict[int, tup
         if dry_run:
             row = base | {"codes": count_group(job, plans, lookup)}
         elif not states.held_by(job.path, owner):  # aborted (or lease lost): stop at this group boundary
-            row = base | {"files": [], "error": ABORTED, "codes": [0] * len(REASON_OF_CODE)}
+            row = base | {"files": [], "error": ABORTED_BY_OPERATOR, "codes": [0] * len(REASON_OF_CODE)}
         else:
             row = rewrite_group(job, plans, lookup) | {"gid": gid}
         return pa.RecordBatch.from_pylist([row], schema=RESULT_SCHEMA)
-
-    def failed(gid: int, error: str) -> pa.RecordBatch:
-        job, _ = jobs[gid]
-        return pa.RecordBatch.from_pylist([{"gid": gid, "path": job.path, "group": job.group, "files": [],
-                                            "error": error, "codes": [0] * len(REASON_OF_CODE)}],
-                                          schema=RESULT_SCHEMA)
 
     whole = [pid for pid, size in enumerate(sizes) if size <= WHOLE_BYTES and pid in groups_of]
     large = [pid for pid, size in enumerate(sizes) if size > WHOLE_BYTES and pid in groups_of]
     frames = []
     if whole:
-        frames.append(_whole(spark, whole, sizes, rows, batches, groups_of, result, failed))
+        frames.append(_whole(spark, whole, sizes, jobs, groups_of, dry_run, owner))
     if large:
         frames.append(_shared(spark, large, rows, batches, jobs, groups_of, pid_of_gid, result))
     if not frames:
@@ -612,10 +608,10 @@ def _clean_groups(spark, rows: list[dict], batches: Batches, jobs: dict[int, tup
     return union.toArrow().to_pylist()
 
 
-def _whole(spark, pids: list[int], sizes: list[int], rows: list[dict], batches: Batches,
-           groups_of: dict[int, list[int]], result, failed):
-    """Partitions read whole: each task takes a share of them, by bytes; per partition, the map
-    in the task, then its groups."""
+def _whole(spark, pids: list[int], sizes: list[int], jobs: dict[int, tuple[GroupJob, GroupPlans]],
+           groups_of: dict[int, list[int]], dry_run: bool, owner: str):
+    """Partitions read whole: each task takes a share of them, by bytes; a partition is read once,
+    from its end back, its map made on the way (``compaction.rewrite.clean_partition``)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     bins = _bins([sizes[pid] for pid in pids], _task_count(spark, sum(sizes[pid] for pid in pids), len(pids)))
@@ -623,16 +619,12 @@ def _whole(spark, pids: list[int], sizes: list[int], rows: list[dict], batches: 
     def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in (b for rb in ids for b in rb.column(0).to_pylist()):
             for pid in (pids[i] for i in bins[b]):
-                table = KeyTable()
-                try:
-                    build_map(rows[pid]["path"], batches.planned(pid), int(batches.first_dirty[pid]), table, 0)
-                except (FormatError, OSError) as exc:
-                    error = f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc)
-                    for gid in groups_of[pid]:
-                        yield failed(gid, error)
-                    continue
-                for gid in groups_of[pid]:
-                    yield result(gid, Lookup(table, 0))
+                gids = groups_of[pid]
+                done = clean_partition([jobs[gid] for gid in gids], render=not dry_run,
+                                       held=lambda path: states.held_by(path, owner))
+                yield pa.RecordBatch.from_pylist([row | {"gid": gid} for gid, row in zip(gids[len(gids) - len(done):],
+                                                                                         done, strict=True)],
+                                                 schema=RESULT_SCHEMA)
 
     return _ranged(spark, len(bins)).mapInArrow(run, from_arrow_schema(RESULT_SCHEMA))
 

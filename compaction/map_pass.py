@@ -1,11 +1,8 @@
 """The offset map, from the records themselves: Kafka's buildOffsetMap, and its distributed form.
 
-A partition read whole by one task gets its map in that task (``build_map``): every record of a
-batch that feeds the map (its batch plan says so) with a key and an offset at or past the first
-dirty offset puts (key, offset) into a ``KeyTable``, which keeps each key's largest offset; the
-partition's groups are then rewritten against it in the same task.
-
-A partition larger than a task is read by many tasks, split by byte ranges (``read_keys``): each
+A partition read whole by one task makes its map while it is rewritten, from its end back
+(``compaction.rewrite.clean_partition``). A partition larger than a task is read by many tasks,
+split by byte ranges (``read_keys``): each
 keeps, per (segment group, key), the largest offset of a record that feeds the map and the smallest
 of one whose fate waits on it, and ships them in blobs by the key's hash bucket. The task of a
 bucket (``reduce_bucket``) takes every blob of its bucket, makes the map's offset of each (partition,
@@ -21,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import storage
-from compaction.offset_map import Entries, KeyTable, key_hashes
+from compaction.offset_map import Entries, KeyTable, gathered, key_hashes
 from compaction.rewrite import undecided
 from readers import scan, walk
 from readers.batch import ATTR_CONTROL
@@ -73,28 +70,6 @@ def _keys_of(chunk: walk.Chunk, ks: np.ndarray) -> Iterator[tuple[np.ndarray, np
         yield (np.frombuffer(b"".join(keys) or b"\0", np.uint8), np.full(len(records), i, np.int64),
                np.array([r.offset for r in records], np.int64),
                np.where([r.key is not None for r in records], starts, -1), lengths)
-
-
-def build_map(path: str, planned: dict[int, Planned], first_dirty: int, table: KeyTable, tag: int) -> None:
-    """Kafka's buildOffsetMap for one partition read whole: ``planned`` per segment base offset.
-    Records of the batches that feed the map, with a key and an offset >= ``first_dirty``, go into
-    ``table`` under ``tag``. CRCs are not checked here: the rewrite reads and checks every byte
-    before anything is committed."""
-    from readers.logdir import segment_name
-
-    for base, plans in planned.items():
-        feeding = plans.position[plans.feeds]
-        if not len(feeding):
-            continue
-        log = storage.join(path, segment_name(base, "log"))
-        with storage.open_read(log) as f:
-            for chunk in walk.read_chunks(f, log, int(feeding[0]), int(feeding[-1]) + 1, check=False):
-                rows = plans.rows(chunk.file_position + chunk.entries[:, walk.POSITION])
-                ks = np.flatnonzero(rows >= 0)
-                ks = ks[plans.feeds[rows[ks]]]
-                for buf, _, offset, key_pos, key_len in _keys_of(chunk, ks):
-                    key_pos = np.where(offset >= first_dirty, key_pos, -1)
-                    table.upsert(buf, key_pos, key_len, np.full(len(key_pos), tag, np.int64), offset)
 
 
 def read_keys(path: str, start: int, end: int, plans: Planned, first_dirty: int, latest: int) -> Iterator[Entries]:
@@ -157,9 +132,7 @@ def select(e: Entries, which: np.ndarray) -> Entries:
     lengths = np.diff(e.offsets)[which]
     offsets = np.zeros(len(which) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    starts = e.offsets[:-1][which]
-    keys = np.concatenate([e.keys[s:s + n] for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)]) \
-        if len(which) else np.empty(0, np.uint8)
+    keys = gathered(e.keys, e.offsets[:-1][which], lengths, int(offsets[-1]))
     return Entries(e.hashes[which], e.tags[which], e.high[which], e.low[which], offsets, keys)
 
 

@@ -121,6 +121,48 @@ def _lookup(index, rows, arena, buf, key_pos, key_len, key_tag, out):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
+def _backward(index, rows, arena, used, bufs, which, key_pos, key_len, tag, offsets, feeds, waits, mapped, first):
+    """Records ``first``, ``first - 1``, ... 0, read in that order (offsets falling): a record that
+    waits on the map gets, in ``mapped``, the largest offset of its key among the feeding records
+    after it (those already read; EMPTY if none); then a feeding one puts its offset in. Key i
+    lies in ``bufs[which[i]]``. Stops before a key that would not fit; returns (the record to go
+    on from, -1 when done, entries used, arena bytes used)."""
+    n_entries, arena_used = used
+    for i in range(first, -1, -1):
+        p = key_pos[i]
+        if p < 0 or not (feeds[i] or waits[i]):
+            continue
+        buf = bufs[which[i]]
+        n = key_len[i]
+        length_tag = (np.int64(n) << 32) | (np.int64(tag) & _LOW)
+        h = _hash(buf, p, n, tag)
+        slot, e = _find(index, rows, arena, h, length_tag, buf, p, n)
+        if waits[i]:
+            mapped[i] = rows[e, HIGH] if e >= 0 else EMPTY
+        if not feeds[i]:
+            continue
+        if e >= 0:
+            if offsets[i] > rows[e, HIGH]:
+                rows[e, HIGH] = offsets[i]
+            continue
+        if n_entries >= rows.shape[0] or arena_used + n > arena.shape[0] or 2 * (n_entries + 1) > index.shape[0]:
+            if waits[i]:
+                mapped[i] = EMPTY  # read again when the table has grown
+            return i, n_entries, arena_used
+        index[slot] = ((h >> 32) << 32) | (n_entries + 1)
+        rows[n_entries, HASH] = h
+        rows[n_entries, START] = arena_used
+        rows[n_entries, LENGTH_TAG] = length_tag
+        rows[n_entries, HIGH] = offsets[i]
+        rows[n_entries, LOW] = offsets[i]
+        for j in range(n):
+            arena[arena_used + j] = buf[p + j]
+        arena_used += n
+        n_entries += 1
+    return -1, n_entries, arena_used
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
 def _reindex(index, rows, n_entries):
     mask = index.shape[0] - 1
     index[:] = 0
@@ -133,7 +175,8 @@ def _reindex(index, rows, n_entries):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def _gathered(arena, starts, lengths, total):
+def gathered(arena, starts, lengths, total):
+    """The byte ranges (starts[i], lengths[i]) of ``arena`` end to end (``total`` bytes in all)."""
     out = np.empty(total, np.uint8)
     d = 0
     for e in range(starts.shape[0]):
@@ -195,13 +238,30 @@ class KeyTable:
         _lookup(self.index, self.rows, self.arena, buf, key_pos, key_len, key_tag, out)
         return out
 
+    def backward(self, bufs: tuple[np.ndarray, ...], which: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray,
+                 tag: int, offsets: np.ndarray, feeds: np.ndarray, waits: np.ndarray) -> np.ndarray:
+        """Kafka's offset map built and read in one pass, from the last record back: records in
+        falling offset order (the rows given, last row first); each that ``waits`` gets the
+        largest offset of its key among the ``feeds`` records after it, which is the map's offset
+        whenever every record after it has been given before. Returns those offsets (``EMPTY``:
+        none, or not waiting)."""
+        mapped = np.full(len(key_pos), EMPTY, np.int64)
+        at = len(key_pos) - 1
+        while at >= 0:
+            at, self.size, self.arena_used = _backward(
+                self.index, self.rows, self.arena, (self.size, self.arena_used), bufs, which, key_pos, key_len, tag,
+                offsets, feeds, waits, mapped, at)
+            if at >= 0:
+                self._grow(int(key_len[at]))
+        return mapped
+
     def entries(self) -> Entries:
         """Every entry, in the order they came (copies)."""
         rows = self.rows[:self.size]
         lengths = (rows[:, LENGTH_TAG] >> 32).astype(np.int64)
         offsets = np.zeros(self.size + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        keys = _gathered(self.arena, rows[:, START].copy(), lengths, int(offsets[-1]))
+        keys = gathered(self.arena, rows[:, START].copy(), lengths, int(offsets[-1]))
         return Entries(rows[:, HASH].copy(), (rows[:, LENGTH_TAG] & 0xFFFFFFFF).astype(np.int32).astype(np.int64),
                        rows[:, HIGH].copy(), rows[:, LOW].copy(), offsets, keys)
 

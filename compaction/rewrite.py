@@ -13,9 +13,11 @@ files are written by ``operations.cleaned``. Nothing is renamed here: the driver
 
 from __future__ import annotations
 
+import io
+import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -57,6 +59,7 @@ from writers.rebuild import EMPTY_ATTRIBUTES, KEPT_ATTRIBUTES, fill_crcs, frame_
 KEPT, KEPT_TOMBSTONE, SUPERSEDED, TOMBSTONE, ABORTED, KEYLESS, MARKER = range(7)
 REASON_OF_CODE = ("kept", "kept", "superseded", "tombstone", "aborted", "keyless", "marker")
 IO_ERROR = "I/O error (transient, retried next run): "
+ABORTED_BY_OPERATOR = "aborted"
 RESULT_SCHEMA = pa.schema([
     ("gid", pa.int32()), ("path", pa.string()), ("group", pa.int32()), ("base_offset", pa.int64()),
     ("size", pa.int64()), ("batches", pa.int64()), ("records", pa.int64()), ("files", pa.list_(pa.string())),
@@ -82,6 +85,7 @@ class GroupJob:
     delete_retention_ms: int
     now: int
     latest_offset: int  # the offset map's latest offset: records past it are kept
+    first_dirty: int  # records feed the map from this offset on
     owner: str | None = None  # the job's lease owner: names the staged files on an object store
 
 
@@ -91,7 +95,9 @@ class GroupPlans:
 
     segment: np.ndarray
     position: np.ndarray
+    size: np.ndarray
     flags: np.ndarray  # (batches, len(PLAN_FLAGS)) bool
+    feeds: np.ndarray  # bool: the batch's records feed the offset map
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,10 +155,71 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return v
 
 
-class _Rewriter:
-    """One group's batches, chunk by chunk: fates, counts, and (when ``render``) what they become."""
+@dataclass(frozen=True, slots=True)
+class _Records:
+    """Every record of the batches of a chunk that are read (v2 ones located by the compiled
+    scanner, legacy ones decoded in Python), in file order: per record its entry, offset, key
+    (``bufs[which]`` at ``key_pos``, -1: none), tombstone and control flags; ``row`` maps a v2
+    record to its row of ``sections``, -1 for a legacy one."""
 
-    def __init__(self, job: GroupJob, plans: GroupPlans, lookup: Lookup, render: bool):
+    sections: walk.Sections
+    legacy: dict[int, list]  # entry -> its decoded records
+    entry: np.ndarray
+    offset: np.ndarray
+    key_pos: np.ndarray
+    key_len: np.ndarray
+    which: np.ndarray  # 0: the chunk's buffer, 1: the decompressed arena, 2: ``legacy_keys``
+    tombstone: np.ndarray
+    control: np.ndarray
+    row: np.ndarray
+    legacy_keys: np.ndarray
+
+    def bufs(self, chunk: walk.Chunk) -> tuple[np.ndarray, ...]:
+        return tuple(map(_readonly, (chunk.buf, self.sections.arena, self.legacy_keys)))
+
+    @classmethod
+    def of(cls, chunk: walk.Chunk, read: np.ndarray) -> _Records:
+        e = chunk.entries
+        v2 = read[e[read, walk.MAGIC] == 2]
+        sections = walk.decode(chunk, v2)
+        cols = sections.cols
+        of = sections.record_batches()
+        legacy = {k: chunk.batch(k).records() for k in read[e[read, walk.MAGIC] != 2].tolist()}
+        records = [r for rs in legacy.values() for r in rs]
+        keys = [r.key or b"" for r in records]
+        lengths = np.fromiter(map(len, keys), np.int64, len(keys))
+        starts = np.cumsum(lengths) - lengths
+        n_v2 = len(cols)
+        entry = np.concatenate((v2[of], np.repeat(list(legacy), [len(rs) for rs in legacy.values()]).astype(np.int64)))
+        order = np.argsort(entry, kind="stable")  # v2 rows keep their order; legacy records go in place
+        cat = np.concatenate
+        return cls(
+            sections, legacy, entry[order],
+            cat((e[v2[of], walk.BASE_OFFSET] + cols[:, scan.OFFSET_DELTA],
+                 np.fromiter((r.offset for r in records), np.int64, len(records))))[order],
+            cat((cols[:, scan.KEY_POS], np.where([r.key is not None for r in records], starts, -1).astype(np.int64)))[order],
+            cat((cols[:, scan.KEY_LEN], lengths))[order],
+            cat((sections.packed[of].astype(np.int64), np.full(len(records), 2, np.int64)))[order],
+            cat((cols[:, scan.VALUE_POS] < 0, np.array([r.value is None for r in records], bool)))[order],
+            cat(((e[v2[of], walk.ATTRIBUTES] & ATTR_CONTROL) != 0, np.zeros(len(records), bool)))[order],
+            cat((np.arange(n_v2), np.full(len(records), -1)))[order],
+            np.frombuffer(b"".join(keys) or b"\0", np.uint8),
+        )
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only view: compiled code takes a tuple of buffers only when all are alike."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+class _Rewriter:
+    """A group's batches, chunk by chunk: fates, counts, and (when ``render``) what they become.
+    The map's offsets come from ``lookup`` (a map made before, ``outputs``) or are made while
+    reading the partition from its end (``backward``)."""
+
+    def __init__(self, job: GroupJob, plans: GroupPlans, render: bool, lookup: Lookup | None = None):
         self.job, self.plans, self.lookup, self.render = job, plans, lookup, render
         self.counts = np.zeros(len(REASON_OF_CODE), np.int64)
 
@@ -165,12 +232,53 @@ class _Rewriter:
                 for chunk in walk.read_chunks(f, path):
                     n = len(chunk.entries)
                     self._check_plan(chunk, base, i)
-                    out = self._chunk(chunk, self.plans.flags[i:i + n])
+                    out = self._chunk(chunk, self.plans.flags[i:i + n], self._looked_up)
                     if out is not None:
                         yield out
                     i += n
             if i < len(self.plans.segment) and self.plans.segment[i] == base:
                 raise FormatError(path, int(self.plans.position[i]), "batch not in the file (the segment changed)")
+
+    def backward(self, table: KeyTable, outs: _Outputs) -> None:
+        """The group read from its end back, a range of batches at a time, the map made on the way
+        (``KeyTable.backward`` into ``table``: the partition's groups after this one were read
+        before); what its batches become goes to ``outs``, last first."""
+        plans, sizes = self.plans, self.plans.size
+        feeds = plans.feeds
+        for lo, hi in reversed(_ranges(plans.segment, sizes)):
+            base = int(plans.segment[lo])
+            path = storage.join(self.job.path, segment_name(base, "log"))
+            start, end = int(plans.position[lo]), int(plans.position[hi - 1] + sizes[hi - 1])
+            with storage.open_read(path) as f:  # the range in one buffer: the chunks are kept
+                chunks = list(walk.read_chunks(f, path, start, end, chunk_size=end - start))
+            i = lo
+            found = []
+            for chunk in chunks:
+                self._check_plan(chunk, base, i)
+                found.append((chunk, i))
+                i += len(chunk.entries)
+            if i != hi:
+                raise FormatError(path, end, "batch not in the file (the segment changed)")
+            for chunk, i in reversed(found):
+                n = len(chunk.entries)
+
+                def resolve(chunk: walk.Chunk, records: _Records, waits: np.ndarray, i=i) -> np.ndarray:
+                    feeding = feeds[i + records.entry] & ~records.control & (records.offset >= self.job.first_dirty)
+                    return table.backward(records.bufs(chunk), records.which, records.key_pos, records.key_len, 0,
+                                          records.offset, feeding, waits)
+
+                out = self._chunk(chunk, plans.flags[i:i + n], resolve)
+                if out is not None:
+                    outs.add(out)
+
+    def _looked_up(self, chunk: walk.Chunk, records: _Records, waits: np.ndarray) -> np.ndarray:
+        mapped = np.full(len(records.offset), NOT_MAPPED, np.int64)
+        bufs = records.bufs(chunk)
+        for which in (0, 1, 2):
+            sel = np.flatnonzero(waits & (records.which == which))
+            if len(sel):
+                mapped[sel] = self.lookup.mapped(bufs[which], records.key_pos[sel], records.key_len[sel])
+        return mapped
 
     def _check_plan(self, chunk: walk.Chunk, base: int, i: int) -> None:
         positions = chunk.file_position + chunk.entries[:, walk.POSITION]
@@ -181,64 +289,60 @@ class _Rewriter:
             at = int(positions[wrong[0] if len(wrong) else n])
             raise FormatError(chunk.path, at, "batch not in the plan (the segment changed)")
 
-    def _chunk(self, chunk: walk.Chunk, flags: np.ndarray) -> ChunkOut | None:
+    def _chunk(self, chunk: walk.Chunk, flags: np.ndarray, resolve) -> ChunkOut | None:
+        """One chunk: every record's fate (the map's offsets by ``resolve``), then (rendering) what
+        every batch becomes."""
         job, e = self.job, chunk.entries
-        v2 = e[:, walk.MAGIC] == 2
-        read = np.flatnonzero(v2 & ~flags[:, DELETE])
-        sections = walk.decode(chunk, read)
-        cols = sections.cols
-        of = sections.record_batches()
-        k_of = read[of]
-        offset = e[k_of, walk.BASE_OFFSET] + cols[:, scan.OFFSET_DELTA]
-        has_key = cols[:, scan.KEY_POS] >= 0
-        control = (e[k_of, walk.ATTRIBUTES] & ATTR_CONTROL) != 0
-        discard = flags[k_of, DISCARD]
-        mapped = np.full(len(offset), NOT_MAPPED, np.int64)
-        waits = undecided(discard, control, offset, job.latest_offset, has_key)
-        for packed in (False, True):
-            sel = np.flatnonzero(waits & (sections.packed[of] == packed))
-            if len(sel):
-                buf = sections.arena if packed else chunk.buf
-                mapped[sel] = self.lookup.mapped(buf, cols[sel, scan.KEY_POS], cols[sel, scan.KEY_LEN])
-        codes = fate_codes(discard, flags[k_of, RETAIN_DELETES], control, offset, has_key, cols[:, scan.VALUE_POS] < 0,
-                           job.latest_offset, mapped)
+        read = np.flatnonzero(~flags[:, DELETE])
+        records = _Records.of(chunk, read)
+        discard = flags[records.entry, DISCARD]
+        has_key = records.key_pos >= 0
+        waits = undecided(discard, records.control, records.offset, job.latest_offset, has_key)
+        mapped = resolve(chunk, records, waits)
+        codes = fate_codes(discard, flags[records.entry, RETAIN_DELETES], records.control, records.offset, has_key,
+                           records.tombstone, job.latest_offset, mapped)
         self.counts += np.bincount(codes, minlength=len(REASON_OF_CODE))
         # batches dropped whole are not decoded: every record of one is discarded (aborted, or a marker)
-        dropped = v2 & flags[:, DELETE]
+        dropped = flags[:, DELETE]
         is_control = (e[:, walk.ATTRIBUTES] & ATTR_CONTROL) != 0
         self.counts[ABORTED] += int(e[dropped & ~is_control, walk.RECORDS_COUNT].sum())
         self.counts[MARKER] += int(e[dropped & is_control, walk.RECORDS_COUNT].sum())
-        keep = codes <= KEPT_TOMBSTONE
-        kept = np.bincount(of, weights=keep, minlength=len(read)).astype(np.int64)
-        kept_tombstone = np.bincount(of, weights=codes == KEPT_TOMBSTONE, minlength=len(read)) > 0
-        horizon = (e[read, walk.ATTRIBUTES] & ATTR_DELETE_HORIZON) != 0
-        what, stamp = _outcomes(e[read, walk.RECORDS_COUNT], kept, kept_tombstone, horizon, flags[read])
-        legacy = np.flatnonzero(~v2 & ~flags[:, DELETE])
-        made = [self._legacy(chunk, int(k), flags[k]) for k in legacy.tolist()]
         if not self.render:
             return None
-        # the last kept record of each batch: a rebuilt batch reports its offset to the segment's index
-        last_kept = np.full(len(read), -1, np.int64)
-        kept_rows = np.flatnonzero(keep)
-        last_kept[of[kept_rows]] = offset[kept_rows]
-        return self._render(chunk, read, sections, keep, kept, what, stamp, horizon, last_kept, legacy, made)
+        return self._render(chunk, flags, records, codes)
 
-    def _render(self, chunk: walk.Chunk, read: np.ndarray, sections: walk.Sections, keep: np.ndarray,
-                kept: np.ndarray, what: np.ndarray, stamp: np.ndarray, horizon: np.ndarray, last_kept: np.ndarray,
-                legacy: np.ndarray, made: list[Output | None]) -> ChunkOut:
+    def _render(self, chunk: walk.Chunk, flags: np.ndarray, records: _Records, codes: np.ndarray) -> ChunkOut:
         """The chunk's output in one buffer: rebuilt batches spliced by one compiled call (compressed
         ones then compressed one by one), every batch copied or framed by another."""
         job, e = self.job, chunk.entries
         n = len(e)
+        sections = records.sections
+        v2_rows = records.row >= 0
+        keep = np.zeros(len(sections.cols), bool)
+        keep[records.row[v2_rows]] = codes[v2_rows] <= KEPT_TOMBSTONE
+        of = sections.record_batches()
+        n_read = len(sections.ks)
+        kept = np.bincount(of, weights=keep, minlength=n_read).astype(np.int64)
+        kept_tombstone = np.zeros(len(keep), bool)
+        kept_tombstone[records.row[v2_rows]] = codes[v2_rows] == KEPT_TOMBSTONE
+        kept_tombstone = np.bincount(of, weights=kept_tombstone, minlength=n_read) > 0
+        read = sections.ks
+        horizon = (e[read, walk.ATTRIBUTES] & ATTR_DELETE_HORIZON) != 0
+        what, stamp = _outcomes(e[read, walk.RECORDS_COUNT], kept, kept_tombstone, horizon, flags[read])
+        # the last kept record of each batch: a rebuilt batch reports its offset to the segment's index
+        offsets = e[read[of], walk.BASE_OFFSET] + sections.cols[:, scan.OFFSET_DELTA]
+        last_kept = np.full(n_read, -1, np.int64)
+        kept_rows = np.flatnonzero(keep)
+        last_kept[of[kept_rows]] = offsets[kept_rows]
         last = e[:, walk.BASE_OFFSET] + e[:, walk.LAST_OFFSET_DELTA]
         source, start, length = np.zeros(n, np.int64), e[:, walk.POSITION].copy(), np.full(n, -1, np.int64)
         header = np.full((n, 6), -1, np.int64)
         attributes, base_ts = e[:, walk.ATTRIBUTES].copy(), e[:, walk.BASE_TIMESTAMP].copy()
         max_ts, count = e[:, walk.MAX_TIMESTAMP].copy(), e[:, walk.RECORDS_COUNT].copy()
-        max_offset, records = last.copy(), np.zeros(n, np.int64)
+        max_offset, written = last.copy(), np.zeros(n, np.int64)
         # copies: their bytes as stored
         copied = read[what == COPY]
-        length[copied], records[copied] = e[copied, walk.SIZE], e[copied, walk.RECORDS_COUNT]
+        length[copied], written[copied] = e[copied, walk.SIZE], e[copied, walk.RECORDS_COUNT]
         # empty headers (writeEmptyHeader): no body, the original max timestamp and offset span
         emptied = read[what == EMPTY_HEADER]
         length[emptied], count[emptied], base_ts[emptied] = 0, 0, NO_TIMESTAMP
@@ -268,12 +372,12 @@ class _Rewriter:
             start[rebuilt[compressed]] = np.cumsum(sizes) - sizes
         attributes[rebuilt] = (attributes[rebuilt] & KEPT_ATTRIBUTES) | np.where(has_horizon, ATTR_DELETE_HORIZON, 0)
         base_ts[rebuilt], max_ts[rebuilt], count[rebuilt] = bases, maxima, kept[todo]
-        max_offset[rebuilt], records[rebuilt] = last_kept[todo], kept[todo]
+        max_offset[rebuilt], written[rebuilt] = last_kept[todo], kept[todo]
         framed = np.concatenate((emptied, rebuilt))
         header[framed] = e[framed][:, [walk.BASE_OFFSET, walk.LEADER_EPOCH, walk.LAST_OFFSET_DELTA, walk.PRODUCER_ID,
                                        walk.PRODUCER_EPOCH, walk.BASE_SEQUENCE]]
-        # legacy entries: made one by one (``_legacy``), copied in place
-        done = [(k, m) for k, m in zip(legacy.tolist(), made, strict=True) if m is not None and m.data is not None]
+        # legacy entries: made one by one in Python (they are rare), copied in place
+        done = [(k, m) for k, m in self._legacy(chunk, flags, records, codes) if m.data is not None]
         if done:
             at_k = [k for k, _ in done]
             sizes = np.fromiter((len(m.data) for _, m in done), np.int64, len(done))
@@ -282,47 +386,136 @@ class _Rewriter:
             max_offset[at_k] = [m.max_offset for _, m in done]
             max_ts[at_k] = [m.max_timestamp for _, m in done]
             last[at_k] = [m.offset_of_max_timestamp for _, m in done]
-            records[at_k] = [m.records for _, m in done]
+            written[at_k] = [m.records for _, m in done]
         out, where = frame_batches(tuple(map(_readonly, sources)), source, start, length, header, attributes, base_ts,
                                    max_ts, count)
         fill_crcs(out, where[framed])
         size = np.where(length >= 0, length, 0) + np.where(header[:, 0] >= 0, V2_HEADER_SIZE, 0)
-        return ChunkOut(chunk.path, e[:, walk.SIZE], out, where, size, max_offset, max_ts, last, records)
+        return ChunkOut(chunk.path, e[:, walk.SIZE], out, where, size, max_offset, max_ts, last, written)
 
-    def _legacy(self, chunk: walk.Chunk, k: int, flags: np.ndarray) -> Output | None:
-        """A magic 0/1 entry (rare): its records decoded in Python, then the same rules; what it
-        becomes (None when not rendering)."""
+    def _legacy(self, chunk: walk.Chunk, flags: np.ndarray, records: _Records,
+                codes: np.ndarray) -> Iterator[tuple[int, Output]]:
+        """What each legacy (magic 0/1) entry of the chunk becomes, from its records' fates, by the
+        rules of ``compaction.decisions.batch_outcome`` and ``writers.cleaned``."""
         job = self.job
-        batch = chunk.batch(k)
-        records = batch.records()
-        keys = [r.key for r in records]
-        data = np.frombuffer(b"".join(key or b"" for key in keys) or b"\0", np.uint8)
-        lengths = np.array([len(key or b"") for key in keys], np.int64)
-        starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
-        has_key = np.array([key is not None for key in keys], bool)
-        offset = np.array([r.offset for r in records], np.int64)
-        n = len(records)
-        codes = fate_codes(np.full(n, flags[DISCARD]), np.full(n, flags[RETAIN_DELETES]), np.zeros(n, bool), offset,
-                           has_key, np.array([r.value is None for r in records], bool), job.latest_offset,
-                           self.lookup.mapped(data, np.where(has_key, starts, -1), lengths))
-        self.counts += np.bincount(codes, minlength=len(REASON_OF_CODE))
-        keep = codes <= KEPT_TOMBSTONE
-        kept = int(np.count_nonzero(keep))
-        plan = BatchPlan(BatchInfo.of(batch, 0), 0, *flags.tolist())
-        outcome = batch_outcome(plan, kept, False, job.now, job.delete_retention_ms, kept > 0 and batch.inner_magic_differs)
-        if not self.render:
-            return None
-        out = output_bytes(batch, outcome, keep)
-        if out is None:
-            return Output(out)
-        written = Batch(batch.path, out, 0, len(out), 0)
-        return Output(out, retained_max_offset(batch, outcome, keep, written), written.max_timestamp,
-                      written.last_offset, records_written(batch, outcome, keep, written))
+        for k in records.legacy:
+            keep = codes[records.entry == k] <= KEPT_TOMBSTONE
+            batch = chunk.batch(k)
+            kept = int(np.count_nonzero(keep))
+            plan = BatchPlan(BatchInfo.of(batch, 0), 0, *flags[k].tolist())
+            outcome = batch_outcome(plan, kept, False, job.now, job.delete_retention_ms,
+                                    kept > 0 and batch.inner_magic_differs)
+            out = output_bytes(batch, outcome, keep)
+            if out is None:
+                yield k, Output(None)
+                continue
+            made = Batch(batch.path, out, 0, len(out), 0)
+            yield k, Output(out, retained_max_offset(batch, outcome, keep, made), made.max_timestamp,
+                            made.last_offset, records_written(batch, outcome, keep, made))
+
+
+RANGE_BYTES = 16 << 20  # a partition read from its end back is read in ranges of about this
+
+
+def _ranges(segment: np.ndarray, size: np.ndarray) -> list[tuple[int, int]]:
+    """Batch plans cut into ranges [lo, hi) of one segment each and about ``RANGE_BYTES``."""
+    out, lo, total = [], 0, 0
+    for i in range(len(segment)):
+        if i > lo and (segment[i] != segment[lo] or total + size[i] > RANGE_BYTES):
+            out.append((lo, i))
+            lo, total = i, 0
+        total += int(size[i])
+    if len(segment):
+        out.append((lo, len(segment)))
+    return out
+
+
+class _Outputs:
+    """A group's chunk outputs as the backward pass makes them, last first; given back in file
+    order. Past ``MEMORY`` bytes they go to a temporary file, so a task holds at most that much
+    of a group's output, however large the group."""
+
+    MEMORY = 128 << 20
+
+    def __init__(self):
+        self.made: list[ChunkOut] = []
+        self.held = 0
+        self.spill = None
+
+    def add(self, out: ChunkOut) -> None:
+        self.made.append(out)
+        self.held += len(out.data)
+        while self.held > self.MEMORY:
+            oldest = next(i for i, o in enumerate(self.made) if isinstance(o.data, np.ndarray) and len(o.data))
+            self._spill(oldest)
+
+    def _spill(self, i: int) -> None:
+        if self.spill is None:
+            self.spill = tempfile.TemporaryFile()
+        out = self.made[i]
+        at = self.spill.seek(0, io.SEEK_END)
+        self.spill.write(memoryview(out.data))
+        self.held -= len(out.data)
+        self.made[i] = replace(out, data=(at, len(out.data)))
+
+    def in_order(self) -> Iterator[ChunkOut]:
+        for out in reversed(self.made):
+            if isinstance(out.data, tuple):
+                at, size = out.data
+                self.spill.seek(at)
+                out = replace(out, data=np.frombuffer(self.spill.read(size), np.uint8))
+            yield out
+
+    def close(self) -> None:
+        if self.spill is not None:
+            self.spill.close()
+
+
+def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, held=lambda path: True) -> list[dict]:
+    """Every group of one partition read once, from the last record back, the offset map made on
+    the way (``KeyTable.backward``): each record's fate is known when it is read, since every
+    record that could supersede it was read before. Then each group's ``.cleaned`` files (or,
+    not ``render``ing, its fate counts). ``held(path)``: the job still holds the partition's
+    lease (checked before each group, so an abort stops it at a group boundary). A group that
+    fails stops the partition: the groups before it are not read."""
+    table, results = KeyTable(), []
+    for job, plans in reversed(groups):
+        started = time.monotonic()
+        base = {"path": job.path, "group": job.group, "base_offset": job.base_offset, "size": 0, "batches": 0,
+                "records": 0, "files": []}
+        if render and not held(job.path):
+            results.append(base | {"seconds": 0.0, "error": ABORTED_BY_OPERATOR, "codes": [0] * len(REASON_OF_CODE)})
+            break
+        rewriter, outs = _Rewriter(job, plans, render), _Outputs()
+        try:
+            rewriter.backward(table, outs)
+            if render:
+                written = write_group(job.path, job.base_offset, outs.in_order(), list(job.aborted), job.mtime_ms,
+                                      job.index_interval_bytes, job.buffers, job.owner)
+                base |= {"size": written.size, "batches": written.batches, "records": written.records,
+                         "files": list(written.files)}
+        except (FormatError, OSError, ValueError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
+            _remove_outputs(job)
+            error = f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc)
+            results.append(base | {"seconds": time.monotonic() - started, "error": error,
+                                   "codes": rewriter.counts.tolist()})
+            break
+        finally:
+            outs.close()
+        results.append(base | {"seconds": time.monotonic() - started, "error": None, "codes": rewriter.counts.tolist()})
+    return results[::-1]
+
+
+def _remove_outputs(job: GroupJob) -> None:
+    for kind in ("log", "index", "timeindex", "txnindex"):
+        leftover = output_path(job.path, job.base_offset, kind, job.owner)
+        if storage.exists(leftover):
+            storage.remove(leftover)
 
 
 def count_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> list[int]:
     """Records per fate code, nothing written (a dry run)."""
-    rewriter = _Rewriter(job, plans, lookup, render=False)
+    rewriter = _Rewriter(job, plans, render=False, lookup=lookup)
     for _ in rewriter.outputs():
         pass
     return rewriter.counts.tolist()
@@ -331,17 +524,14 @@ def count_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> list[int]:
 def rewrite_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> dict:
     """Write the group's ``.cleaned`` files; on bad input, remove what was written and say why."""
     started = time.monotonic()
-    rewriter = _Rewriter(job, plans, lookup, render=True)
+    rewriter = _Rewriter(job, plans, render=True, lookup=lookup)
     base = {"path": job.path, "group": job.group, "base_offset": job.base_offset}
     try:
         written = write_group(job.path, job.base_offset, rewriter.outputs(), list(job.aborted), job.mtime_ms,
                               job.index_interval_bytes, job.buffers, job.owner)
     except (FormatError, OSError, ValueError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
         error = f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc)
-        for kind in ("log", "index", "timeindex", "txnindex"):
-            leftover = output_path(job.path, job.base_offset, kind, job.owner)
-            if storage.exists(leftover):
-                storage.remove(leftover)
+        _remove_outputs(job)
         return base | {"size": 0, "batches": 0, "records": 0, "files": [], "seconds": time.monotonic() - started,
                        "error": error, "codes": rewriter.counts.tolist()}
     return base | {"size": written.size, "batches": written.batches, "records": written.records,

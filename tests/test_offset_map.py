@@ -63,3 +63,27 @@ def test_a_million_keys():
     expected = np.arange(n, dtype=np.int64)
     expected[::2] = 2 * n
     assert (got == expected).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(keys, st.booleans(), st.booleans()), max_size=200), st.integers(1, 5))
+def test_backward_gives_each_waiting_record_the_largest_feeding_offset_after_it(records, pieces):
+    """Records at offsets 0, 1, ...: each (key, feeds, waits). Read as chunks from the last one
+    back, every waiting record must get the largest offset of a feeding record of its key after
+    it, exactly as a map built first over every record and read afterwards would say for the
+    records it supersedes."""
+    table = KeyTable(entries=2, arena=2)
+    got = [EMPTY] * len(records)
+    bounds = [len(records) * k // pieces for k in range(pieces + 1)]
+    for lo, hi in reversed(list(zip(bounds, bounds[1:]))):
+        chunk = records[lo:hi]
+        buf, pos, lengths = laid_out([k for k, _, _ in chunk])
+        mapped = table.backward((buf, buf), np.zeros(len(chunk), np.int64), pos, lengths, 7,
+                                np.arange(lo, hi, dtype=np.int64), np.array([f for _, f, _ in chunk], bool),
+                                np.array([w for _, _, w in chunk], bool))
+        got[lo:hi] = mapped.tolist()
+    expected = []
+    for i, (key, _, waits) in enumerate(records):
+        later = [j for j in range(i + 1, len(records)) if records[j][1] and records[j][0] == key]
+        expected.append(max(later) if key is not None and waits and later else EMPTY)
+    assert got == expected

@@ -260,9 +260,9 @@ def _env(memory_cap: str | None) -> dict[str, str]:
 
 
 def _digests(root: Path) -> dict[str, str]:
-    """SHA-256 of every file a job leaves in the log dir (its lock and states aside)."""
+    """SHA-256 of every file a job leaves in the log dir (its lock, states and last-run stamp aside)."""
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != ".lock" and not p.name.startswith("kcompact-state")}
+            if p.is_file() and p.name != ".lock" and not p.name.startswith("kcompact-")}
 
 
 def run_once(root: Path, work_base: Path, corpus: Corpus, memory_cap: str | None, digest: bool) -> Run:
