@@ -69,6 +69,13 @@ class SegmentWriter:
         self._bytes_since_entry += len(chunk)
         self.next_offset = largest_offset + 1
 
+    def index_full(self, max_index_size: int) -> bool:
+        """LogSegment.shouldRoll's index checks with segment.index.bytes = ``max_index_size``: the
+        offset index is full at max_index_size // 8 entries, the time index one entry earlier
+        than max_index_size // 12 (TimeIndex keeps its last slot for the closing entry)."""
+        return (len(self._offset_entries) >= max_index_size // 8
+                or len(self._time_entries) >= max_index_size // 12 - 1)
+
     def add_aborted_txn(self, txn: AbortedTxn) -> None:
         self._aborted.append(txn)
 
