@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import re
+import struct
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,28 @@ def test_keys_of_many_sizes_keep_one_size_per_key(tmp_path: Path) -> None:
     for k in keys:
         by_number.setdefault(k.rstrip(b"."), set()).add(len(k))
     assert all(len(s) == 1 or min(s) < 6 for s in by_number.values()), "a key keeps its size"
+
+
+def test_log_append_time_batches_read_as_their_append_time(tmp_path: Path) -> None:
+    """A LogAppendTime topic: the broker sets the timestamp-type bit and the max timestamp (the
+    append time, here 5 ms after the last record) and leaves the records' create-time deltas; a
+    reader gives every record the append time."""
+    result = generator.generate(str(tmp_path), spec(topic(log_append_time=True, transactional_fraction=0.3,
+                                                          abort_ratio=0.5)), seed=5)
+    truth = result.partitions["t", 0]
+    read = []
+    for path in logs(tmp_path):
+        data, position = path.read_bytes(), 0
+        for b in entries(path):
+            records = [(r.offset, r.timestamp) for r in b]
+            first_timestamp = struct.unpack_from(">q", data, position + 27)[0]  # the header's baseTimestamp
+            assert b.timestamp_type == 1
+            assert first_timestamp == T0 + 100 * records[0][0], "the first record's create time stays in the header"
+            assert b.max_timestamp == T0 + 100 * records[-1][0] + 5
+            assert all(ts == b.max_timestamp for _, ts in records)
+            read += records
+            position += b.size_in_bytes
+    assert read == [(r.offset, r.timestamp) for r in truth.records]
 
 
 # -- segments -------------------------------------------------------------------------------------

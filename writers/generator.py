@@ -34,7 +34,7 @@ from readers import checkpoint, codecs, snapshot
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name
 from readers.records import ABORT, COMMIT, Header, Record, control_key, control_value
-from readers.batch import CREATE_TIME, NO_TIMESTAMP
+from readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP
 from writers import legacy, metadata
 from writers.batch import encode_batch
 from writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentFiles, SegmentWriter
@@ -43,6 +43,7 @@ IDEMPOTENT_PID_BASE = 598000
 TRANSACTIONAL_PID_BASE = 598500
 DEFAULT_SEGMENT_BYTES = 1 << 30
 DEFAULT_SEGMENT_INDEX_BYTES = 10 * 1024 * 1024
+LOG_APPEND_DELAY_MS = 5  # log_append_time topics: the broker appends a batch this long after its last record
 DEFAULT_START_MS = 1720000000000
 COORDINATOR_EPOCH = 0
 LEADER_EPOCH_CHECKPOINT = b"0\n1\n0 0\n"
@@ -323,6 +324,7 @@ _TOPIC_FIELDS: dict[str, tuple[Check, Any]] = {
     "legacy": (_legacy, None),
     "append_records": (_integer(0), 0),
     "append_gap_ms": (_integer(0), 0),
+    "log_append_time": (_boolean, False),
 }
 _SPEC_KEYS = ("seed", "start_ms", "topics")
 
@@ -644,18 +646,25 @@ class _PartitionProducer:
         aborted: AbortedTxn | None = None,
     ) -> None:
         control = records[0].control is not None
+        max_timestamp = max(r.timestamp for r in records)
+        stamp = {}
+        if self.topic["log_append_time"]:  # the broker stamps the batch: every record reads as its append time
+            max_timestamp += LOG_APPEND_DELAY_MS
+            stamp = {"timestamp_type": LOG_APPEND_TIME, "max_timestamp": max_timestamp}
         data = encode_batch(
             [Record(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records],
             base_offset=records[0].offset, codec=codec, producer_id=producer.producer_id,
             producer_epoch=epoch, base_sequence=sequence,
-            transactional=producer.transactional, control=control,
+            transactional=producer.transactional, control=control, **stamp,
         )
         batch = WrittenBatch(
             records[0].offset, records[-1].offset, codec, producer.producer_id, epoch, sequence,
-            producer.transactional, control, max(r.timestamp for r in records), len(data),
+            producer.transactional, control, max_timestamp, len(data),
         )
+        if stamp:
+            records = [dataclasses.replace(r, timestamp=max_timestamp) for r in records]
         self.records.extend(records)
-        self.encoded.append(_Encoded(data, batch, aborted, self._timestamp(records[-1].offset)))
+        self.encoded.append(_Encoded(data, batch, aborted, max_timestamp))
 
     def _legacy(self) -> None:
         """Old brokers' messages first: magic 0, then magic 1; an uncompressed message is an
