@@ -33,8 +33,9 @@ from tests.reference.producers import LastRecord
 from writers import generator
 
 ITEM1, ITEM2 = "issue 14 item 1", "issue 14 item 2"
+STRAY = "stray cleaner-checkpoint entries"
 # Divergences of the product that are being fixed (see tests/test_reference_regressions.py).
-PENDING = {ITEM1, ITEM2}
+PENDING = {ITEM1, ITEM2, STRAY}
 
 KAFKA_FILE = re.compile(r"^\d{20}\.(log|index|timeindex|txnindex|snapshot)$")
 MTIME_KINDS = (".log", ".index", ".timeindex")
@@ -71,7 +72,7 @@ class Rounds:
     config: Config
     pending: set[str] = field(default_factory=lambda: set(PENDING))
     broker: Broker | None = None
-    stale: dict[tuple[str, int], int] = field(default_factory=dict)  # ITEM1: entries ours has not reset
+    stale: dict[tuple[str, int], int] = field(default_factory=dict)  # entries ours has not rewritten (ITEM1, STRAY)
     results: list[RoundResult] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
 
@@ -84,9 +85,15 @@ class Rounds:
         return self.root / "model"
 
     @classmethod
-    def generate(cls, root: Path, spec: dict, seed: int, pending: set[str] | None = None) -> Rounds:
+    def generate(cls, root: Path, spec: dict, seed: int, pending: set[str] | None = None,
+                 stray_entries: dict[tuple[str, int], int] | None = None) -> Rounds:
+        """``stray_entries``: cleaner checkpoint entries of partitions the log dir does not hold
+        (a topic deleted or moved away since)."""
         spec = generator.validate(spec)
         generator.generate(str(root / "ours"), spec, seed=seed)
+        if stray_entries:
+            path = root / "ours" / "cleaner-offset-checkpoint"
+            path.write_bytes(checkpoint.render(checkpoint.parse(str(path), path.read_bytes()) | stray_entries))
         shutil.copytree(root / "ours", root / "model")  # copy2: modification times come along
         config = Config({t["name"]: dict(t["config"]) for t in spec["topics"]})
         rounds = cls(root, spec, seed, config, set(PENDING) if pending is None else pending)
@@ -106,8 +113,10 @@ class Rounds:
         result = self.broker.clean_round(now)
         self.results.append(result)
         problems = [] if code in (0, 4) else [f"kcompact compact exited with {code}:\n{out.getvalue()[-3000:]}"]
+        previous = checkpoint.parse("before", (before / "cleaner-offset-checkpoint").read_bytes())
+        if STRAY in self.pending:  # ours keeps the entries of partitions the log dir does not hold
+            self.stale.update({tp: offset for tp, offset in previous.items() if tp not in self.broker.logs})
         if ITEM1 in self.pending:  # ours rewrites an out-of-range entry only when it cleans the partition
-            previous = checkpoint.parse("before", (before / "cleaner-offset-checkpoint").read_bytes())
             for tp in result.reset:
                 if tp not in result.cleaned and tp not in result.failed and tp not in self.stale:
                     self.stale[tp] = previous[tp]
@@ -139,7 +148,7 @@ def differences(ours: Path, model: Path, before: Path, result: RoundResult,
     """Everything a broker could tell apart between the product's and the model's log dirs. A
     partition the model's Kafka failed on (an exception inside the round) is expected as the
     product leaves it: untouched (README, issue 14 item 3) and marked uncleanable. ``stale``:
-    cleaner checkpoint entries expected as they were (``ITEM1``)."""
+    cleaner checkpoint entries expected as they were (``ITEM1``, ``STRAY``)."""
     found = []
     parts = sorted(p.name for p in ours.iterdir() if p.is_dir() and p.name != METADATA_DIR)
     model_parts = sorted(p.name for p in model.iterdir() if p.is_dir() and p.name != METADATA_DIR)

@@ -78,6 +78,7 @@ def topic_specs(draw, name: str) -> dict:
         "txn_batches": [1, draw(st.integers(1, 4))], "abort_ratio": draw(st.sampled_from([0.0, 0.5, 1.0])),
         "open_transaction": draw(st.booleans()), "epoch_bump_ratio": draw(st.sampled_from([0.0, 0.0, 0.2])),
         "append_records": draw(st.sampled_from([0, 30, 150])),
+        "log_append_time": draw(st.sampled_from([False, False, True])),
     }
     if "compact" in policy and draw(st.booleans()):
         topic["checkpoint"] = {"0": draw(st.one_of(
@@ -104,7 +105,8 @@ def scenarios(draw) -> dict:
         topics.append(big_batches(f"t{n}"))
     return finish({"seed": draw(st.integers(0, 2**16)), "topics": topics,
                    "lag1": draw(st.sampled_from([0, MINUTE, HOUR, 2 * DAY])),
-                   "delay2": draw(st.sampled_from([MINUTE, HOUR, 2 * DAY]))})
+                   "delay2": draw(st.sampled_from([MINUTE, HOUR, DAY, 2 * DAY])),
+                   "exact_delay": draw(st.booleans()), "stray_checkpoint": draw(st.booleans())})
 
 
 def big_batches(name: str) -> dict:
@@ -123,13 +125,16 @@ def finish(scenario: dict) -> dict:
     for t in scenario["topics"]:
         t["append_gap_ms"] = now1 - T0
     scenario["now1"] = now1
-    scenario["now2"] = now1 + max(spans) + scenario["delay2"]
+    # exact_delay: round 2 exactly delay2 after round 1, so horizons set in round 1 with a
+    # delete.retention.ms of delay2 fall on ``now`` (a tombstone or marker kept while now < horizon)
+    scenario["now2"] = now1 + (0 if scenario.get("exact_delay") else max(spans)) + scenario["delay2"]
     return scenario
 
 
 def run(tmp_path_factory, scenario: dict) -> None:
     spec = {"start_ms": T0, "topics": scenario["topics"]}
-    rounds = Rounds.generate(tmp_path_factory.mktemp("reference"), spec, scenario["seed"])
+    stray = {("gone", 3): 17} if scenario.get("stray_checkpoint") else None
+    rounds = Rounds.generate(tmp_path_factory.mktemp("reference"), spec, scenario["seed"], stray_entries=stray)
     for n, now in ((1, scenario["now1"]), (2, scenario["now2"])):
         if n == 2:
             rounds.append()
