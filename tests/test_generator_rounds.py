@@ -151,6 +151,29 @@ def test_segments_roll_when_an_index_is_full(tmp_path: Path) -> None:
         assert len(index) <= 5 and len(times) <= 3
 
 
+def test_an_empty_active_segment_takes_the_appends(tmp_path: Path) -> None:
+    """A broker that rolled before anything more came leaves an empty active segment at the log
+    end; the records appended later go into it."""
+    s = spec(topic(empty_active=True, append_records=100, append_gap_ms=HOUR))
+    truth = generator.generate(str(tmp_path), s, seed=2).partitions["t", 0]
+    segments = logs(tmp_path)
+    assert segments[-1].stat().st_size == 0 and int(segments[-1].stem) == truth.log_end_offset
+    assert all(segments[-1].with_suffix(k).stat().st_size == 0 for k in (".index", ".timeindex"))
+    generator.append(str(tmp_path), s, seed=2)
+    after = logs(tmp_path)
+    assert after[:len(segments) - 1] == segments[:-1]
+    assert entries(segments[-1])[0].base_offset == truth.log_end_offset
+
+
+def test_segments_laid_out_before_a_segment_bytes_change(tmp_path: Path) -> None:
+    """``layout_segment_bytes``: the broker rolled at 600 bytes; the topic says 3000 now."""
+    generator.generate(str(tmp_path), spec(topic(layout_segment_bytes=600)), seed=2)
+    segments = [read_segment(p) for p in logs(tmp_path)]
+    for seg, nxt in zip(segments, segments[1:]):
+        assert (seg.size <= 600 or len(seg.batches) == 1) and 600 < seg.size + nxt.batches[0].size
+    assert b"3000" in (tmp_path / "__cluster_metadata-0" / "00000000000000000000.log").read_bytes()
+
+
 # -- checkpoints -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("position", "expected"), [

@@ -191,6 +191,10 @@ def _optional_int(where: str, key: str, value: Any) -> int | None:
     return None if value is None else _integer(0)(where, key, value)
 
 
+def _optional_size(where: str, key: str, value: Any) -> int | None:
+    return None if value is None else _integer(14, _INT32_MAX)(where, key, value)
+
+
 def _optional_fraction(where: str, key: str, value: Any) -> float | None:
     return None if value is None else _number(0, 1)(where, key, value)
 
@@ -325,6 +329,8 @@ _TOPIC_FIELDS: dict[str, tuple[Check, Any]] = {
     "append_records": (_integer(0), 0),
     "append_gap_ms": (_integer(0), 0),
     "log_append_time": (_boolean, False),
+    "empty_active": (_boolean, False),
+    "layout_segment_bytes": (_optional_size, None),
 }
 _SPEC_KEYS = ("seed", "start_ms", "topics")
 
@@ -752,11 +758,13 @@ class _Laid:
     wall_ms: int
 
 
-def _layout(encoded: list[_Encoded], config: dict[str, Any]) -> list[_Laid]:
+def _layout(encoded: list[_Encoded], topic: dict[str, Any]) -> list[_Laid]:
     """Split batches into segments as the broker rolls them (LogSegment.shouldRoll): a new segment
-    when the next batch would take a non-empty one past ``segment.bytes``, or when its offset or
-    time index is full (``segment.index.bytes``)."""
-    segment_bytes = config.get("segment.bytes", DEFAULT_SEGMENT_BYTES)
+    when the next batch would take a non-empty one past ``segment.bytes`` (``layout_segment_bytes``
+    when the topic's segment.bytes changed since), or when its offset or time index is full
+    (``segment.index.bytes``)."""
+    config = topic["config"]
+    segment_bytes = topic["layout_segment_bytes"] or config.get("segment.bytes", DEFAULT_SEGMENT_BYTES)
     index_bytes = config.get("segment.index.bytes", DEFAULT_SEGMENT_INDEX_BYTES)
     interval = config.get("index.interval.bytes", DEFAULT_INDEX_INTERVAL_BYTES)
     laid: list[_Laid] = []
@@ -776,6 +784,24 @@ def _layout(encoded: list[_Encoded], config: dict[str, Any]) -> list[_Laid]:
     if writer is not None:
         laid.append(_Laid(log.getvalue(), writer.close(), wall))
     return laid
+
+
+def _empty_segment(base_offset: int, wall_ms: int) -> _Laid:
+    """The active segment a broker rolls (at a segment.ms deadline, say) before anything was
+    appended to it: no bytes, no index entries."""
+    return _Laid(b"", SegmentWriter(io.BytesIO(), base_offset).close(), wall_ms)
+
+
+def _laid_out(producer: _PartitionProducer, topic: dict[str, Any]) -> tuple[list[_Laid], list[_Laid]]:
+    """The segments before the cut (what ``generate`` writes) and after every append (``append``).
+    With ``empty_active`` the broker rolled an empty segment at the cut: the appends start there."""
+    cut = len(producer.encoded) if producer.cut is None else producer.cut
+    before, after = producer.encoded[:cut], producer.encoded[cut:]
+    if not topic["empty_active"]:
+        return _layout(before, topic), _layout(producer.encoded, topic)
+    first = _layout(before, topic)
+    empty = _empty_segment(before[-1].batch.last_offset + 1, before[-1].wall_ms)
+    return first + [empty], first + (_layout(after, topic) if after else [empty])
 
 
 def _write_segment(pdir: str, laid: _Laid) -> tuple[WrittenSegment, int]:
@@ -871,7 +897,7 @@ def _write_partition(out: str, topic: dict[str, Any], partition: int, seed: int,
     pdir = storage.join(out, f"{topic['name']}-{partition}")
     storage.makedirs(pdir)
     segments, written = [], 0
-    laid_out = _layout(encoded, topic["config"])
+    laid_out, _ = _laid_out(producer, topic)
     for laid in laid_out:
         segment, size = _write_segment(pdir, laid)
         segments.append(segment)
@@ -890,12 +916,12 @@ def _append_partition(out: str, topic: dict[str, Any], partition: int, seed: int
     rolling as it fills; snapshots at the new rolls and the new log end."""
     producer = _produce(topic, partition, seed)
     pdir = storage.join(out, f"{topic['name']}-{partition}")
-    active = _layout(producer.encoded[:producer.cut], topic["config"])[-1]
+    before, after = _laid_out(producer, topic)
+    active = before[-1]
     path = storage.join(pdir, segment_name(active.files.base_offset, "log"))
     if not storage.exists(path) or storage.read_bytes(path) != active.log:
         raise ValueError(f"{path}: not the active segment this spec and seed wrote; cannot append to it")
-    laid_out = [laid for laid in _layout(producer.encoded, topic["config"])
-                if laid.files.base_offset >= active.files.base_offset]
+    laid_out = [laid for laid in after if laid.files.base_offset >= active.files.base_offset]
     segments = [_write_segment(pdir, laid)[0] for laid in laid_out]
     _write_snapshots(pdir, producer.encoded, [laid.files.base_offset for laid in laid_out[1:]] + [producer.offset])
     return _truth(topic, partition, producer.encoded, producer.records, segments)
