@@ -5,8 +5,9 @@ Hypothesis draws a log dir of several topics, each with its own configuration an
 idempotent and transactional producers (interleaved, aborted, one left open, epoch bumps), cleaner
 checkpoints anywhere (batch starts, offsets, segment bases, the active segment, past the log end,
 below a moved log start), min.cleanable.dirty.ratio 0 to 0.9, delete.retention.ms 0 / small /
-default, min and max compaction lags, small segment.bytes, index.interval.bytes from 64, small
-segment.index.bytes, compact,delete; every codec, keys of 1 to 64 bytes, empty values and
+default, min and max compaction lags, small segment.bytes (changed since the segments rolled, in
+some), index.interval.bytes from 64, small segment.index.bytes, compact,delete, an empty active
+segment, LogAppendTime topics, stray checkpoint entries; every codec, keys of 1 to 64 bytes, empty values and
 tombstones, headers, keyless records, skewed and uniform keys, one key only, batches larger than
 the cleaner's read buffer, magic 0 and 1 messages (with compressed wrappers) before v2 ones. One
 Spark job per round cleans the whole dir: round 1, records appended, round 2 with ``now`` moved on
@@ -79,7 +80,10 @@ def topic_specs(draw, name: str) -> dict:
         "open_transaction": draw(st.booleans()), "epoch_bump_ratio": draw(st.sampled_from([0.0, 0.0, 0.2])),
         "append_records": draw(st.sampled_from([0, 30, 150])),
         "log_append_time": draw(st.sampled_from([False, False, True])),
+        "empty_active": draw(st.sampled_from([False, False, False, True])),
     }
+    if draw(st.integers(0, 3)) == 0:  # segment.bytes changed since the broker rolled these segments
+        topic["layout_segment_bytes"] = max(14, int(config["segment.bytes"] * draw(st.sampled_from([0.2, 0.5, 2.0]))))
     if "compact" in policy and draw(st.booleans()):
         topic["checkpoint"] = {"0": draw(st.one_of(
             st.floats(0, 1), st.builds(lambda n: {"offset": n}, st.integers(0, records)),
