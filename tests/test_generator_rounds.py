@@ -129,6 +129,30 @@ def test_log_append_time_batches_read_as_their_append_time(tmp_path: Path) -> No
     assert read == [(r.offset, r.timestamp) for r in truth.records]
 
 
+def test_leader_changes_and_skewed_clocks(tmp_path: Path) -> None:
+    """``leader_change_ratio``: the partition leader epoch of the batches grows at leader changes
+    and leader-epoch-checkpoint lists each epoch's first offset; ``timestamp_jitter_ms``: record
+    timestamps wander around their nominal time, back and forth, and each batch's max timestamp
+    is its records' largest."""
+    legacy = {"magic0": 5, "magic1": 0, "codecs": {"none": 1}}
+    s = spec(topic(records=600, leader_change_ratio=0.1, timestamp_jitter_ms=500, legacy=legacy))
+    truth = generator.generate(str(tmp_path), s, seed=4).partitions["t", 0]
+    batches = [b for path in logs(tmp_path) for b in entries(path) if b.magic == 2]
+    epochs = [b.leader_epoch for b in batches]
+    assert epochs == sorted(epochs) and epochs[0] == 0 and epochs[-1] >= 2
+    firsts: dict[int, int] = {}
+    for b in batches:
+        firsts.setdefault(b.leader_epoch, b.base_offset)
+    text = (tmp_path / "t-0" / "leader-epoch-checkpoint").read_text()
+    assert text == f"0\n{len(firsts)}\n" + "".join(f"{e} {o}\n" for e, o in firsts.items())
+    assert firsts[0] == 5, "legacy messages have no leader epoch: epoch 0 starts at the first v2 batch"
+    stamps = [r.timestamp for r in truth.records if r.offset >= 5]
+    assert any(a > b for a, b in zip(stamps, stamps[1:])), "timestamps go back"
+    assert all(abs(r.timestamp - (T0 + 100 * r.offset)) <= 500 for r in truth.records if r.offset >= 5)
+    for b in batches:
+        assert b.max_timestamp == max(r.timestamp for r in b)
+
+
 # -- segments -------------------------------------------------------------------------------------
 
 def test_segments_roll_when_an_index_is_full(tmp_path: Path) -> None:

@@ -46,7 +46,9 @@ DEFAULT_SEGMENT_INDEX_BYTES = 10 * 1024 * 1024
 LOG_APPEND_DELAY_MS = 5  # log_append_time topics: the broker appends a batch this long after its last record
 DEFAULT_START_MS = 1720000000000
 COORDINATOR_EPOCH = 0
-LEADER_EPOCH_CHECKPOINT = b"0\n1\n0 0\n"
+def _leader_epoch_checkpoint(epochs: dict[int, int]) -> bytes:
+    """leader-epoch-checkpoint: version 0, the count, then ``epoch start-offset`` per epoch."""
+    return (f"0\n{len(epochs)}\n" + "".join(f"{e} {o}\n" for e, o in sorted(epochs.items()))).encode()
 ROOT_CHECKPOINTS = (
     "cleaner-offset-checkpoint",
     "log-start-offset-checkpoint",
@@ -330,6 +332,8 @@ _TOPIC_FIELDS: dict[str, tuple[Check, Any]] = {
     "append_gap_ms": (_integer(0), 0),
     "log_append_time": (_boolean, False),
     "empty_active": (_boolean, False),
+    "timestamp_jitter_ms": (_integer(0), 0),
+    "leader_change_ratio": (_number(0, 1), 0.0),
     "layout_segment_bytes": (_optional_size, None),
 }
 _SPEC_KEYS = ("seed", "start_ms", "topics")
@@ -555,6 +559,8 @@ class _PartitionProducer:
     epochs: dict[int, int] = field(default_factory=dict)
     open_txns: dict[int, _OpenTxn] = field(default_factory=dict)
     cut: int | None = None
+    leader_epoch: int = 0
+    leader_epochs: dict[int, int] = field(default_factory=dict)  # epoch -> first offset (leader-epoch-checkpoint)
     _key_cdf: list[float] = field(default_factory=list)
     _key_sizes: dict[int, int] = field(default_factory=dict)
 
@@ -652,6 +658,9 @@ class _PartitionProducer:
         aborted: AbortedTxn | None = None,
     ) -> None:
         control = records[0].control is not None
+        if self.topic["leader_change_ratio"] and self.rng.random() < self.topic["leader_change_ratio"]:
+            self.leader_epoch += 1  # a new leader appends from here on
+        self.leader_epochs.setdefault(self.leader_epoch, records[0].offset)
         max_timestamp = max(r.timestamp for r in records)
         stamp = {}
         if self.topic["log_append_time"]:  # the broker stamps the batch: every record reads as its append time
@@ -660,7 +669,7 @@ class _PartitionProducer:
         data = encode_batch(
             [Record(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records],
             base_offset=records[0].offset, codec=codec, producer_id=producer.producer_id,
-            producer_epoch=epoch, base_sequence=sequence,
+            producer_epoch=epoch, base_sequence=sequence, partition_leader_epoch=self.leader_epoch,
             transactional=producer.transactional, control=control, **stamp,
         )
         batch = WrittenBatch(
@@ -708,9 +717,10 @@ class _PartitionProducer:
         key = None if self.rng.random() < t["keyless_fraction"] else self._key()
         value = None if key is not None and self.rng.random() < t["tombstone_fraction"] else self._value()
         headers = tuple((f"h{i}", self._letters(self.rng.randint(1, 12))) for i in range(t["headers"]))
-        record = WrittenRecord(
-            self.offset, self._timestamp(self.offset), key, value, headers, producer_id, transactional, None
-        )
+        timestamp = self._timestamp(self.offset)
+        if t["timestamp_jitter_ms"]:  # producers' clocks disagree: timestamps go back and forth
+            timestamp = max(0, timestamp + self.rng.randint(-t["timestamp_jitter_ms"], t["timestamp_jitter_ms"]))
+        record = WrittenRecord(self.offset, timestamp, key, value, headers, producer_id, transactional, None)
         self.offset += 1
         return record
 
@@ -905,10 +915,11 @@ def _write_partition(out: str, topic: dict[str, Any], partition: int, seed: int,
     end = encoded[-1].batch.last_offset + 1
     written += _write_snapshots(pdir, encoded, [laid.files.base_offset for laid in laid_out[1:]] + [end])
     metadata = f"version: 0\ntopic_id: {tid}\n".encode()
-    storage.write_atomic(storage.join(pdir, "leader-epoch-checkpoint"), LEADER_EPOCH_CHECKPOINT)
+    epochs = _leader_epoch_checkpoint({e: o for e, o in producer.leader_epochs.items() if o < end})
+    storage.write_atomic(storage.join(pdir, "leader-epoch-checkpoint"), epochs)
     storage.write_atomic(storage.join(pdir, "partition.metadata"), metadata)
     truth = _truth(topic, partition, encoded, producer.records, segments)
-    return truth, written + len(LEADER_EPOCH_CHECKPOINT) + len(metadata)
+    return truth, written + len(epochs) + len(metadata)
 
 
 def _append_partition(out: str, topic: dict[str, Any], partition: int, seed: int) -> PartitionTruth:
@@ -924,6 +935,7 @@ def _append_partition(out: str, topic: dict[str, Any], partition: int, seed: int
     laid_out = [laid for laid in after if laid.files.base_offset >= active.files.base_offset]
     segments = [_write_segment(pdir, laid)[0] for laid in laid_out]
     _write_snapshots(pdir, producer.encoded, [laid.files.base_offset for laid in laid_out[1:]] + [producer.offset])
+    storage.write_atomic(storage.join(pdir, "leader-epoch-checkpoint"), _leader_epoch_checkpoint(producer.leader_epochs))
     return _truth(topic, partition, producer.encoded, producer.records, segments)
 
 
