@@ -7,8 +7,8 @@ checkpoints anywhere (batch starts, offsets, segment bases, the active segment, 
 below a moved log start), min.cleanable.dirty.ratio 0 to 0.9, delete.retention.ms 0 / small /
 default, min and max compaction lags, small segment.bytes (changed since the segments rolled, in
 some), index.interval.bytes from 64, small segment.index.bytes, compact,delete, an empty active
-segment, LogAppendTime topics, stray checkpoint entries; every codec, keys of 1 to 64 bytes, empty values and
-tombstones, headers, keyless records, skewed and uniform keys, one key only, batches larger than
+segment, LogAppendTime topics, stray checkpoint entries, leader changes; every codec, keys of 1 to 64 bytes, empty values and
+tombstones, headers, keyless records, skewed and uniform keys, one key only, skewed producer clocks, batches larger than
 the cleaner's read buffer, magic 0 and 1 messages (with compressed wrappers) before v2 ones. One
 Spark job per round cleans the whole dir: round 1, records appended, round 2 with ``now`` moved on
 (past delete horizons and producer expiration in some examples).
@@ -81,6 +81,8 @@ def topic_specs(draw, name: str) -> dict:
         "append_records": draw(st.sampled_from([0, 30, 150])),
         "log_append_time": draw(st.sampled_from([False, False, True])),
         "empty_active": draw(st.sampled_from([False, False, False, True])),
+        "timestamp_jitter_ms": draw(st.sampled_from([0, 0, step // 2, 20 * step])),
+        "leader_change_ratio": draw(st.sampled_from([0.0, 0.0, 0.1])),
     }
     if draw(st.integers(0, 3)) == 0:  # segment.bytes changed since the broker rolled these segments
         topic["layout_segment_bytes"] = max(14, int(config["segment.bytes"] * draw(st.sampled_from([0.2, 0.5, 2.0]))))
@@ -181,10 +183,25 @@ PRODUCERS_AND_ROUNDS = finish({"seed": 2, "lag1": MINUTE, "delay2": 2 * DAY, "to
     {"name": "plain", "config": {"cleanup.policy": "delete", "segment.bytes": 1500}, "records": 100},
 ]})
 
+CLOCKS_AND_LAYOUTS = finish({"seed": 3, "lag1": 0, "delay2": MINUTE, "exact_delay": True, "stray_checkpoint": True,
+                             "topics": [
+    {"name": "stamped", "config": {"cleanup.policy": "compact", "segment.bytes": 3000, "delete.retention.ms": MINUTE,
+                                   "min.cleanable.dirty.ratio": 0.0, "index.interval.bytes": 300},
+     "records": 300, "keys": 30, "tombstone_fraction": 0.2, "log_append_time": True, "leader_change_ratio": 0.1,
+     "transactional_fraction": 0.3, "abort_ratio": 0.5, "codecs": {"gzip": 1, "none": 1}, "append_records": 100},
+    {"name": "skewed", "config": {"cleanup.policy": "compact", "segment.bytes": 2500, "min.cleanable.dirty.ratio": 0.1},
+     "records": 300, "keys": 60, "timestamp_jitter_ms": 2000, "empty_active": True, "layout_segment_bytes": 700,
+     "tombstone_fraction": 0.1, "codecs": {"lz4": 1, "zstd": 1}, "append_records": 100},
+    {"name": "one-key", "config": {"cleanup.policy": "compact", "segment.bytes": 900, "segment.index.bytes": 24,
+                                   "index.interval.bytes": 64, "max.compaction.lag.ms": 1},
+     "records": 200, "keys": 1, "key_size": 64, "value_size": [0, 0], "headers": 1, "append_records": 50},
+]})
+
 
 @settings(settings.get_profile(PROFILE))
 @example(scenario=LEGACY_AND_CHECKPOINTS)
 @example(scenario=PRODUCERS_AND_ROUNDS)
+@example(scenario=CLOCKS_AND_LAYOUTS)
 @given(scenario=scenarios())
 def test_two_rounds_equal_kafkas_cleaner(spark, tmp_path_factory, scenario):
     run(tmp_path_factory, scenario)
