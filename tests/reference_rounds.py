@@ -24,6 +24,7 @@ from pathlib import Path
 from jobs.cli import main
 from operations import states
 from readers import checkpoint
+from readers.logdir import CHECKPOINTS, METADATA_DIR
 from readers.segment import iter_batches
 from tests.reference.cleaner import Cleaner, LogFilter, filter_to
 from tests.reference.config import Config
@@ -40,9 +41,6 @@ PENDING = {ITEM1, ITEM2, STRAY, FAILED_ENTRY}
 
 KAFKA_FILE = re.compile(r"^\d{20}\.(log|index|timeindex|txnindex|snapshot)$")
 MTIME_KINDS = (".log", ".index", ".timeindex")
-CHECKPOINTS = ("cleaner-offset-checkpoint", "log-start-offset-checkpoint", "recovery-point-offset-checkpoint",
-               "replication-offset-checkpoint")
-METADATA_DIR = "__cluster_metadata-0"
 
 
 class PerBatchAppendCleaner(Cleaner):

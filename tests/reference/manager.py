@@ -19,8 +19,6 @@ from tests.reference.config import Config
 from tests.reference.log import CleaningFailed, Log
 
 LONG_MAX = 2**63 - 1
-CLEANER_OFFSET = "cleaner-offset-checkpoint"
-LOG_START_OFFSET = "log-start-offset-checkpoint"
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 NOT_LIVE = ("-delete", "-future", "-stray")
 METADATA_TOPIC = "__cluster_metadata"  # KRaft's own log: not in the LogManager's pool of logs
@@ -61,7 +59,7 @@ class Broker:
         self.config = config
         self.cleaner_class = Cleaner  # a test may stand a variant in (tests/reference_rounds.py)
         self.uncleanable: set[tuple[str, int]] = set()
-        starts = self._read_checkpoint(LOG_START_OFFSET)
+        starts = self._read_checkpoint(checkpoint.LOG_START_OFFSET)
         self.logs: dict[tuple[str, int], Log] = {}
         for name in sorted(os.listdir(log_dir)):
             m = _PARTITION_DIR.match(name)
@@ -98,9 +96,9 @@ class Broker:
     def update_checkpoints(self, tp: tuple[str, int], offset: int) -> None:
         """LogCleanerManager.updateCheckpoints: entries of partitions the broker does not hold are
         dropped, the partition's entry set."""
-        current = {k: v for k, v in self._read_checkpoint(CLEANER_OFFSET).items() if k in self.logs}
+        current = {k: v for k, v in self._read_checkpoint(checkpoint.CLEANER_OFFSET).items() if k in self.logs}
         current[tp] = offset
-        path = os.path.join(self.log_dir, CLEANER_OFFSET)
+        path = os.path.join(self.log_dir, checkpoint.CLEANER_OFFSET)
         with open(path + ".tmp", "wb") as f:
             f.write(checkpoint.render(current))
         os.replace(path + ".tmp", path)
@@ -142,7 +140,7 @@ class Broker:
         return clean_until - earliest if earliest < clean_until else 0
 
     def grab_filthiest_compacted_log(self, now: int, result: RoundResult) -> LogToClean | None:
-        last_clean = self._read_checkpoint(CLEANER_OFFSET)
+        last_clean = self._read_checkpoint(checkpoint.CLEANER_OFFSET)
         dirty = []
         for tp, log in self.logs.items():
             if not self.config.compact(log.topic) or tp in self.uncleanable:
