@@ -2,10 +2,13 @@
 
 A generated dir is what a Kafka 3.x broker leaves after a clean shutdown: v2
 batches from plain, idempotent and transactional producers (with commits,
-aborts and optionally one transaction left open), segments rolled at
-``segment.bytes`` with the broker's index rules, ``.txnindex`` files,
-per-partition metadata and the log-dir checkpoints. ``GenResult`` says record
-by record what was written, so tests can use it as their expected answer.
+aborts, epoch bumps and optionally one transaction left open), optionally after
+an old broker's magic-0/1 messages, segments rolled at ``segment.bytes`` or a
+full index with the broker's index rules, ``.txnindex`` files, per-partition
+metadata and the log-dir checkpoints. ``GenResult`` says record by record what
+was written, so tests can use it as their expected answer. A spec may hold
+records back (``append_records``): ``append`` writes them later, as producers
+would between two cleaning rounds.
 
 Same spec and seed give the same bytes: every random choice comes from a
 ``random.Random`` seeded per partition, nothing reads the clock, and all I/O
