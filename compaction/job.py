@@ -52,7 +52,8 @@ from compaction.rewrite import (
 )
 from operations import s3commit, states
 from operations.recover import recover_partition
-from operations.swap import commit_partition, set_cleaner_checkpoint
+from operations.checkpoints import set_cleaner_offset, update_cleaner_offsets
+from operations.swap import commit_partition
 from readers.datasource import DEFAULT_MAX_SPLIT_BYTES, OffsetRange, partition_splits
 from readers.errors import FormatError
 from readers.indexes import AbortedTxn
@@ -232,13 +233,18 @@ class JobResult:
     uncleanable: dict[str, str] = field(default_factory=dict)  # partition dir -> reason
     # object stores: partition dir -> the latest commit record generation seen under our lease
     generations: dict[str, int] = field(default_factory=dict)
+    # log dir -> {(topic, partition): first dirty offset} of the partitions whose cleaning failed:
+    # Kafka's cleanLog writes that entry (doneCleaning) whether the cleaning succeeded or threw
+    done_cleaning: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
 
-    def fail(self, row: dict, transient: bool = False, groups: list[dict] = ()) -> None:
+    def fail(self, row: dict, transient: bool = False, groups: list[dict] = (), cleaning: bool = True) -> None:
         """A partition this run could not clean: reported (with what became of each segment group:
         ``groups``), and marked uncleanable at the end unless the cause is transient (an I/O
         error, a log that changed under the job)."""
         if not transient and not row["error"].startswith(IO_ERROR):
             self.uncleanable[row["path"]] = row["error"]
+        if cleaning and not transient:
+            self.done_cleaning.setdefault(row["log_dir"], {})[row["topic"], row["partition"]] = row["first_dirty"]
         self.report.partitions.append(PartitionReport.failed(row, groups))
 
 
@@ -333,9 +339,11 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
             selected = _take_partitions(selected, keeper, result, progress, held)
             _reset_checkpoints(plan, selected, result, progress)
         for row in corrupt_in_plan(plan):
-            result.fail(row)
+            result.fail(row, cleaning=False)
         if selected.num_rows:
             _clean(spark, selected, now, dry_run, progress, watch, result, keeper)
+            if not dry_run:
+                _done_cleaning(result, progress)
         _give_back(result, keeper, dry_run)
     report.observe_plan(plan, marked=result.uncleanable)
     report.seconds = time.monotonic() - started
@@ -392,9 +400,6 @@ def _reset_checkpoints(plan: pa.Table, taken: pa.Table, result: JobResult, progr
     before it drops the logs with nothing to clean: so do we, for every such partition of the
     plan, the selected ones this job took included. An entry that changed since planning (another
     job cleaned the partition meanwhile) is left alone: the change is compare-and-swap."""
-    from operations.s3commit import update_checkpoint
-    from readers import checkpoint
-
     mine = set(taken.column("path").to_pylist())
     wanted: dict[str, list[dict]] = {}
     for row in plan.to_pylist():
@@ -416,7 +421,7 @@ def _reset_checkpoints(plan: pa.Table, taken: pa.Table, result: JobResult, progr
             return entries
 
         try:
-            update_checkpoint(log_dir, checkpoint.CLEANER_OFFSET, change)
+            update_cleaner_offsets(log_dir, change)
         except (FormatError, OSError) as exc:
             progress(f"  cleaner checkpoints of {log_dir} not reset: {exc}")
             continue
@@ -424,6 +429,16 @@ def _reset_checkpoints(plan: pa.Table, taken: pa.Table, result: JobResult, progr
             result.report.checkpoint_resets.append(r)
             progress(f"  reset the cleaner checkpoint of {r['topic']}-{r['partition']}: {r['why']}; "
                      f"now the log start {r['offset']}")
+
+
+def _done_cleaning(result: JobResult, progress) -> None:
+    """The checkpoint entry of each partition whose cleaning failed: its first dirty offset, as
+    Kafka's cleanLog writes it in its ``finally`` (so a partition without an entry gets one)."""
+    for log_dir, entries in result.done_cleaning.items():
+        try:
+            update_cleaner_offsets(log_dir, lambda current, entries=entries: current | entries)
+        except (FormatError, OSError) as exc:
+            progress(f"  cleaner checkpoint of {log_dir} not written after failed cleanings: {exc}")
 
 
 def _cleaned_since_plan(row: dict) -> str | None:
@@ -564,7 +579,8 @@ def _group_jobs(rows: list[dict], batches: Batches, now: int, owner: str) -> dic
             job = GroupJob(
                 path=row["path"], group=g["group"], base_offset=g["base_offset"], segments=tuple(g["segments"]),
                 mtime_ms=g["mtime_ms"], aborted=tuple(AbortedTxn(**t) for t in g["aborted"]),
-                index_interval_bytes=config["index.interval.bytes"], buffers=BufferSizes.of(config),
+                index_interval_bytes=config["index.interval.bytes"], max_index_bytes=config["segment.index.bytes"],
+                buffers=BufferSizes.of(config),
                 delete_retention_ms=config["delete.retention.ms"], now=now, latest_offset=row["latest_offset"],
                 first_dirty=row["first_dirty"], owner=owner)
             jobs[gid] = (job, batches.group_plans(gid))
@@ -708,7 +724,7 @@ def _commit(row: dict, groups: list[dict], owner: str, generation: int | None) -
     written = [WrittenGroup(g["base_offset"], g["size"], g["batches"], g["records"], tuple(g["files"]))
                for g in groups]
     commit_partition(row["path"], written, replaced)
-    set_cleaner_checkpoint(row["log_dir"], row["topic"], row["partition"], end)
+    set_cleaner_offset(row["log_dir"], row["topic"], row["partition"], end)
 
 
 def _discard(groups: list[dict]) -> None:

@@ -81,6 +81,7 @@ class GroupJob:
     mtime_ms: int
     aborted: tuple[AbortedTxn, ...]
     index_interval_bytes: int
+    max_index_bytes: int  # segment.index.bytes: a cleaned segment's index capacity
     buffers: BufferSizes  # the cleaner's I/O buffers: where its appends end
     delete_retention_ms: int
     now: int
@@ -491,7 +492,7 @@ def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, hel
             rewriter.backward(table, outs)
             if render:
                 written = write_group(job.path, job.base_offset, outs.in_order(), list(job.aborted), job.mtime_ms,
-                                      job.index_interval_bytes, job.buffers, job.owner)
+                                      job.index_interval_bytes, job.buffers, job.max_index_bytes, job.owner)
                 base |= {"size": written.size, "batches": written.batches, "records": written.records,
                          "files": list(written.files)}
         except (FormatError, OSError, ValueError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
@@ -528,7 +529,7 @@ def rewrite_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> dict:
     base = {"path": job.path, "group": job.group, "base_offset": job.base_offset}
     try:
         written = write_group(job.path, job.base_offset, rewriter.outputs(), list(job.aborted), job.mtime_ms,
-                              job.index_interval_bytes, job.buffers, job.owner)
+                              job.index_interval_bytes, job.buffers, job.max_index_bytes, job.owner)
     except (FormatError, OSError, ValueError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
         error = f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc)
         _remove_outputs(job)

@@ -41,6 +41,7 @@ import pyarrow as pa
 import storage
 from conf.units import MB, UNIT_NOTE
 from operations import states
+from operations.checkpoints import update_cleaner_offsets
 from readers import checkpoint
 from readers.errors import FormatError
 from readers.logdir import SEGMENT_KINDS, scan_partition, segment_name
@@ -249,10 +250,9 @@ def _move_checkpoints(log_dir: str, new_starts: dict[tuple[str, int], int]) -> N
     path = posixpath.join(log_dir, checkpoint.LOG_START_OFFSET)
     entries = checkpoint.parse(path, storage.read_bytes(path)) if storage.exists(path) else {}
     storage.write_atomic(path, checkpoint.render(checkpoint.raise_log_starts(entries, new_starts)))
-    path = posixpath.join(log_dir, checkpoint.CLEANER_OFFSET)
-    if not storage.exists(path):
-        return
-    entries = checkpoint.parse(path, storage.read_bytes(path))
-    raised = checkpoint.raise_cleaner_offsets(entries, new_starts)
-    if raised != entries:
-        storage.write_atomic(path, checkpoint.render(raised))
+
+    def raised(entries: dict) -> dict | None:
+        wanted = checkpoint.raise_cleaner_offsets(entries, new_starts)
+        return wanted if wanted != entries else None
+
+    update_cleaner_offsets(log_dir, raised)

@@ -47,10 +47,11 @@ Pure decisions (names, records, the view) are functions of listings; the rest go
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import storage
+from operations.checkpoints import set_cleaner_offset, update_checkpoint, update_cleaner_offsets
 from readers import checkpoint
 from readers.commits import (
     CommitRecord,
@@ -61,7 +62,6 @@ from readers.commits import (
 )
 from storage import FileInfo
 
-CAS_ATTEMPTS = 100  # compare-and-swap rounds on the checkpoint before giving up (transient)
 
 
 class CommitLost(Exception):
@@ -105,33 +105,17 @@ def _copy(src: str, dst: str) -> None:
         raise OSError(f"{src}: staged file missing; its commit record cannot be applied") from None
 
 
-def update_checkpoint(log_dir: str, name: str, change: Callable[[dict], dict | None]) -> None:
-    """Rewrite the checkpoint file ``name`` of ``log_dir`` to ``change(entries)`` by compare-and-swap,
-    retried while commits of other partitions change it in between; ``None``: leave it as it is."""
-    path = storage.join(log_dir, name)
-    for _ in range(CAS_ATTEMPTS):
-        found = storage.read_versioned(path)
-        entries = checkpoint.parse(path, found[0]) if found else {}
-        wanted = change(dict(entries))
-        if wanted is None or wanted == entries:
-            return
-        if storage.write_if(path, checkpoint.render(wanted), found[1] if found else None):
-            return
-    raise OSError(f"{path}: changed by others {CAS_ATTEMPTS} times while this commit set its entry; try again")
-
-
 def move_checkpoints(log_dir: str, record: CommitRecord) -> None:
     """The checkpoint entries ``record`` moves: the cleaner's set to its ``checkpoint``; for a
     retention, the log start raised to ``log_start`` and a cleaner entry below it raised too."""
     key = (record.topic, record.partition)
     if record.checkpoint is not None:
-        update_checkpoint(log_dir, checkpoint.CLEANER_OFFSET, lambda entries: entries | {key: record.checkpoint})
+        set_cleaner_offset(log_dir, record.topic, record.partition, record.checkpoint)
     if record.log_start is not None:
         starts = {key: record.log_start}
         update_checkpoint(log_dir, checkpoint.LOG_START_OFFSET,
                           lambda entries: checkpoint.raise_log_starts(entries, starts))
-        update_checkpoint(log_dir, checkpoint.CLEANER_OFFSET,
-                          lambda entries: checkpoint.raise_cleaner_offsets(entries, starts))
+        update_cleaner_offsets(log_dir, lambda entries: checkpoint.raise_cleaner_offsets(entries, starts))
 
 
 def discard(partition_dir: str, staged: Iterable[str]) -> None:

@@ -15,11 +15,9 @@ completes every group. The partition therefore changes whole or not at all.
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Sequence
 
 import storage
-from readers import checkpoint
 from readers.logdir import Segment
 from operations.cleaned import CLEANED, WrittenGroup
 
@@ -51,11 +49,3 @@ def commit_partition(partition_dir: str, written: Sequence[WrittenGroup], replac
     storage.fsync_dir(partition_dir)
     for path in deleted:
         storage.remove(path)
-
-
-def set_cleaner_checkpoint(log_dir: str, topic: str, partition: int, offset: int) -> None:
-    """Set one partition's entry in ``cleaner-offset-checkpoint`` (temp file, fsync, rename)."""
-    path = posixpath.join(log_dir, checkpoint.CLEANER_OFFSET)
-    entries = checkpoint.parse(path, storage.read_bytes(path)) if storage.exists(path) else {}
-    entries[(topic, partition)] = offset
-    storage.write_atomic(path, checkpoint.render(entries))

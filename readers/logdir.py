@@ -159,6 +159,15 @@ def not_a_log_dir(path: str) -> str | None:
     return f"{path}: holds neither Kafka checkpoint files nor partition directories; expected {EXPECTED}"
 
 
+def held_partitions(log_dir: str) -> set[tuple[str, int]]:
+    """(topic, partition) of every live partition dir of ``log_dir``: the logs a broker serving it
+    holds (its KRaft metadata log is not one of them)."""
+    _, dirs = storage.list_dir(log_dir)
+    parsed = (parse_partition_dir(posixpath.basename(d.rstrip("/"))) for d in dirs
+              if is_live_partition_dir(posixpath.basename(d.rstrip("/"))))
+    return {p for p in parsed if p is not None and p[0] != METADATA_TOPIC}
+
+
 def scan_log_dir(path: str) -> LogDir:
     path = path.rstrip("/")
     files, dirs = storage.list_dir(path)

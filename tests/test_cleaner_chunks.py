@@ -14,6 +14,7 @@ Expected entries below are worked out by hand from those rules and the input siz
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 from pathlib import Path
@@ -25,6 +26,7 @@ from jobs.cli import main
 from readers.records import Record
 from tests.support import OFFSET_ENTRY, TIME_ENTRY, broker_indexes, kp_build, seg_path
 from writers.chunks import BufferSizes, ReadChunks
+from writers.segment import SegmentWriter
 
 NOW = 1_720_300_000_000
 OLD = NOW - 30 * 86_400_000  # far before NOW: a delete horizon makes timestamp deltas 5-byte varints
@@ -166,3 +168,32 @@ def test_output_outgrowing_the_write_buffer_ends_the_chunk(cleaned):
     assert all(b.attributes & 0x40 for b in out_batches(seg_path(root / "ct-0", 0, "log")))  # horizons set
     # chunks: [t0 t1 t2] (filterTo returned after t2), then the next read from t3: [t3 t4]
     assert seg_path(root / "ct-0", 0, "index").read_bytes() == OFFSET_ENTRY.pack(499, sum(out[:3]))
+
+
+# -- the indexes' capacity (OffsetIndex.append, TimeIndex.maybeAppend) --------------------------------
+def appends(max_index_bytes: int, n: int, interval: int = 0) -> SegmentWriter:
+    """``n`` appends of 100 bytes each at offsets 10, 20, ... with growing timestamps."""
+    writer = SegmentWriter(io.BytesIO(), 0, interval, max_index_bytes)
+    for i in range(1, n + 1):
+        writer.append(bytes(100), 10 * i, 1000 + i, 10 * i)
+    return writer
+
+
+def test_a_full_time_index_fails_the_append():
+    """segment.index.bytes 36: 4 offset slots, 3 time slots of which the last is kept for the
+    closing entry (TimeIndex.isFull: entries >= maxEntries - 1), checked before an entry is
+    added, whatever its timestamp. With an entry at every append but the first, the 4th append
+    finds the time index full."""
+    writer = appends(36, 3)
+    assert (len(writer._offset_entries), len(writer._time_entries)) == (2, 2)
+    with pytest.raises(ValueError, match="full time index"):
+        appends(36, 4)
+    with pytest.raises(ValueError, match="full time index"):
+        appends(24, 3)  # 24 bytes: 2 time slots, one usable
+
+
+def test_the_closing_time_entry_takes_the_last_slot():
+    writer = appends(36, 6, interval=150)  # entries at the 3rd and 5th appends, none at the 6th
+    files = writer.close()
+    assert len(files.offset_index) // 8 == 2
+    assert files.time_index == TIME_ENTRY.pack(1003, 30) + TIME_ENTRY.pack(1005, 50) + TIME_ENTRY.pack(1006, 60)

@@ -2,10 +2,13 @@
 
 A generated dir is what a Kafka 3.x broker leaves after a clean shutdown: v2
 batches from plain, idempotent and transactional producers (with commits,
-aborts and optionally one transaction left open), segments rolled at
-``segment.bytes`` with the broker's index rules, ``.txnindex`` files,
-per-partition metadata and the log-dir checkpoints. ``GenResult`` says record
-by record what was written, so tests can use it as their expected answer.
+aborts, epoch bumps and optionally one transaction left open), optionally after
+an old broker's magic-0/1 messages, segments rolled at ``segment.bytes`` or a
+full index with the broker's index rules, ``.txnindex`` files, per-partition
+metadata and the log-dir checkpoints. ``GenResult`` says record by record what
+was written, so tests can use it as their expected answer. A spec may hold
+records back (``append_records``): ``append`` writes them later, as producers
+would between two cleaning rounds.
 
 Same spec and seed give the same bytes: every random choice comes from a
 ``random.Random`` seeded per partition, nothing reads the clock, and all I/O
@@ -34,16 +37,21 @@ from readers import checkpoint, codecs, snapshot
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name
 from readers.records import ABORT, COMMIT, Header, Record, control_key, control_value
-from writers import metadata
+from readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP
+from writers import legacy, metadata
 from writers.batch import encode_batch
 from writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentFiles, SegmentWriter
 
 IDEMPOTENT_PID_BASE = 598000
 TRANSACTIONAL_PID_BASE = 598500
 DEFAULT_SEGMENT_BYTES = 1 << 30
+DEFAULT_SEGMENT_INDEX_BYTES = 10 * 1024 * 1024
+LOG_APPEND_DELAY_MS = 5  # log_append_time topics: the broker appends a batch this long after its last record
 DEFAULT_START_MS = 1720000000000
 COORDINATOR_EPOCH = 0
-LEADER_EPOCH_CHECKPOINT = b"0\n1\n0 0\n"
+def _leader_epoch_checkpoint(epochs: dict[int, int]) -> bytes:
+    """leader-epoch-checkpoint: version 0, the count, then ``epoch start-offset`` per epoch."""
+    return (f"0\n{len(epochs)}\n" + "".join(f"{e} {o}\n" for e, o in sorted(epochs.items()))).encode()
 ROOT_CHECKPOINTS = (
     "cleaner-offset-checkpoint",
     "log-start-offset-checkpoint",
@@ -177,12 +185,23 @@ def _boolean(where: str, key: str, value: Any) -> bool:
     return value
 
 
-def _optional_key_size(where: str, key: str, value: Any) -> int | None:
-    return None if value is None else _integer(1)(where, key, value)
+def _key_size(where: str, key: str, value: Any) -> int | list[int] | None:
+    """None (``key-<n>``), a fixed size, or [min, max]: each key its own size in that range."""
+    if value is None or _is_int(value):
+        return None if value is None else _integer(1)(where, key, value)
+    return _pair(1)(where, key, value)
 
 
 def _optional_int(where: str, key: str, value: Any) -> int | None:
     return None if value is None else _integer(0)(where, key, value)
+
+
+def _optional_size(where: str, key: str, value: Any) -> int | None:
+    return None if value is None else _integer(14, _INT32_MAX)(where, key, value)
+
+
+def _optional_fraction(where: str, key: str, value: Any) -> float | None:
+    return None if value is None else _number(0, 1)(where, key, value)
 
 
 def _codec_weights(where: str, key: str, value: Any) -> dict[str, float]:
@@ -197,16 +216,59 @@ def _codec_weights(where: str, key: str, value: Any) -> dict[str, float]:
     return dict(value)
 
 
-def _checkpoint_fractions(where: str, key: str, value: Any) -> dict[int, float]:
+_CHECKPOINT_FORMS = ("offset", "segment", "past_end", "below_start")
+
+
+def _checkpoint_positions(where: str, key: str, value: Any) -> dict[int, float | dict[str, int]]:
+    """partition -> a fraction of the log end (the start of the batch holding it), or one of
+    {"offset": n}, {"segment": i} (base offset of segment i, -1 the active one),
+    {"past_end": d} (log end + d), {"below_start": d} (log start - d)."""
     if not isinstance(value, dict):
-        raise _fail(where, key, f"must be an object of partition -> fraction, got {value!r}")
-    out = {}
-    for partition, fraction in value.items():
+        raise _fail(where, key, f"must be an object of partition -> position, got {value!r}")
+    out: dict[int, float | dict[str, int]] = {}
+    for partition, position in value.items():
         text = str(partition)
         if not text.isdigit():
             raise _fail(where, key, f"has partition {partition!r}, not a partition number")
-        out[int(text)] = _number(0, 1)(where, f"{key}.{text}", fraction)
+        name = f"{key}.{text}"
+        if isinstance(position, dict):
+            if len(position) != 1 or next(iter(position)) not in _CHECKPOINT_FORMS:
+                raise _fail(where, name, f"must be a fraction or one of {{{', '.join(_CHECKPOINT_FORMS)}: n}}, "
+                                         f"got {position!r}")
+            form, n = next(iter(position.items()))
+            if form == "segment":
+                check = _integer(-(1 << 31), _INT32_MAX)
+            elif form == "offset":
+                check = _integer(0)
+            else:
+                check = _integer(1)
+            out[int(text)] = {form: check(where, f"{name}.{form}", n)}
+        else:
+            out[int(text)] = _number(0, 1)(where, name, position)
     return dict(sorted(out.items()))
+
+
+_LEGACY_CODECS = ("none", "gzip", "snappy", "lz4")  # Kafka refuses zstd below magic 2
+
+
+def _legacy(where: str, key: str, value: Any) -> dict[str, Any] | None:
+    """Messages of old brokers before the v2 batches: ``magic0`` then ``magic1`` messages, each an
+    entry of its own (codec none) or in compressed wrappers of ``wrapper_records`` messages."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _fail(where, key, f"must be an object, got {value!r}")
+    fields = {"magic0": (_integer(0), 0), "magic1": (_integer(0), 0), "codecs": (_codec_weights, {"none": 1}),
+              "wrapper_records": (_pair(1), [1, 10])}
+    for name in value:
+        if name not in fields:
+            raise _fail(where, f"{key}.{name}", f"is not a legacy key (known: {', '.join(fields)})")
+    out = {name: check(where, f"{key}.{name}", value[name]) if name in value else copy.deepcopy(default)
+           for name, (check, default) in fields.items()}
+    for name in out["codecs"]:
+        if name not in _LEGACY_CODECS:
+            raise _fail(where, f"{key}.codecs", f"names {name!r}: magic 0/1 messages take {', '.join(_LEGACY_CODECS)}")
+    return out
 
 
 def _cleanup_policy(where: str, key: str, value: Any) -> str:
@@ -249,7 +311,7 @@ _TOPIC_FIELDS: dict[str, tuple[Check, Any]] = {
     "keys": (_integer(1), 100),
     "key_distribution": (_choice("skewed", "uniform"), "uniform"),
     "key_skew": (_number(0), 1.0),
-    "key_size": (_optional_key_size, None),
+    "key_size": (_key_size, None),
     "value_size": (_pair(0), [10, 100]),
     "tombstone_fraction": (_number(0, 1), 0.0),
     "keyless_fraction": (_number(0, 1), 0.0),
@@ -265,7 +327,17 @@ _TOPIC_FIELDS: dict[str, tuple[Check, Any]] = {
     "txn_batches": (_pair(1), [1, 3]),
     "abort_ratio": (_number(0, 1), 0.0),
     "open_transaction": (_boolean, False),
-    "checkpoint": (_checkpoint_fractions, {}),
+    "checkpoint": (_checkpoint_positions, {}),
+    "epoch_bump_ratio": (_number(0, 1), 0.0),
+    "log_start": (_optional_fraction, None),
+    "legacy": (_legacy, None),
+    "append_records": (_integer(0), 0),
+    "append_gap_ms": (_integer(0), 0),
+    "log_append_time": (_boolean, False),
+    "empty_active": (_boolean, False),
+    "timestamp_jitter_ms": (_integer(0), 0),
+    "leader_change_ratio": (_number(0, 1), 0.0),
+    "layout_segment_bytes": (_optional_size, None),
 }
 _SPEC_KEYS = ("seed", "start_ms", "topics")
 
@@ -390,6 +462,7 @@ class WrittenBatch:
     control: bool
     max_timestamp: int
     size: int
+    magic: int = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,7 +528,7 @@ def _data_count(parts: Iterable[PartitionTruth]) -> int:
 @dataclass(frozen=True, slots=True)
 class _Producer:
     producer_id: int
-    epoch: int
+    epoch: int  # the first epoch; an epoch bump moves _PartitionProducer.epochs on
     transactional: bool
 
 
@@ -470,11 +543,14 @@ class _Encoded:
     data: bytes
     batch: WrittenBatch
     aborted: AbortedTxn | None = None
+    wall_ms: int = 0  # when the broker appended it: its records' nominal time (magic 0 has no timestamps)
 
 
 @dataclass(slots=True)
 class _PartitionProducer:
-    """Plays a partition's producers against one random stream, batch by batch."""
+    """Plays a partition's producers against one random stream, batch by batch. With
+    ``append_records`` the stream goes on after ``records`` data records: ``cut`` is the index of
+    the first batch written after that point (appended between cleaning rounds)."""
 
     topic: dict[str, Any]
     rng: random.Random
@@ -484,8 +560,13 @@ class _PartitionProducer:
     records: list[WrittenRecord] = field(default_factory=list)
     encoded: list[_Encoded] = field(default_factory=list)
     sequences: dict[int, int] = field(default_factory=dict)
+    epochs: dict[int, int] = field(default_factory=dict)
     open_txns: dict[int, _OpenTxn] = field(default_factory=dict)
+    cut: int | None = None
+    leader_epoch: int = 0
+    leader_epochs: dict[int, int] = field(default_factory=dict)  # epoch -> first offset (leader-epoch-checkpoint)
     _key_cdf: list[float] = field(default_factory=list)
+    _key_sizes: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.topic["key_distribution"] == "skewed":
@@ -494,10 +575,13 @@ class _PartitionProducer:
 
     def run(self) -> None:
         t = self.topic
+        if t["legacy"]:
+            self._legacy()
         plain = _Producer(-1, -1, False)
         idempotent = [_Producer(IDEMPOTENT_PID_BASE + i, 0, False) for i in range(t["idempotent_producers"])]
         txn = [_Producer(TRANSACTIONAL_PID_BASE + i, 1 + i, True) for i in range(t["transactional_producers"])]
-        remaining = t["records"]
+        remaining = t["records"] + t["append_records"]
+        before_cut = t["records"] if t["append_records"] else remaining  # data records before the cut
         while remaining:
             force_txn = self.keep_open and not self.open_txns and remaining <= t["batch_records"][1]
             draw = self.rng.random()
@@ -511,9 +595,12 @@ class _PartitionProducer:
             if state is not None and state.batches_left == 0:
                 self._end_txn(producer)
                 continue
-            n = min(self.rng.randint(*t["batch_records"]), remaining)
+            n = min(self.rng.randint(*t["batch_records"]), remaining, before_cut if before_cut > 0 else remaining)
             self._data_batch(producer, n)
             remaining -= n
+            before_cut -= n
+            if before_cut == 0 and remaining and self.cut is None:
+                self.cut = len(self.encoded)
         self._end_all(txn)
 
     def _end_all(self, producers: list[_Producer]) -> None:
@@ -523,6 +610,19 @@ class _PartitionProducer:
             if producer.producer_id in self.open_txns and producer.producer_id != keep:
                 self._end_txn(producer)
 
+    def _epoch(self, producer: _Producer) -> int:
+        return self.epochs.get(producer.producer_id, producer.epoch)
+
+    def _maybe_bump_epoch(self, producer: _Producer) -> bool:
+        """With ``epoch_bump_ratio``, the producer's epoch moves on (its sequence restarts at 0);
+        no random draw when the ratio is 0, so older specs give the same bytes."""
+        ratio = self.topic["epoch_bump_ratio"]
+        if not ratio or self.rng.random() >= ratio:
+            return False
+        self.epochs[producer.producer_id] = self._epoch(producer) + 1
+        self.sequences[producer.producer_id] = 0
+        return True
+
     def _data_batch(self, producer: _Producer, n: int) -> None:
         t = self.topic
         pid = producer.producer_id
@@ -531,15 +631,20 @@ class _PartitionProducer:
             if state is None:
                 state = self.open_txns[pid] = _OpenTxn(self.offset, self.rng.randint(*t["txn_batches"]))
             state.batches_left -= 1
+        elif pid >= 0:
+            self._maybe_bump_epoch(producer)  # an idempotent producer re-initialised (KIP-360)
         records = [self._record(pid, producer.transactional) for _ in range(n)]
         codec = codecs.BY_NAME[self.rng.choices(list(t["codecs"]), weights=list(t["codecs"].values()))[0]]
         sequence = self.sequences.get(pid, 0) if pid >= 0 else -1
         if pid >= 0:
             self.sequences[pid] = (sequence + n) % (_INT32_MAX + 1)
-        self._append(records, codec, producer, sequence)
+        self._append(records, codec, producer, self._epoch(producer), sequence)
 
     def _end_txn(self, producer: _Producer) -> None:
         kind = ABORT if self.rng.random() < self.topic["abort_ratio"] else COMMIT
+        # the coordinator may end the transaction with a bumped epoch (a timeout, or a
+        # transaction version that bumps at every end): the marker carries the new epoch
+        self._maybe_bump_epoch(producer)
         state = self.open_txns.pop(producer.producer_id)
         marker = WrittenRecord(
             self.offset, self._timestamp(self.offset), control_key(kind), control_value(COORDINATOR_EPOCH),
@@ -550,40 +655,86 @@ class _PartitionProducer:
         if kind == ABORT:
             stable = min((o.first_offset for o in self.open_txns.values()), default=marker.offset + 1)
             aborted = AbortedTxn(producer.producer_id, state.first_offset, marker.offset, stable)
-        self._append([marker], codecs.NONE, producer, -1, aborted)
+        self._append([marker], codecs.NONE, producer, self._epoch(producer), -1, aborted)
 
     def _append(
-        self, records: list[WrittenRecord], codec: int, producer: _Producer, sequence: int,
+        self, records: list[WrittenRecord], codec: int, producer: _Producer, epoch: int, sequence: int,
         aborted: AbortedTxn | None = None,
     ) -> None:
         control = records[0].control is not None
+        if self.topic["leader_change_ratio"] and self.rng.random() < self.topic["leader_change_ratio"]:
+            self.leader_epoch += 1  # a new leader appends from here on
+        self.leader_epochs.setdefault(self.leader_epoch, records[0].offset)
+        max_timestamp = max(r.timestamp for r in records)
+        stamp = {}
+        if self.topic["log_append_time"]:  # the broker stamps the batch: every record reads as its append time
+            max_timestamp += LOG_APPEND_DELAY_MS
+            stamp = {"timestamp_type": LOG_APPEND_TIME, "max_timestamp": max_timestamp}
         data = encode_batch(
             [Record(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records],
             base_offset=records[0].offset, codec=codec, producer_id=producer.producer_id,
-            producer_epoch=producer.epoch, base_sequence=sequence,
-            transactional=producer.transactional, control=control,
+            producer_epoch=epoch, base_sequence=sequence, partition_leader_epoch=self.leader_epoch,
+            transactional=producer.transactional, control=control, **stamp,
         )
         batch = WrittenBatch(
-            records[0].offset, records[-1].offset, codec, producer.producer_id, producer.epoch, sequence,
-            producer.transactional, control, max(r.timestamp for r in records), len(data),
+            records[0].offset, records[-1].offset, codec, producer.producer_id, epoch, sequence,
+            producer.transactional, control, max_timestamp, len(data),
         )
+        if stamp:
+            records = [dataclasses.replace(r, timestamp=max_timestamp) for r in records]
         if self.keep_records:
             self.records.extend(records)
-        self.encoded.append(_Encoded(data, batch, aborted))
+        self.encoded.append(_Encoded(data, batch, aborted, max_timestamp))
+
+    def _legacy(self) -> None:
+        """Old brokers' messages first: magic 0, then magic 1; an uncompressed message is an
+        entry of its own, compressed ones go in wrappers (CreateTime; magic 0 has no timestamp)."""
+        spec = self.topic["legacy"]
+        names = list(spec["codecs"])
+        for magic, count in ((0, spec["magic0"]), (1, spec["magic1"])):
+            while count:
+                codec = codecs.BY_NAME[self.rng.choices(names, weights=list(spec["codecs"].values()))[0]]
+                n = 1 if codec == codecs.NONE else min(self.rng.randint(*spec["wrapper_records"]), count)
+                records = [self._legacy_record(magic) for _ in range(n)]
+                if codec == codecs.NONE:
+                    r = records[0]
+                    message = legacy.encode_message(magic, 0, r.timestamp, r.key, r.value)
+                    data = legacy.encode_entry(r.offset, message)
+                else:
+                    data = legacy.encode_wrapper(magic, codec, CREATE_TIME,
+                                                 [Record(r.offset, r.timestamp, r.key, r.value) for r in records])
+                batch = WrittenBatch(records[0].offset, records[-1].offset, codec, -1, -1, -1, False, False,
+                                     max(r.timestamp for r in records), len(data), magic)
+                if self.keep_records:
+                    self.records.extend(records)
+                self.encoded.append(_Encoded(data, batch, None, self._timestamp(records[-1].offset)))
+                count -= n
+
+    def _legacy_record(self, magic: int) -> WrittenRecord:
+        key = None if self.rng.random() < self.topic["keyless_fraction"] else self._key()
+        value = None if key is not None and self.rng.random() < self.topic["tombstone_fraction"] else self._value()
+        ts = self._timestamp(self.offset) if magic == 1 else NO_TIMESTAMP
+        record = WrittenRecord(self.offset, ts, key, value, (), -1, False, None)
+        self.offset += 1
+        return record
 
     def _record(self, producer_id: int, transactional: bool) -> WrittenRecord:
         t = self.topic
         key = None if self.rng.random() < t["keyless_fraction"] else self._key()
         value = None if key is not None and self.rng.random() < t["tombstone_fraction"] else self._value()
         headers = tuple((f"h{i}", self._letters(self.rng.randint(1, 12))) for i in range(t["headers"]))
-        record = WrittenRecord(
-            self.offset, self._timestamp(self.offset), key, value, headers, producer_id, transactional, None
-        )
+        timestamp = self._timestamp(self.offset)
+        if t["timestamp_jitter_ms"]:  # producers' clocks disagree: timestamps go back and forth
+            timestamp = max(0, timestamp + self.rng.randint(-t["timestamp_jitter_ms"], t["timestamp_jitter_ms"]))
+        record = WrittenRecord(self.offset, timestamp, key, value, headers, producer_id, transactional, None)
         self.offset += 1
         return record
 
     def _timestamp(self, offset: int) -> int:
-        return self.topic["timestamp_start_ms"] + offset * self.topic["timestamp_step_ms"]
+        """Records' times step with their offsets; those appended after the cut come
+        ``append_gap_ms`` later (the time that passed between the cleaning rounds)."""
+        gap = self.topic["append_gap_ms"] if self.cut is not None else 0
+        return self.topic["timestamp_start_ms"] + offset * self.topic["timestamp_step_ms"] + gap
 
     def _key(self) -> bytes:
         if self._key_cdf:
@@ -593,6 +744,8 @@ class _PartitionProducer:
             k = self.rng.randrange(self.topic["keys"])
         key = b"key-%d" % k
         size = self.topic["key_size"]
+        if isinstance(size, list):  # each key keeps one size, chosen by its number
+            size = self._key_sizes.setdefault(k, random.Random(f"key-size:{k}").randint(*size))
         return key if size is None else key[:size].ljust(size, b".")
 
     def _value(self) -> bytes:
@@ -612,40 +765,70 @@ class _PartitionProducer:
 # -- laying batches out in segments and writing them -----------------------------------
 
 
-def _layout(encoded: list[_Encoded], segment_bytes: int, index_interval: int) -> list[tuple[bytes, SegmentFiles]]:
-    """Split batches into segments as the broker rolls them: a new segment when the
-    next batch would take a non-empty one past ``segment.bytes``."""
-    groups: list[list[_Encoded]] = []
-    size = 0
+@dataclass(slots=True)
+class _Laid:
+    """One segment as the broker left it: its .log bytes, indexes, and when it was last written."""
+
+    log: bytes
+    files: SegmentFiles
+    wall_ms: int
+
+
+def _layout(encoded: list[_Encoded], topic: dict[str, Any]) -> list[_Laid]:
+    """Split batches into segments as the broker rolls them (LogSegment.shouldRoll): a new segment
+    when the next batch would take a non-empty one past ``segment.bytes`` (``layout_segment_bytes``
+    when the topic's segment.bytes changed since), or when its offset or time index is full
+    (``segment.index.bytes``)."""
+    config = topic["config"]
+    segment_bytes = topic["layout_segment_bytes"] or config.get("segment.bytes", DEFAULT_SEGMENT_BYTES)
+    index_bytes = config.get("segment.index.bytes", DEFAULT_SEGMENT_INDEX_BYTES)
+    interval = config.get("index.interval.bytes", DEFAULT_INDEX_INTERVAL_BYTES)
+    laid: list[_Laid] = []
+    log = writer = None
+    wall = 0
     for item in encoded:
-        if not groups or size + len(item.data) > segment_bytes:
-            groups.append([])
-            size = 0
-        groups[-1].append(item)
-        size += len(item.data)
-    return [_segment(group, index_interval) for group in groups]
-
-
-def _segment(group: list[_Encoded], index_interval: int) -> tuple[bytes, SegmentFiles]:
-    log = io.BytesIO()
-    writer = SegmentWriter(log, group[0].batch.base_offset, index_interval)
-    for item in group:
+        if writer is None or writer.size + len(item.data) > segment_bytes or writer.index_full(index_bytes):
+            if writer is not None:
+                laid.append(_Laid(log.getvalue(), writer.close(), wall))
+            log = io.BytesIO()
+            writer = SegmentWriter(log, item.batch.base_offset, interval)
         b = item.batch
         writer.append(item.data, b.last_offset, b.max_timestamp, b.last_offset)
         if item.aborted is not None:
             writer.add_aborted_txn(item.aborted)
-    files = writer.close()
-    return log.getvalue(), files
+        wall = item.wall_ms
+    if writer is not None:
+        laid.append(_Laid(log.getvalue(), writer.close(), wall))
+    return laid
 
 
-def _write_segment(pdir: str, log: bytes, files: SegmentFiles) -> tuple[WrittenSegment, int]:
-    contents = {"log": log, "index": files.offset_index, "timeindex": files.time_index}
+def _empty_segment(base_offset: int, wall_ms: int) -> _Laid:
+    """The active segment a broker rolls (at a segment.ms deadline, say) before anything was
+    appended to it: no bytes, no index entries."""
+    return _Laid(b"", SegmentWriter(io.BytesIO(), base_offset).close(), wall_ms)
+
+
+def _laid_out(producer: _PartitionProducer, topic: dict[str, Any]) -> tuple[list[_Laid], list[_Laid]]:
+    """The segments before the cut (what ``generate`` writes) and after every append (``append``).
+    With ``empty_active`` the broker rolled an empty segment at the cut: the appends start there."""
+    cut = len(producer.encoded) if producer.cut is None else producer.cut
+    before, after = producer.encoded[:cut], producer.encoded[cut:]
+    if not topic["empty_active"]:
+        return _layout(before, topic), _layout(producer.encoded, topic)
+    first = _layout(before, topic)
+    empty = _empty_segment(before[-1].batch.last_offset + 1, before[-1].wall_ms)
+    return first + [empty], first + (_layout(after, topic) if after else [empty])
+
+
+def _write_segment(pdir: str, laid: _Laid) -> tuple[WrittenSegment, int]:
+    files = laid.files
+    contents = {"log": laid.log, "index": files.offset_index, "timeindex": files.time_index}
     if files.txn_index:
         contents["txnindex"] = files.txn_index
     for kind, data in contents.items():
         path = storage.join(pdir, segment_name(files.base_offset, kind))
         storage.write_durable(path, data)
-        storage.set_mtime(path, files.max_timestamp)
+        storage.set_mtime(path, laid.wall_ms)
     segment = WrittenSegment(files.base_offset, files.log_size, files.next_offset - 1, files.max_timestamp)
     return segment, sum(len(d) for d in contents.values())
 
@@ -690,41 +873,100 @@ def topic_id(seed: int, topic: str) -> str:
         attempt += 1
 
 
+def _produce(topic: dict[str, Any], partition: int, seed: int, keep_records: bool = True) -> _PartitionProducer:
+    producer = _PartitionProducer(topic, random.Random(f"{seed}:{topic['name']}:{partition}"),
+                                  keep_open=topic["open_transaction"] and partition == 0, keep_records=keep_records)
+    producer.run()
+    return producer
+
+
+def _write_snapshots(pdir: str, encoded: list[_Encoded], offsets: list[int]) -> int:
+    written = 0
+    for offset, data in _producer_snapshots(encoded, offsets).items():
+        path = storage.join(pdir, segment_name(offset, "snapshot"))
+        storage.write_durable(path, data)
+        storage.set_mtime(path, max(e.wall_ms for e in encoded if e.batch.last_offset < offset))
+        written += len(data)
+    return written
+
+
+def _truth(topic: dict[str, Any], partition: int, encoded: list[_Encoded], records: list[WrittenRecord],
+           segments: list[WrittenSegment]) -> PartitionTruth:
+    end = encoded[-1].batch.last_offset + 1
+    open_txns: dict[int, int] = {}
+    for e in encoded:
+        b = e.batch
+        if b.control:
+            open_txns.pop(b.producer_id, None)
+        elif b.transactional:
+            open_txns.setdefault(b.producer_id, b.base_offset)
+    return PartitionTruth(
+        topic["name"], partition, [r for r in records if r.offset < end], [e.batch for e in encoded], segments,
+        [e.aborted for e in encoded if e.aborted is not None], min(open_txns.values(), default=None), end,
+    )
+
+
 def _write_partition(out: str, topic: dict[str, Any], partition: int, seed: int, tid: str,
                      keep_records: bool) -> tuple[PartitionTruth, int]:
-    rng = random.Random(f"{seed}:{topic['name']}:{partition}")
-    producer = _PartitionProducer(topic, rng, keep_open=topic["open_transaction"] and partition == 0,
-                                  keep_records=keep_records)
-    producer.run()
-    config = topic["config"]
+    """The partition as it was before the cut (all of it without ``append_records``)."""
+    producer = _produce(topic, partition, seed, keep_records)
+    encoded = producer.encoded[:producer.cut]
     pdir = storage.join(out, f"{topic['name']}-{partition}")
     storage.makedirs(pdir)
     segments, written = [], 0
-    laid_out = _layout(
-        producer.encoded,
-        config.get("segment.bytes", DEFAULT_SEGMENT_BYTES),
-        config.get("index.interval.bytes", DEFAULT_INDEX_INTERVAL_BYTES),
-    )
-    for log, files in laid_out:
-        segment, size = _write_segment(pdir, log, files)
+    laid_out, _ = _laid_out(producer, topic)
+    for laid in laid_out:
+        segment, size = _write_segment(pdir, laid)
         segments.append(segment)
         written += size
-    rolls = [files.base_offset for _, files in laid_out[1:]] + [producer.offset]
-    for offset, data in _producer_snapshots(producer.encoded, rolls).items():
-        path = storage.join(pdir, segment_name(offset, "snapshot"))
-        storage.write_durable(path, data)
-        storage.set_mtime(path, max(b.batch.max_timestamp for b in producer.encoded if b.batch.last_offset < offset))
-        written += len(data)
+    end = encoded[-1].batch.last_offset + 1
+    written += _write_snapshots(pdir, encoded, [laid.files.base_offset for laid in laid_out[1:]] + [end])
     metadata = f"version: 0\ntopic_id: {tid}\n".encode()
-    storage.write_atomic(storage.join(pdir, "leader-epoch-checkpoint"), LEADER_EPOCH_CHECKPOINT)
+    epochs = _leader_epoch_checkpoint({e: o for e, o in producer.leader_epochs.items() if o < end})
+    storage.write_atomic(storage.join(pdir, "leader-epoch-checkpoint"), epochs)
     storage.write_atomic(storage.join(pdir, "partition.metadata"), metadata)
-    truth = PartitionTruth(
-        topic["name"], partition, producer.records, [e.batch for e in producer.encoded], segments,
-        [e.aborted for e in producer.encoded if e.aborted is not None],
-        min((o.first_offset for o in producer.open_txns.values()), default=None),
-        producer.offset,
-    )
-    return truth, written + len(LEADER_EPOCH_CHECKPOINT) + len(metadata)
+    truth = _truth(topic, partition, encoded, producer.records, segments)
+    return truth, written + len(epochs) + len(metadata)
+
+
+def _append_partition(out: str, topic: dict[str, Any], partition: int, seed: int) -> PartitionTruth:
+    """The batches after the cut, appended as the broker appends them: into the active segment,
+    rolling as it fills; snapshots at the new rolls and the new log end."""
+    producer = _produce(topic, partition, seed)
+    pdir = storage.join(out, f"{topic['name']}-{partition}")
+    before, after = _laid_out(producer, topic)
+    active = before[-1]
+    path = storage.join(pdir, segment_name(active.files.base_offset, "log"))
+    if not storage.exists(path) or storage.read_bytes(path) != active.log:
+        raise ValueError(f"{path}: not the active segment this spec and seed wrote; cannot append to it")
+    laid_out = [laid for laid in after if laid.files.base_offset >= active.files.base_offset]
+    segments = [_write_segment(pdir, laid)[0] for laid in laid_out]
+    _write_snapshots(pdir, producer.encoded, [laid.files.base_offset for laid in laid_out[1:]] + [producer.offset])
+    storage.write_atomic(storage.join(pdir, "leader-epoch-checkpoint"), _leader_epoch_checkpoint(producer.leader_epochs))
+    return _truth(topic, partition, producer.encoded, producer.records, segments)
+
+
+def _position(truth: PartitionTruth, position: float | dict[str, int], log_start: int) -> int:
+    """A spec's cleaner checkpoint position as an offset (see ``_checkpoint_positions``)."""
+    if not isinstance(position, dict):
+        return _batch_boundary(truth, position)
+    form, n = next(iter(position.items()))
+    if form == "offset":
+        return n
+    if form == "segment":
+        return truth.segments[n].base_offset
+    if form == "past_end":
+        return truth.log_end_offset + n
+    return log_start - n
+
+
+def _log_start(truth: PartitionTruth, fraction: float) -> int:
+    """The start of the batch holding ``fraction`` of the first segment's offsets (a DeleteRecords
+    that stayed inside the first segment, so retention has nothing to delete)."""
+    first = truth.segments[0]
+    target = first.base_offset + int(fraction * (first.last_offset + 1 - first.base_offset))
+    starts = [b.base_offset for b in truth.batches if b.base_offset <= target]
+    return starts[-1] if starts else first.base_offset
 
 
 def _batch_boundary(truth: PartitionTruth, fraction: float) -> int:
@@ -738,17 +980,23 @@ def _batch_boundary(truth: PartitionTruth, fraction: float) -> int:
 
 def _checkpoints(topics: list[dict[str, Any]], parts: dict[tuple[str, int], PartitionTruth]) -> dict[str, dict]:
     """What a cleanly stopped broker leaves: recovery point and high watermark at the log
-    end, no log-start entries (no log start moved past its first segment), and the
-    spec's cleaner positions."""
+    end, log-start entries only where the spec moved a log start (inside the first segment),
+    and the spec's cleaner positions."""
     ends = {tp: p.log_end_offset for tp, p in parts.items()}
+    starts = {
+        (t["name"], partition): _log_start(parts[t["name"], partition], t["log_start"])
+        for t in topics if t["log_start"] is not None
+        for partition in range(t["partitions"])
+    }
     cleaner = {
-        (t["name"], partition): _batch_boundary(parts[t["name"], partition], fraction)
+        (t["name"], partition): _position(parts[t["name"], partition], position,
+                                          starts.get((t["name"], partition), parts[t["name"], partition].segments[0].base_offset))
         for t in topics
-        for partition, fraction in t["checkpoint"].items()
+        for partition, position in t["checkpoint"].items()
     }
     return {
         "cleaner-offset-checkpoint": cleaner,
-        "log-start-offset-checkpoint": {},
+        "log-start-offset-checkpoint": starts,
         "recovery-point-offset-checkpoint": dict(ends),
         "replication-offset-checkpoint": dict(ends),
     }
@@ -821,3 +1069,22 @@ def generate(out: str, spec: dict[str, Any], seed: int, keep_records: bool = Tru
         checkpoints=files,
         bytes_written=written,
     )
+
+
+def append(out: str, spec: dict[str, Any], seed: int) -> dict[tuple[str, int], PartitionTruth]:
+    """Append what ``generate(out, spec, seed)`` held back: every topic's ``append_records``, to
+    the active segments a broker left (cleaning between the two never touches them), and move
+    the recovery-point and high-watermark checkpoints to the new log ends. Cleaner and log-start
+    checkpoints are the broker's and stay. Returns the truth of each appended partition, whole."""
+    spec = validate(spec)
+    out = out.rstrip("/")
+    parts = {
+        (t["name"], p): _append_partition(out, t, p, seed)
+        for t in spec["topics"] if t["append_records"] for p in range(t["partitions"])
+    }
+    for name in ("recovery-point-offset-checkpoint", "replication-offset-checkpoint"):
+        path = storage.join(out, name)
+        entries = checkpoint.parse(path, storage.read_bytes(path))
+        entries.update({tp: truth.log_end_offset for tp, truth in parts.items()})
+        storage.write_atomic(path, checkpoint.render(entries))
+    return parts

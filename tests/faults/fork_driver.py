@@ -5,7 +5,7 @@ A Spark start costs seconds; a fork costs a millisecond. So the sweep over every
 a commit runs the job's driver-side commit here, without Spark, on ``.cleaned`` files a real
 ``kcompact compact`` wrote (it was killed just before its first ``.swap`` rename): per
 partition, in the job's order, ``operations.swap.commit_partition`` with the segments below the
-cleaned range's end, then ``operations.swap.set_cleaner_checkpoint``, as ``compaction.job``
+cleaned range's end, then ``operations.checkpoints.set_cleaner_offset``, as ``compaction.job``
 commits. The ``recover`` action runs the command line's own ``recover``.
 
     python tests/faults/fork_driver.py TASK.json
@@ -35,7 +35,8 @@ import operations.recover  # noqa: F401  (imported before forking: the children 
 from jobs.cli import main as kcompact
 from readers.logdir import scan_partition
 from operations.cleaned import CLEANED, WrittenGroup
-from operations.swap import commit_partition, set_cleaner_checkpoint
+from operations.checkpoints import set_cleaner_offset
+from operations.swap import commit_partition
 
 KINDS = ("log", "index", "timeindex", "txnindex")  # write_group's order of a group's files
 
@@ -57,7 +58,7 @@ def commit(log_dir: str, partitions: list[dict]) -> int:
         path = posixpath.join(log_dir, p["dir"])
         replaced = [s for s in scan_partition(path, p["topic"], p["partition"]).segments if s.base_offset < p["end"]]
         commit_partition(path, cleaned_groups(path), replaced)
-        set_cleaner_checkpoint(log_dir, p["topic"], p["partition"], p["end"])
+        set_cleaner_offset(log_dir, p["topic"], p["partition"], p["end"])
     return 0
 
 

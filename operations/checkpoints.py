@@ -1,0 +1,50 @@
+"""Writing a log dir's checkpoint files while jobs and commits of other partitions write them too.
+
+Every change is a compare-and-swap on the whole file (a directory flock locally, a conditional
+PUT on an object store), retried while others change it in between. ``cleaner-offset-checkpoint``
+keeps, on every write, only the entries of partitions the log dir holds, as Kafka's
+LogCleanerManager.updateCheckpoints keeps only those of the logs it holds: an entry left by a
+deleted or moved partition goes with the next write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import storage
+from readers import checkpoint
+from readers.logdir import held_partitions
+
+CAS_ATTEMPTS = 100  # compare-and-swap rounds on a checkpoint before giving up (transient)
+
+
+def update_checkpoint(log_dir: str, name: str, change: Callable[[dict], dict | None]) -> None:
+    """Rewrite the checkpoint file ``name`` of ``log_dir`` to ``change(entries)`` by compare-and-swap;
+    ``None``: leave it as it is."""
+    path = storage.join(log_dir, name)
+    for _ in range(CAS_ATTEMPTS):
+        found = storage.read_versioned(path)
+        entries = checkpoint.parse(path, found[0]) if found else {}
+        wanted = change(dict(entries))
+        if wanted is None or wanted == entries:
+            return
+        if storage.write_if(path, checkpoint.render(wanted), found[1] if found else None):
+            return
+    raise OSError(f"{path}: changed by others {CAS_ATTEMPTS} times while this job set its entries; try again")
+
+
+def update_cleaner_offsets(log_dir: str, change: Callable[[dict], dict | None]) -> None:
+    """``update_checkpoint`` of ``cleaner-offset-checkpoint``, keeping the entries of the partitions
+    ``log_dir`` holds whenever it writes (``change`` returns None: no write)."""
+    held = held_partitions(log_dir)
+
+    def kept(entries: dict) -> dict | None:
+        wanted = change(entries)
+        return None if wanted is None else {key: offset for key, offset in wanted.items() if key in held}
+
+    update_checkpoint(log_dir, checkpoint.CLEANER_OFFSET, kept)
+
+
+def set_cleaner_offset(log_dir: str, topic: str, partition: int, offset: int) -> None:
+    """One partition's entry in ``cleaner-offset-checkpoint``."""
+    update_cleaner_offsets(log_dir, lambda entries: entries | {(topic, partition): offset})
