@@ -50,6 +50,7 @@ from compaction.rewrite import (
     count_group,
     rewrite_group,
 )
+from conf.units import spark_size
 from operations import s3commit, states
 from operations.recover import recover_partition
 from operations.checkpoints import set_cleaner_offset, update_cleaner_offsets
@@ -67,8 +68,8 @@ CONFIG_KEYS = ("delete.retention.ms", "segment.bytes", "segment.index.bytes", "p
 # A partition's batch plans travel from its stage 1 task as one blob of these records: a nested
 # Arrow list of structs would cost Spark a row conversion per batch, twice.
 BATCH_PLAN = np.dtype([
-    ("segment", "<i8"), ("position", "<i8"), ("size", "<i8"), ("group", "<i4"), ("feeds_map", "?"),
-    *((name, "?") for name in PLAN_FLAGS),
+    ("segment", "<i8"), ("position", "<i8"), ("size", "<i8"), ("records", "<i4"), ("group", "<i4"),
+    ("feeds_map", "?"), *((name, "?") for name in PLAN_FLAGS),
 ])
 GROUP = pa.struct([
     ("group", pa.int32()), ("base_offset", pa.int64()), ("segments", pa.list_(pa.int64())),
@@ -93,6 +94,18 @@ def _config_values(row: dict) -> dict[str, int]:
 # work rather than one partition, split or group; shares are balanced by bytes, largest first.
 TASK_BYTES = 256 << 20  # log bytes per task, at least
 WHOLE_BYTES = TASK_BYTES  # a partition of at most this is read by one task, which makes its map too
+# A larger partition is read whole too when its offset map fits a task's map memory: the Spark
+# setting MAP_MEMORY, by default a quarter of the Python worker's cap (spark.executor.pyspark.memory,
+# which caps its address space: Python, numba and Arrow take half a gigabyte of it before any data)
+# or, uncapped, DEFAULT_MAP_MEMORY. A key costs the map at most MAP_BYTES_PER_KEY (a 40-byte row,
+# two index slots, up to 40 bytes of key); a partition's keys are at most its feeding records.
+MAP_MEMORY = "spark.kcompact.map.memory"
+DEFAULT_MAP_MEMORY = 2 << 30
+MAP_BYTES_PER_KEY = 96
+MIN_BUCKET_BYTES = 64 << 20  # the least map memory a hash bucket of the shared path is given
+# Threads a task cleaning whole partitions uses (rounded down to a power of two: the map's key
+# shards); by default the cores its job leaves idle (one large partition: all of them).
+THREADS = "spark.kcompact.threads"
 
 
 def _task_count(spark, total_bytes: int, items: int) -> int:
@@ -186,6 +199,7 @@ def _plan_one(row: dict, now: int) -> dict:
     plans = np.zeros(int(rewritten.sum()), BATCH_PLAN)
     for name in ("segment", "position", "size"):
         plans[name] = table[name][rewritten]
+    plans["records"] = table["record_count"][rewritten]
     plans["group"], plans["feeds_map"] = decided.group[rewritten], decided.feeds[rewritten]
     for i, name in enumerate(PLAN_FLAGS):
         plans[name] = decided.flags[rewritten, i]
@@ -270,6 +284,7 @@ class Batches:
 
     starts: np.ndarray  # partition pid's rows are [starts[pid], starts[pid + 1])
     sizes: np.ndarray
+    records: np.ndarray  # records per batch, by its header
     first_dirty: np.ndarray  # per partition
     latest_offset: np.ndarray  # per partition
     segment: np.ndarray
@@ -288,6 +303,7 @@ class Batches:
         pid = np.repeat(np.arange(ok.num_rows), counts)
         return cls(
             starts=np.concatenate(([0], np.cumsum(counts))), sizes=plans["size"],
+            records=plans["records"].astype(np.int64),
             first_dirty=ok.column("first_dirty").to_numpy(), latest_offset=ok.column("latest_offset").to_numpy(),
             segment=plans["segment"].copy(), position=plans["position"].copy(),
             gid=(group_starts[pid] + plans["group"]).astype(np.int32), feeds_map=plans["feeds_map"].copy(),
@@ -303,6 +319,12 @@ class Batches:
         lo, hi = np.searchsorted(self.gid, gid, "left"), np.searchsorted(self.gid, gid, "right")
         return GroupPlans(self.segment[lo:hi], self.position[lo:hi], self.sizes[lo:hi], self.flags[lo:hi],
                           self.feeds_map[lo:hi])
+
+    def map_keys(self, pid: int) -> int:
+        """At most how many keys partition ``pid``'s offset map holds: the records of the batches
+        that feed it."""
+        lo, hi = self.starts[pid], self.starts[pid + 1]
+        return int(self.records[lo:hi][self.feeds_map[lo:hi]].sum())
 
     def pid_of_gid(self) -> np.ndarray:
         """The partition (row) of each group."""
@@ -611,33 +633,55 @@ def _clean_groups(spark, rows: list[dict], batches: Batches, jobs: dict[int, tup
             row = rewrite_group(job, plans, lookup) | {"gid": gid}
         return pa.RecordBatch.from_pylist([row], schema=RESULT_SCHEMA)
 
-    whole = [pid for pid, size in enumerate(sizes) if size <= WHOLE_BYTES and pid in groups_of]
-    large = [pid for pid, size in enumerate(sizes) if size > WHOLE_BYTES and pid in groups_of]
+    keys = [batches.map_keys(pid) for pid in range(len(rows))]
+    budget = _map_memory(spark)
+    read_whole = [size <= WHOLE_BYTES or keys[pid] * MAP_BYTES_PER_KEY <= budget for pid, size in enumerate(sizes)]
+    whole = [pid for pid in groups_of if read_whole[pid]]
+    large = [pid for pid in groups_of if not read_whole[pid]]
     frames = []
     if whole:
-        frames.append(_whole(spark, whole, sizes, jobs, groups_of, dry_run, owner))
+        frames.append(_whole(spark, whole, sizes, keys, jobs, groups_of, dry_run, owner))
     if large:
-        frames.append(_shared(spark, large, rows, batches, jobs, groups_of, pid_of_gid, result))
+        frames.append(_shared(spark, large, rows, batches, jobs, groups_of, pid_of_gid, result,
+                              sum(keys[pid] for pid in large) * MAP_BYTES_PER_KEY, budget))
     if not frames:
         return []
     union = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
     return union.toArrow().to_pylist()
 
 
-def _whole(spark, pids: list[int], sizes: list[int], jobs: dict[int, tuple[GroupJob, GroupPlans]],
+def _map_memory(spark) -> int:
+    """The bytes a task may give one partition's offset map (``MAP_MEMORY``)."""
+    chosen = spark.conf.get(MAP_MEMORY, None)
+    if chosen is not None:
+        return spark_size(chosen)
+    cap = spark.sparkContext.getConf().get("spark.executor.pyspark.memory", None)
+    return spark_size(cap) // 4 if cap else DEFAULT_MAP_MEMORY
+
+
+def _threads(spark, tasks: int) -> int:
+    """Threads per task for ``tasks`` tasks of whole partitions (``THREADS``)."""
+    chosen = spark.conf.get(THREADS, None)
+    wanted = int(chosen) if chosen else spark.sparkContext.defaultParallelism // tasks
+    return 1 << (max(1, wanted).bit_length() - 1)
+
+
+def _whole(spark, pids: list[int], sizes: list[int], keys: list[int], jobs: dict[int, tuple[GroupJob, GroupPlans]],
            groups_of: dict[int, list[int]], dry_run: bool, owner: str):
     """Partitions read whole: each task takes a share of them, by bytes; a partition is read once,
-    from its end back, its map made on the way (``compaction.rewrite.clean_partition``)."""
+    from its end back, its map made on the way (``compaction.rewrite.clean_partition``). Fewer
+    tasks than cores (one large partition): each task uses the cores left idle, as threads."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     bins = _bins([sizes[pid] for pid in pids], _task_count(spark, sum(sizes[pid] for pid in pids), len(pids)))
+    threads = _threads(spark, len(bins))
 
     def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in (b for rb in ids for b in rb.column(0).to_pylist()):
             for pid in (pids[i] for i in bins[b]):
                 gids = groups_of[pid]
                 done = clean_partition([jobs[gid] for gid in gids], render=not dry_run,
-                                       held=lambda path: states.held_by(path, owner))
+                                       held=lambda path: states.held_by(path, owner), threads=threads, keys=keys[pid])
                 yield pa.RecordBatch.from_pylist([row | {"gid": gid} for gid, row in zip(gids[len(gids) - len(done):],
                                                                                          done, strict=True)],
                                                  schema=RESULT_SCHEMA)
@@ -646,7 +690,7 @@ def _whole(spark, pids: list[int], sizes: list[int], jobs: dict[int, tuple[Group
 
 
 def _shared(spark, pids: list[int], rows: list[dict], batches: Batches, jobs: dict[int, tuple[GroupJob, GroupPlans]],
-            groups_of: dict[int, list[int]], pid_of_gid: np.ndarray, result):
+            groups_of: dict[int, list[int]], pid_of_gid: np.ndarray, result, map_bytes: int, budget: int):
     """Partitions larger than a task: their byte ranges read by tasks of about equal bytes, which
     ship (group, key) facts by key hash bucket; a task per bucket makes the map's offsets and
     sends each group's rewrite task the keys that supersede its records."""
@@ -657,7 +701,8 @@ def _shared(spark, pids: list[int], rows: list[dict], batches: Batches, jobs: di
         OffsetRange(None, rows[pid]["latest_offset"] + 1), DEFAULT_MAX_SPLIT_BYTES)]
     sizes = [split.end - split.start for _, split in splits]
     map_bins = _bins(sizes, _task_count(spark, sum(sizes), len(splits)))
-    buckets = _task_count(spark, sum(sizes), 1 << 30)
+    # a bucket's task holds its keys' map while it grows (twice the rows) and the blobs it came from
+    buckets = max(_task_count(spark, sum(sizes), 1 << 30), -(-2 * map_bytes // max(budget, MIN_BUCKET_BYTES)))
     bucket_slots = np.array(_slots(buckets), np.int32)
     gids = [gid for pid in pids for gid in groups_of[pid]]
     group_bytes = [int(batches.sizes[batches.gid == gid].sum()) for gid in gids]

@@ -121,21 +121,41 @@ def _lookup(index, rows, arena, buf, key_pos, key_len, key_tag, out):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def _backward(index, rows, arena, used, bufs, which, key_pos, key_len, tag, offsets, feeds, waits, mapped, first):
+def record_hashes(bufs, which, key_pos, key_len, tag):
+    """The hash of each record's (tag, key), key i lying in ``bufs[which[i]]`` (0 for no key)."""
+    out = np.zeros(key_pos.shape[0], np.int64)
+    for i in range(key_pos.shape[0]):
+        if key_pos[i] >= 0:
+            out[i] = _hash(bufs[which[i]], key_pos[i], key_len[i], tag)
+    return out
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def shard_of(h, shards):
+    """The shard of a key hash: bits the index does not place by (it places by the low ones)."""
+    return (h >> 40) & (shards - 1)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _backward(index, rows, arena, used, bufs, which, key_pos, key_len, hashes, tag, offsets, feeds, waits, mapped,
+              first, shard, shards):
     """Records ``first``, ``first - 1``, ... 0, read in that order (offsets falling): a record that
     waits on the map gets, in ``mapped``, the largest offset of its key among the feeding records
     after it (those already read; EMPTY if none); then a feeding one puts its offset in. Key i
-    lies in ``bufs[which[i]]``. Stops before a key that would not fit; returns (the record to go
-    on from, -1 when done, entries used, arena bytes used)."""
+    lies in ``bufs[which[i]]``, its hash is ``hashes[i]``; only keys of ``shard`` (of ``shards``)
+    are read. Stops before a key that would not fit; returns (the record to go on from, -1 when
+    done, entries used, arena bytes used)."""
     n_entries, arena_used = used
     for i in range(first, -1, -1):
         p = key_pos[i]
         if p < 0 or not (feeds[i] or waits[i]):
             continue
+        h = hashes[i]
+        if shards > 1 and shard_of(h, shards) != shard:
+            continue
         buf = bufs[which[i]]
         n = key_len[i]
         length_tag = (np.int64(n) << 32) | (np.int64(tag) & _LOW)
-        h = _hash(buf, p, n, tag)
         slot, e = _find(index, rows, arena, h, length_tag, buf, p, n)
         if waits[i]:
             mapped[i] = rows[e, HIGH] if e >= 0 else EMPTY
@@ -211,6 +231,13 @@ class KeyTable:
         self.size = 0  # entries used
         self.arena_used = 0
 
+    @classmethod
+    def for_keys(cls, keys: int, key_bytes: int) -> KeyTable:
+        """A table sized for up to ``keys`` keys of ``key_bytes`` in all, so it need not grow (rows
+        and arena are touched only as they fill; the index, at most half full, as keys land)."""
+        entries = 1 << max(12, (max(keys, 1) - 1).bit_length())
+        return cls(entries, max(key_bytes, 1 << 16))
+
     def __len__(self) -> int:
         return self.size
 
@@ -239,21 +266,22 @@ class KeyTable:
         return out
 
     def backward(self, bufs: tuple[np.ndarray, ...], which: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray,
-                 tag: int, offsets: np.ndarray, feeds: np.ndarray, waits: np.ndarray) -> np.ndarray:
+                 hashes: np.ndarray, tag: int, offsets: np.ndarray, feeds: np.ndarray, waits: np.ndarray,
+                 mapped: np.ndarray, shard: int = 0, shards: int = 1) -> None:
         """Kafka's offset map built and read in one pass, from the last record back: records in
-        falling offset order (the rows given, last row first); each that ``waits`` gets the
-        largest offset of its key among the ``feeds`` records after it, which is the map's offset
-        whenever every record after it has been given before. Returns those offsets (``EMPTY``:
-        none, or not waiting)."""
-        mapped = np.full(len(key_pos), EMPTY, np.int64)
+        falling offset order (the rows given, last row first); each that ``waits`` gets, in
+        ``mapped``, the largest offset of its key among the ``feeds`` records after it, which is
+        the map's offset whenever every record after it has been given before (``EMPTY``: none).
+        ``hashes``: ``record_hashes`` of the keys. With ``shards`` > 1 the table holds the keys
+        of one ``shard`` (``shard_of`` their hash): as many tables, one per thread, read the same
+        records at once, each setting the ``mapped`` of its own."""
         at = len(key_pos) - 1
         while at >= 0:
             at, self.size, self.arena_used = _backward(
-                self.index, self.rows, self.arena, (self.size, self.arena_used), bufs, which, key_pos, key_len, tag,
-                offsets, feeds, waits, mapped, at)
+                self.index, self.rows, self.arena, (self.size, self.arena_used), bufs, which, key_pos, key_len,
+                hashes, tag, offsets, feeds, waits, mapped, at, shard, shards)
             if at >= 0:
                 self._grow(int(key_len[at]))
-        return mapped
 
     def entries(self) -> Entries:
         """Every entry, in the order they came (copies)."""

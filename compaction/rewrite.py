@@ -13,10 +13,12 @@ files are written by ``operations.cleaned``. Nothing is renamed here: the driver
 
 from __future__ import annotations
 
+import collections
 import io
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -34,7 +36,7 @@ from compaction.decisions import (
 )
 from compaction.model import BatchInfo
 from compaction.offset_map import EMPTY as NOT_MAPPED
-from compaction.offset_map import KeyTable
+from compaction.offset_map import KeyTable, record_hashes
 from operations.cleaned import ChunkOut, output_path, write_group
 from readers import scan, walk
 from readers import codecs
@@ -208,11 +210,14 @@ class _Records:
         )
 
 
-def _readonly(a: np.ndarray) -> np.ndarray:
-    """A read-only view: compiled code takes a tuple of buffers only when all are alike."""
-    v = a.view()
-    v.flags.writeable = False
-    return v
+@dataclass(frozen=True, slots=True)
+class _Decoded:
+    """A chunk's records located, and which of them wait on the offset map."""
+
+    chunk: walk.Chunk
+    flags: np.ndarray  # the chunk's batch plan flags
+    records: _Records
+    waits: np.ndarray
 
 
 class _Rewriter:
@@ -233,50 +238,83 @@ class _Rewriter:
                 for chunk in walk.read_chunks(f, path):
                     n = len(chunk.entries)
                     self._check_plan(chunk, base, i)
-                    out = self._chunk(chunk, self.plans.flags[i:i + n], self._looked_up)
+                    decoded = self._decode(chunk, self.plans.flags[i:i + n])
+                    out, counts = self._finish(decoded, self._looked_up(decoded))
+                    self.counts += counts
                     if out is not None:
                         yield out
                     i += n
             if i < len(self.plans.segment) and self.plans.segment[i] == base:
                 raise FormatError(path, int(self.plans.position[i]), "batch not in the file (the segment changed)")
 
-    def backward(self, table: KeyTable, outs: _Outputs) -> None:
+    def backward(self, tables: list[KeyTable], outs: _Outputs, pools: _Pools) -> None:
         """The group read from its end back, a range of batches at a time, the map made on the way
-        (``KeyTable.backward`` into ``table``: the partition's groups after this one were read
-        before); what its batches become goes to ``outs``, last first."""
+        (``KeyTable.backward`` into ``tables``, one per key shard: the partition's groups after
+        this one were read before); what its batches become goes to ``outs``, last first. Ranges
+        are read and decoded ahead, and rendered behind, by ``pools.work``; the map, which must
+        see the records in order, is made by the calling thread and ``pools.maps``, a shard each."""
+        ranges = _ranges(self.plans.segment, self.plans.size)[::-1]
+        ahead = collections.deque(pools.work.submit(self._decoded_range, lo, hi) for lo, hi in ranges[:AHEAD])
+        behind: collections.deque = collections.deque()
+        for r in range(len(ranges)):
+            decoded = ahead.popleft().result()
+            if r + AHEAD < len(ranges):
+                ahead.append(pools.work.submit(self._decoded_range, *ranges[r + AHEAD]))
+            for d, i in reversed(decoded):
+                mapped = self._mapped_backward(tables, pools, d, i)
+                behind.append(pools.work.submit(self._finish, d, mapped))
+                while len(behind) > AHEAD:
+                    self._take(behind.popleft().result(), outs)
+        while behind:
+            self._take(behind.popleft().result(), outs)
+
+    def _take(self, done: tuple[ChunkOut | None, np.ndarray], outs: _Outputs) -> None:
+        out, counts = done
+        self.counts += counts
+        if out is not None:
+            outs.add(out)
+
+    def _decoded_range(self, lo: int, hi: int) -> list[tuple[_Decoded, int]]:
+        """Batches [lo, hi) of the plans (one segment) read into one buffer and decoded; with the
+        plan row of each chunk's first batch."""
         plans, sizes = self.plans, self.plans.size
-        feeds = plans.feeds
-        for lo, hi in reversed(_ranges(plans.segment, sizes)):
-            base = int(plans.segment[lo])
-            path = storage.join(self.job.path, segment_name(base, "log"))
-            start, end = int(plans.position[lo]), int(plans.position[hi - 1] + sizes[hi - 1])
-            with storage.open_read(path) as f:  # the range in one buffer: the chunks are kept
-                chunks = list(walk.read_chunks(f, path, start, end, chunk_size=end - start))
-            i = lo
-            found = []
-            for chunk in chunks:
-                self._check_plan(chunk, base, i)
-                found.append((chunk, i))
-                i += len(chunk.entries)
-            if i != hi:
-                raise FormatError(path, end, "batch not in the file (the segment changed)")
-            for chunk, i in reversed(found):
-                n = len(chunk.entries)
+        base = int(plans.segment[lo])
+        path = storage.join(self.job.path, segment_name(base, "log"))
+        start, end = int(plans.position[lo]), int(plans.position[hi - 1] + sizes[hi - 1])
+        with storage.open_read(path) as f:  # the range in one buffer: the chunks are kept
+            chunks = list(walk.read_chunks(f, path, start, end, chunk_size=end - start))
+        i, found = lo, []
+        for chunk in chunks:
+            self._check_plan(chunk, base, i)
+            n = len(chunk.entries)
+            found.append((self._decode(chunk, plans.flags[i:i + n]), i))
+            i += n
+        if i != hi:
+            raise FormatError(path, end, "batch not in the file (the segment changed)")
+        return found
 
-                def resolve(chunk: walk.Chunk, records: _Records, waits: np.ndarray, i=i) -> np.ndarray:
-                    feeding = feeds[i + records.entry] & ~records.control & (records.offset >= self.job.first_dirty)
-                    return table.backward(records.bufs(chunk), records.which, records.key_pos, records.key_len, 0,
-                                          records.offset, feeding, waits)
-
-                out = self._chunk(chunk, plans.flags[i:i + n], resolve)
-                if out is not None:
-                    outs.add(out)
-
-    def _looked_up(self, chunk: walk.Chunk, records: _Records, waits: np.ndarray) -> np.ndarray:
+    def _mapped_backward(self, tables: list[KeyTable], pools: _Pools, d: _Decoded, i: int) -> np.ndarray:
+        """The map's offset for each waiting record of a chunk, its records put in the map."""
+        records = d.records
+        feeding = self.plans.feeds[i + records.entry] & ~records.control & (records.offset >= self.job.first_dirty)
+        bufs = records.bufs(d.chunk)
+        hashes = record_hashes(bufs, records.which, records.key_pos, records.key_len, 0)
         mapped = np.full(len(records.offset), NOT_MAPPED, np.int64)
-        bufs = records.bufs(chunk)
+        args = (bufs, records.which, records.key_pos, records.key_len, hashes, 0, records.offset, feeding, d.waits,
+                mapped)
+        shards = len(tables)
+        others = [pools.maps.submit(tables[s].backward, *args, s, shards) for s in range(1, shards)]
+        tables[0].backward(*args, 0, shards)
+        for other in others:
+            other.result()
+        return mapped
+
+    def _looked_up(self, d: _Decoded) -> np.ndarray:
+        records = d.records
+        mapped = np.full(len(records.offset), NOT_MAPPED, np.int64)
+        bufs = records.bufs(d.chunk)
         for which in (0, 1, 2):
-            sel = np.flatnonzero(waits & (records.which == which))
+            sel = np.flatnonzero(d.waits & (records.which == which))
             if len(sel):
                 mapped[sel] = self.lookup.mapped(bufs[which], records.key_pos[sel], records.key_len[sel])
         return mapped
@@ -290,27 +328,26 @@ class _Rewriter:
             at = int(positions[wrong[0] if len(wrong) else n])
             raise FormatError(chunk.path, at, "batch not in the plan (the segment changed)")
 
-    def _chunk(self, chunk: walk.Chunk, flags: np.ndarray, resolve) -> ChunkOut | None:
-        """One chunk: every record's fate (the map's offsets by ``resolve``), then (rendering) what
-        every batch becomes."""
-        job, e = self.job, chunk.entries
-        read = np.flatnonzero(~flags[:, DELETE])
-        records = _Records.of(chunk, read)
-        discard = flags[records.entry, DISCARD]
-        has_key = records.key_pos >= 0
-        waits = undecided(discard, records.control, records.offset, job.latest_offset, has_key)
-        mapped = resolve(chunk, records, waits)
-        codes = fate_codes(discard, flags[records.entry, RETAIN_DELETES], records.control, records.offset, has_key,
-                           records.tombstone, job.latest_offset, mapped)
-        self.counts += np.bincount(codes, minlength=len(REASON_OF_CODE))
-        # batches dropped whole are not decoded: every record of one is discarded (aborted, or a marker)
+    def _decode(self, chunk: walk.Chunk, flags: np.ndarray) -> _Decoded:
+        """The records of every batch not dropped whole (those are not decoded: every record of
+        one is discarded, aborted or a marker), and which wait on the map."""
+        records = _Records.of(chunk, np.flatnonzero(~flags[:, DELETE]))
+        waits = undecided(flags[records.entry, DISCARD], records.control, records.offset, self.job.latest_offset,
+                          records.key_pos >= 0)
+        return _Decoded(chunk, flags, records, waits)
+
+    def _finish(self, d: _Decoded, mapped: np.ndarray) -> tuple[ChunkOut | None, np.ndarray]:
+        """Every record's fate (``mapped``: the map's offsets), then (rendering) what every batch
+        becomes; with the fate counts."""
+        job, e, flags, records = self.job, d.chunk.entries, d.flags, d.records
+        codes = fate_codes(flags[records.entry, DISCARD], flags[records.entry, RETAIN_DELETES], records.control,
+                           records.offset, records.key_pos >= 0, records.tombstone, job.latest_offset, mapped)
+        counts = np.bincount(codes, minlength=len(REASON_OF_CODE)).astype(np.int64)
         dropped = flags[:, DELETE]
         is_control = (e[:, walk.ATTRIBUTES] & ATTR_CONTROL) != 0
-        self.counts[ABORTED] += int(e[dropped & ~is_control, walk.RECORDS_COUNT].sum())
-        self.counts[MARKER] += int(e[dropped & is_control, walk.RECORDS_COUNT].sum())
-        if not self.render:
-            return None
-        return self._render(chunk, flags, records, codes)
+        counts[ABORTED] += int(e[dropped & ~is_control, walk.RECORDS_COUNT].sum())
+        counts[MARKER] += int(e[dropped & is_control, walk.RECORDS_COUNT].sum())
+        return (self._render(d.chunk, flags, records, codes) if self.render else None), counts
 
     def _render(self, chunk: walk.Chunk, flags: np.ndarray, records: _Records, codes: np.ndarray) -> ChunkOut:
         """The chunk's output in one buffer: rebuilt batches spliced by one compiled call (compressed
@@ -472,39 +509,116 @@ class _Outputs:
             self.spill.close()
 
 
-def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, held=lambda path: True) -> list[dict]:
+AHEAD = 2  # ranges decoded ahead of the map, and chunks rendered behind it, per partition
+
+
+class _Inline:
+    """An executor that runs each task as it is submitted (one thread: nothing to overlap)."""
+
+    @staticmethod
+    def submit(fn, *args) -> Future:
+        done = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:  # handed to whoever takes the result, as a pool would
+            done.set_exception(exc)
+        return done
+
+    def shutdown(self, cancel_futures: bool = False) -> None:
+        pass
+
+
+class _Pools:
+    """The threads one partition is cleaned with: ``work`` reads, decodes and renders chunks,
+    ``maps`` runs the key shards past the first (the calling thread runs that one), ``writes``
+    writes a group's files. The compiled kernels, the codecs and file I/O release the GIL, so
+    ``threads`` cores share the work."""
+
+    def __init__(self, threads: int):
+        self.work = ThreadPoolExecutor(threads, "kcompact-work") if threads > 1 else _Inline()
+        self.maps = ThreadPoolExecutor(threads - 1, "kcompact-map") if threads > 1 else _Inline()
+        self.writes = ThreadPoolExecutor(1, "kcompact-write") if threads > 1 else _Inline()
+
+    def __enter__(self) -> _Pools:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for pool in (self.work, self.maps, self.writes):
+            pool.shutdown(cancel_futures=True)
+
+
+def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, held=lambda path: True,
+                    threads: int = 1, keys: int = 0) -> list[dict]:
     """Every group of one partition read once, from the last record back, the offset map made on
     the way (``KeyTable.backward``): each record's fate is known when it is read, since every
     record that could supersede it was read before. Then each group's ``.cleaned`` files (or,
-    not ``render``ing, its fate counts). ``held(path)``: the job still holds the partition's
-    lease (checked before each group, so an abort stops it at a group boundary). A group that
-    fails stops the partition: the groups before it are not read."""
-    table, results = KeyTable(), []
-    for job, plans in reversed(groups):
-        started = time.monotonic()
-        base = {"path": job.path, "group": job.group, "base_offset": job.base_offset, "size": 0, "batches": 0,
-                "records": 0, "files": []}
-        if render and not held(job.path):
-            results.append(base | {"seconds": 0.0, "error": ABORTED_BY_OPERATOR, "codes": [0] * len(REASON_OF_CODE)})
-            break
-        rewriter, outs = _Rewriter(job, plans, render), _Outputs()
-        try:
-            rewriter.backward(table, outs)
+    not ``render``ing, its fate counts), written while the group before it is read. ``held(path)``:
+    the job still holds the partition's lease (checked before each group, so an abort stops it at
+    a group boundary). A group that fails stops the partition: the groups before it are not
+    written. ``threads``: cores to use, the map split in as many key shards; ``keys``: at most
+    how many keys the map will hold (the tables are sized for them up front rather than grown)."""
+    tables = [KeyTable.for_keys(-(-keys // threads), -(-keys // threads) * 32) for _ in range(threads)]
+    results: list[dict] = []
+    writing = None  # the group being written while the next one is read
+    with _Pools(threads) as pools:
+        for job, plans in reversed(groups):
+            started = time.monotonic()
+            base = {"path": job.path, "group": job.group, "base_offset": job.base_offset, "size": 0, "batches": 0,
+                    "records": 0, "files": []}
+            if render and not held(job.path):
+                if _written(writing, results):
+                    results.append(base | {"seconds": 0.0, "error": ABORTED_BY_OPERATOR,
+                                           "codes": [0] * len(REASON_OF_CODE)})
+                writing = None
+                break
+            rewriter, outs = _Rewriter(job, plans, render), _Outputs()
+            try:
+                rewriter.backward(tables, outs, pools)
+            except (FormatError, OSError, ValueError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
+                outs.close()
+                if _written(writing, results):
+                    results.append(_failed(job, base, started, rewriter, exc))
+                writing = None
+                break
+            if not _written(writing, results):
+                outs.close()
+                writing = None
+                break
+            writing = None
             if render:
-                written = write_group(job.path, job.base_offset, outs.in_order(), list(job.aborted), job.mtime_ms,
-                                      job.index_interval_bytes, job.buffers, job.max_index_bytes, job.owner)
-                base |= {"size": written.size, "batches": written.batches, "records": written.records,
-                         "files": list(written.files)}
-        except (FormatError, OSError, ValueError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
-            _remove_outputs(job)
-            error = f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc)
-            results.append(base | {"seconds": time.monotonic() - started, "error": error,
-                                   "codes": rewriter.counts.tolist()})
-            break
-        finally:
-            outs.close()
-        results.append(base | {"seconds": time.monotonic() - started, "error": None, "codes": rewriter.counts.tolist()})
+                writing = (job, base, started, rewriter, outs, pools.writes.submit(
+                    write_group, job.path, job.base_offset, outs.in_order(), list(job.aborted), job.mtime_ms,
+                    job.index_interval_bytes, job.buffers, job.max_index_bytes, job.owner))
+            else:
+                results.append(base | {"seconds": time.monotonic() - started, "error": None,
+                                       "codes": rewriter.counts.tolist()})
+        _written(writing, results)
     return results[::-1]
+
+
+def _written(writing, results: list[dict]) -> bool:
+    """Wait for the group being written (if any) and add its result; False when it failed."""
+    if writing is None:
+        return True
+    job, base, started, rewriter, outs, future = writing
+    try:
+        written = future.result()
+    except (FormatError, OSError, ValueError) as exc:
+        results.append(_failed(job, base, started, rewriter, exc))
+        return False
+    finally:
+        outs.close()
+    results.append(base | {"size": written.size, "batches": written.batches, "records": written.records,
+                           "files": list(written.files), "seconds": time.monotonic() - started, "error": None,
+                           "codes": rewriter.counts.tolist()})
+    return True
+
+
+def _failed(job: GroupJob, base: dict, started: float, rewriter: _Rewriter, exc: Exception) -> dict:
+    """A group's result when reading or writing it failed: whatever it wrote removed, and why."""
+    _remove_outputs(job)
+    error = f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc)
+    return base | {"seconds": time.monotonic() - started, "error": error, "codes": rewriter.counts.tolist()}
 
 
 def _remove_outputs(job: GroupJob) -> None:

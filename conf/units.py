@@ -8,3 +8,22 @@ UNIT_NOTE = "MB = 2^20 bytes (as Kafka's cleaner log)"
 
 def mb(size: int | float) -> float:
     return size / MB
+
+
+_SPARK_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def spark_size(text: str) -> int:
+    """Bytes of a size as Spark's memory settings take it (``512m``, ``2g``, ``1.5g``; a bare
+    number is mebibytes)."""
+    value = text.strip().lower().removesuffix("b")
+    try:
+        if value[-1:] in _SPARK_UNITS:
+            size = int(float(value[:-1]) * _SPARK_UNITS[value[-1]])
+        else:
+            size = int(value) << 20
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size (for example 512m or 2g)") from None
+    if size < 0:
+        raise ValueError(f"{text!r} is not a size (for example 512m or 2g)")
+    return size

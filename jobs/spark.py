@@ -25,6 +25,10 @@ from pathlib import Path
 from jobs import cds
 
 LOG4J = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
+# The Python workers' environment. spark.executor.pyspark.memory caps a worker's address space,
+# not its memory: Arrow's default allocator (mimalloc) reserves a gigabyte of address space up
+# front, and glibc a 64 MiB heap per thread, so a capped worker would fail with little in use.
+WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2"}
 _INTERRUPTED = threading.Event()
 _LOG: list[str] = []  # the file this process's JVM writes to, once it started one
 
@@ -52,9 +56,16 @@ class Sizing:
 
 def parse_conf(item: str) -> tuple[str, str]:
     """``KEY=VALUE`` of a Spark setting (``--spark-conf``, ``KCOMPACT_SPARK_CONF``)."""
+    from compaction.job import MAP_MEMORY, THREADS
+    from conf.units import spark_size
+
     key, eq, value = item.partition("=")
     if not eq or not key.startswith("spark."):
         raise ValueError(f"{item!r} is not a Spark setting KEY=VALUE (keys start with 'spark.')")
+    if key == MAP_MEMORY:
+        spark_size(value)
+    if key == THREADS and not (value.isdigit() and int(value) >= 1):
+        raise ValueError(f"{item!r}: the threads of a task are a whole number of at least 1")
     return key, value
 
 
@@ -71,6 +82,8 @@ def session(app_name: str, sizing: Sizing | None = None):
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
+    for key, value in WORKER_ENV.items():
+        builder = builder.config(f"spark.executorEnv.{key}", value)
     starts_jvm = SparkContext._active_spark_context is None
     # spark-submit starts the driver with its gateway port set (and always a master); a
     # SparkConf read before the gateway exists would see none of spark-submit's settings

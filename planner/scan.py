@@ -18,13 +18,15 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 import storage
-from readers import snapshot
-from readers.batch import Batch
+from readers import snapshot, walk
+from readers.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from readers.errors import FormatError
 from readers.indexes import TIME_ENTRY, parse_time_index
 from readers.logdir import Partition, Segment, scan_partition
-from readers.segment import DEFAULT_CHUNK, iter_batches, iter_to_torn_tail
+from readers.segment import DEFAULT_CHUNK, iter_batches, iter_to_torn_tail, torn_tail
 from planner.rules import SegmentFacts, dirty_non_active, first_dirty_offset
 
 _SNAPSHOT = re.compile(r"^(\d{20})\.snapshot$")
@@ -134,13 +136,21 @@ def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int
         if i + 1 < len(segments) and segments[i + 1].base_offset <= start_offset:
             continue
         with storage.open_read(seg.log.path) as f:
-            for n, batch in enumerate(_batches(f, seg, seg is segments[-1], facts.notes)):
-                if n == 0:
-                    first_stamps[seg.base_offset] = batch.max_timestamp
-                if batch.last_offset < start_offset:
+            for chunk in _chunks(f, seg, seg is segments[-1], facts.notes):
+                e = chunk.entries
+                first_stamps.setdefault(seg.base_offset, int(e[0, walk.MAX_TIMESTAMP]))
+                last = e[:, walk.BASE_OFFSET] + e[:, walk.LAST_OFFSET_DELTA]
+                live = np.flatnonzero(last >= start_offset)
+                if not len(live):
                     continue
-                _track(open_txns, batch)
-                facts.log_end = batch.next_offset
+                txn = live[(e[live, walk.MAGIC] == 2) & ((e[live, walk.ATTRIBUTES] & ATTR_TRANSACTIONAL) != 0)]
+                for k in txn.tolist():  # a data batch opens (or continues) its producer's transaction; a marker ends it
+                    pid = int(e[k, walk.PRODUCER_ID])
+                    if e[k, walk.ATTRIBUTES] & ATTR_CONTROL:
+                        open_txns.pop(pid, None)
+                    else:
+                        open_txns.setdefault(pid, int(e[k, walk.BASE_OFFSET]))
+                facts.log_end = int(last[live[-1]]) + 1
     # LogSegment.readNextOffset: an empty active segment ends the log at its base offset, even when
     # the segment before it ends lower (its last batches removed by an older broker's cleaning)
     facts.log_end = max(facts.log_end, segments[-1].base_offset)
@@ -148,14 +158,30 @@ def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int
     return first_stamps
 
 
+def _chunks(f, seg: Segment, active: bool, notes: list[str]):
+    """A segment's batch headers, a chunk at a time (``readers.walk``, CRCs checked); the active
+    one's up to a torn tail (what a broker crash leaves: the log ends before it, and ``kcompact
+    recover`` truncates it as the broker does on load), noted."""
+    try:
+        yield from walk.read_chunks(f, seg.log.path, chunk_size=_chunk(seg.size))
+    except FormatError as exc:
+        tail = torn_tail(f, seg.log.path, start=exc.position or 0) if active else None
+        if tail is None or tail.position != exc.position:
+            raise
+        notes.append(_torn_note(tail))
+
+
+def _torn_note(tail: FormatError) -> str:
+    return (f"{tail}: a torn tail of the active segment, what a broker crash leaves (the log ends before it; "
+            "'kcompact recover' truncates it as a restarting broker would)")
+
+
 def _batches(f, seg: Segment, active: bool, notes: list[str]):
-    """A segment's batches; the active one's up to a torn tail (what a crashed broker leaves: the log
-    ends before it, and ``kcompact recover`` truncates it as the broker does on load), noted."""
+    """A segment's batches; the active one's up to a torn tail, noted (see ``_chunks``)."""
     if not active:
         return iter_batches(f, seg.log.path, chunk_size=_chunk(seg.size))
-    return iter_to_torn_tail(f, seg.log.path, chunk_size=_chunk(seg.size), on_torn=lambda tail: notes.append(
-        f"{tail}: a torn tail of the active segment, what a broker crash leaves (the log ends before it; "
-        f"'kcompact recover' truncates it as a restarting broker would)"))
+    return iter_to_torn_tail(f, seg.log.path, chunk_size=_chunk(seg.size),
+                             on_torn=lambda tail: notes.append(_torn_note(tail)))
 
 
 def _log_end_from(active: Segment, at_least: int, notes: list[str]) -> int:
@@ -184,16 +210,6 @@ def _from_snapshot(snapshots: list[tuple[int, str]], active_base: int) -> tuple[
         entries = snapshot.parse(path, storage.read_bytes(path))
         return offset, {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
     return -1, {}
-
-
-def _track(open_txns: dict[int, int], batch: Batch) -> None:
-    """A transactional data batch opens (or continues) its producer's transaction; a marker ends it."""
-    if not batch.is_transactional:
-        return
-    if batch.is_control:
-        open_txns.pop(batch.producer_id, None)
-    else:
-        open_txns.setdefault(batch.producer_id, batch.base_offset_field)
 
 
 def _first_batch_timestamp(seg: Segment, known: dict[int, int]) -> int | None:

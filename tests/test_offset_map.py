@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compaction.offset_map import EMPTY, KeyTable
+from compaction.offset_map import EMPTY, KeyTable, record_hashes
 
 
 def laid_out(keys: list[bytes | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -66,21 +66,26 @@ def test_a_million_keys():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(keys, st.booleans(), st.booleans()), max_size=200), st.integers(1, 5))
-def test_backward_gives_each_waiting_record_the_largest_feeding_offset_after_it(records, pieces):
+@given(st.lists(st.tuples(keys, st.booleans(), st.booleans()), max_size=200), st.integers(1, 5),
+       st.sampled_from([1, 2, 4]))
+def test_backward_gives_each_waiting_record_the_largest_feeding_offset_after_it(records, pieces, shards):
     """Records at offsets 0, 1, ...: each (key, feeds, waits). Read as chunks from the last one
     back, every waiting record must get the largest offset of a feeding record of its key after
     it, exactly as a map built first over every record and read afterwards would say for the
     records it supersedes."""
-    table = KeyTable(entries=2, arena=2)
+    tables = [KeyTable(entries=2, arena=2) for _ in range(shards)]
     got = [EMPTY] * len(records)
     bounds = [len(records) * k // pieces for k in range(pieces + 1)]
     for lo, hi in reversed(list(zip(bounds, bounds[1:]))):
         chunk = records[lo:hi]
         buf, pos, lengths = laid_out([k for k, _, _ in chunk])
-        mapped = table.backward((buf, buf), np.zeros(len(chunk), np.int64), pos, lengths, 7,
-                                np.arange(lo, hi, dtype=np.int64), np.array([f for _, f, _ in chunk], bool),
-                                np.array([w for _, _, w in chunk], bool))
+        which = np.zeros(len(chunk), np.int64)
+        hashes = record_hashes((buf, buf), which, pos, lengths, 7)
+        mapped = np.full(len(chunk), EMPTY, np.int64)
+        for shard, table in enumerate(tables):  # each shard's table sets the offsets of its own keys
+            table.backward((buf, buf), which, pos, lengths, hashes, 7, np.arange(lo, hi, dtype=np.int64),
+                           np.array([f for _, f, _ in chunk], bool), np.array([w for _, _, w in chunk], bool), mapped,
+                           shard, len(tables))
         got[lo:hi] = mapped.tolist()
     expected = []
     for i, (key, _, waits) in enumerate(records):
