@@ -5,17 +5,23 @@ several lz4 frames, lz4 frames with or without checksums, zstd frames without a
 content size, snappy with or without xerial framing). Encoders write what Kafka's
 Java client writes. Both directions live here so reader and writer share one
 definition; ``writers`` imports it.
+
+zstd goes through python-zstandard with one compression and one decompression context per
+thread, reused: a context made per call (as one-shot APIs do) costs more than compressing a
+batch of a few KiB. A reused context writes the same frames as a fresh one.
 """
 
 from __future__ import annotations
 
 import gzip
 import struct
+import threading
 import zlib
 
 import cramjam
 import lz4.frame
 import xxhash
+import zstandard
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -25,6 +31,8 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = struct.Struct(">8sii")
 _XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size, as Kafka uses it
 _INT32 = struct.Struct(">i")
+_ZSTD_LEVEL = 3  # the level Kafka's producer and cleaner use by default
+_contexts = threading.local()
 
 
 class CodecError(ValueError):
@@ -44,10 +52,11 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
         if codec == LZ4:
             return _lz4_decode(data)
         if codec == ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
+            return _zstd_decode(data)
     except CodecError:
         raise
-    except (OSError, EOFError, RuntimeError, ValueError, zlib.error, struct.error, cramjam.DecompressionError) as exc:
+    except (OSError, EOFError, RuntimeError, ValueError, zlib.error, struct.error, cramjam.DecompressionError,
+            zstandard.ZstdError) as exc:
         raise CodecError(f"{name(codec)} data does not decompress: {exc}") from None
     if codec == NONE:
         return bytes(data)
@@ -71,7 +80,7 @@ def compress(codec: int, data: bytes) -> bytes:
             store_size=False,
         )
     if codec == ZSTD:
-        return bytes(cramjam.zstd.compress(data, level=3))
+        return _zstd_context("compressor").compress(data)
     raise CodecError(f"unknown compression codec {codec}")
 
 
@@ -100,6 +109,28 @@ def _snappy_decode(data: bytes | memoryview) -> bytes:
         out.append(bytes(cramjam.snappy.decompress_raw(view[pos : pos + size])))
         pos += size
     return b"".join(out)
+
+
+def _zstd_context(kind: str):
+    """This thread's zstd compressor or decompressor (made on first use)."""
+    ctx = getattr(_contexts, kind, None)
+    if ctx is None:
+        ctx = zstandard.ZstdCompressor(level=_ZSTD_LEVEL) if kind == "compressor" else zstandard.ZstdDecompressor()
+        setattr(_contexts, kind, ctx)
+    return ctx
+
+
+def _zstd_decode(data: bytes | memoryview) -> bytes:
+    """Every frame, with or without a content size (Kafka's Java producer writes none)."""
+    rest, out = data, []
+    while True:
+        frame = _zstd_context("decompressor").decompressobj()
+        out.append(frame.decompress(rest))
+        if not frame.eof:
+            raise CodecError(f"zstd frame at byte {len(data) - len(rest)} of the payload is cut short")
+        rest = frame.unused_data
+        if not rest:
+            return out[0] if len(out) == 1 else b"".join(out)
 
 
 def _lz4_decode(data: bytes | memoryview) -> bytes:

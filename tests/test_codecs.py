@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import struct
+from concurrent.futures import ThreadPoolExecutor
 
 import lz4.frame
 import pytest
@@ -125,6 +126,8 @@ CORRUPT = {
     "lz4-bad-content-checksum": (LZ4, lz4.frame.compress(SMALL, content_checksum=True)[:-1] + b"\x00"),
     "zstd-garbage": (ZSTD, b"not a zstd frame"),
     "zstd-truncated": (ZSTD, kp.zstd_encode(LARGE)[:-20]),
+    "zstd-second-frame-truncated": (ZSTD, kp.zstd_encode(SMALL) + kp.zstd_encode(LARGE)[:-20]),
+    "zstd-empty": (ZSTD, b""),
     "unknown-codec": (5, SMALL),
 }
 
@@ -133,6 +136,19 @@ CORRUPT = {
 def test_corrupt_data_raises_codec_error(codec, data):
     with pytest.raises(CodecError):
         decompress(codec, data)
+
+
+def test_zstd_contexts_are_per_thread():
+    """zstd reuses one context per thread: threads compressing and decompressing at once must not
+    mix their frames up (kafka-python decodes each)."""
+    payloads = [bytes([i]) * 1000 + LARGE[: 5000 * i] for i in range(1, 9)]
+
+    def round_trip(payload: bytes) -> bool:
+        return all(kp.zstd_decode(compress(ZSTD, payload)) == payload == decompress(ZSTD, kp.zstd_encode(payload))
+                   for _ in range(50))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(round_trip, payloads))
 
 
 def test_compress_unknown_codec_raises_codec_error():
