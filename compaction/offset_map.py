@@ -73,6 +73,25 @@ def _find(index, rows, arena, h, length_tag, buf, pos, n):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
+def _fits(index, rows, arena, n_entries, arena_used, n):
+    """Room for one more entry of ``n`` key bytes (rows, arena, and an index at most half full)."""
+    return n_entries < rows.shape[0] and arena_used + n <= arena.shape[0] and 2 * (n_entries + 1) <= index.shape[0]
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _insert(index, rows, arena, slot, h, length_tag, high, low, buf, pos, n, entry, arena_used):
+    """Entry number ``entry`` at index ``slot``: its row, and its key bytes at ``arena_used``."""
+    index[slot] = ((h >> 32) << 32) | (entry + 1)
+    rows[entry, HASH] = h
+    rows[entry, START] = arena_used
+    rows[entry, LENGTH_TAG] = length_tag
+    rows[entry, HIGH] = high
+    rows[entry, LOW] = low
+    for j in range(n):
+        arena[arena_used + j] = buf[pos + j]
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
 def _upsert(index, rows, arena, used, buf, key_pos, key_len, key_tag, high, low, first):
     """Keys ``first``.. (those with ``key_pos`` >= 0) into the table: each entry keeps the largest
     of its ``high`` and the smallest of its ``low`` values. Stops before a key that would not fit
@@ -92,16 +111,9 @@ def _upsert(index, rows, arena, used, buf, key_pos, key_len, key_tag, high, low,
             if low[i] < rows[e, LOW]:
                 rows[e, LOW] = low[i]
             continue
-        if n_entries >= rows.shape[0] or arena_used + n > arena.shape[0] or 2 * (n_entries + 1) > index.shape[0]:
+        if not _fits(index, rows, arena, n_entries, arena_used, n):
             return i, n_entries, arena_used
-        index[slot] = ((h >> 32) << 32) | (n_entries + 1)
-        rows[n_entries, HASH] = h
-        rows[n_entries, START] = arena_used
-        rows[n_entries, LENGTH_TAG] = length_tag
-        rows[n_entries, HIGH] = high[i]
-        rows[n_entries, LOW] = low[i]
-        for j in range(n):
-            arena[arena_used + j] = buf[p + j]
+        _insert(index, rows, arena, slot, h, length_tag, high[i], low[i], buf, p, n, n_entries, arena_used)
         arena_used += n
         n_entries += 1
     return key_pos.shape[0], n_entries, arena_used
@@ -165,18 +177,11 @@ def _backward(index, rows, arena, used, bufs, which, key_pos, key_len, hashes, t
             if offsets[i] > rows[e, HIGH]:
                 rows[e, HIGH] = offsets[i]
             continue
-        if n_entries >= rows.shape[0] or arena_used + n > arena.shape[0] or 2 * (n_entries + 1) > index.shape[0]:
+        if not _fits(index, rows, arena, n_entries, arena_used, n):
             if waits[i]:
                 mapped[i] = EMPTY  # read again when the table has grown
             return i, n_entries, arena_used
-        index[slot] = ((h >> 32) << 32) | (n_entries + 1)
-        rows[n_entries, HASH] = h
-        rows[n_entries, START] = arena_used
-        rows[n_entries, LENGTH_TAG] = length_tag
-        rows[n_entries, HIGH] = offsets[i]
-        rows[n_entries, LOW] = offsets[i]
-        for j in range(n):
-            arena[arena_used + j] = buf[p + j]
+        _insert(index, rows, arena, slot, h, length_tag, offsets[i], offsets[i], buf, p, n, n_entries, arena_used)
         arena_used += n
         n_entries += 1
     return -1, n_entries, arena_used

@@ -425,3 +425,23 @@ def failing_s3():
     fsspec.register_implementation(FAULTY, FailingS3FileSystem, clobber=True)
     fsspec.config.conf[FAULTY] = fsspec.config.conf["s3"]
     return FailingS3FileSystem
+
+
+JOB_PATHS = ["whole", "threads", "shared"]
+
+
+def use_job_path(request, spark) -> None:
+    """Send the job down one of its paths (``request.param``, one of ``JOB_PATHS``) for a module's
+    runs, and back to its defaults after: "whole" (a partition's map made in the task that reads it),
+    "threads" (the same by four threads: four key shards), "shared" (every partition treated as larger
+    than a task and its map as larger than a task's memory: the map made by many tasks and a shuffle)."""
+    from compaction import job
+
+    if request.param == "shared":
+        saved, job.WHOLE_BYTES = job.WHOLE_BYTES, 0
+        spark.conf.set(job.MAP_MEMORY, "0")
+        request.addfinalizer(lambda: (setattr(job, "WHOLE_BYTES", saved), spark.conf.unset(job.MAP_MEMORY)))
+    if request.param == "threads":
+        spark.conf.set(job.THREADS, "4")
+        request.addfinalizer(lambda: spark.conf.unset(job.THREADS))
+

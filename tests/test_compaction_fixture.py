@@ -20,10 +20,12 @@ from readers.verify import verify_log_dir
 from tests.support import (
     FIXTURE_DIR,
     FIXTURE_INPUT,
+    JOB_PATHS,
     assert_same_lines,
     batch_lines,
     log_segments,
     record_lines,
+    use_job_path,
 )
 
 ACCOUNTS = "accounts:cleanup.policy=compact,segment.bytes=131072,delete.retention.ms=600000,min.cleanable.dirty.ratio=0.5"
@@ -41,22 +43,10 @@ def _writable_copy(dest: Path) -> Path:
     return dest
 
 
-@pytest.fixture(scope="module", params=["whole", "threads", "shared"])
+@pytest.fixture(scope="module", params=JOB_PATHS)
 def rounds(request, spark, tmp_path_factory) -> dict:
-    """Both rounds, by each path of the job: "whole" (a partition's map made in the task that reads
-    it, as every partition of this size is), "threads" (the same, by four threads: four key shards,
-    ranges decoded ahead and rendered behind), "shared" (every partition treated as larger than a
-    task and its map as larger than a task's memory: the map made by many tasks and a shuffle of
-    (group, key) blobs)."""
-    from compaction import job
-
-    if request.param == "shared":
-        saved, job.WHOLE_BYTES = job.WHOLE_BYTES, 0
-        spark.conf.set(job.MAP_MEMORY, "0")
-        request.addfinalizer(lambda: (setattr(job, "WHOLE_BYTES", saved), spark.conf.unset(job.MAP_MEMORY)))
-    if request.param == "threads":
-        spark.conf.set(job.THREADS, "4")
-        request.addfinalizer(lambda: spark.conf.unset(job.THREADS))
+    """Both rounds, by each path of the job (``tests.support.use_job_path``)."""
+    use_job_path(request, spark)
     work = _writable_copy(tmp_path_factory.mktemp("fixture") / "logs")
     mtimes = {p.name: p.stat().st_mtime_ns // 1_000_000 for p in (work / "accounts-0").glob("*.log")}
     out = {"work": work, "input_mtimes": mtimes}

@@ -30,6 +30,7 @@ from readers import codecs
 from readers.records import Record
 from readers.verify import verify_log_dir
 from tests.support import (
+    JOB_PATHS,
     TIME_ENTRY,
     TXN_ENTRY,
     broker_indexes,
@@ -37,6 +38,7 @@ from tests.support import (
     hand_control_batch,
     kp_build,
     seg_path,
+    use_job_path,
 )
 
 DAY = 86_400_000
@@ -275,18 +277,10 @@ def build_replicas(r1: Path, r2: Path) -> None:
     Part(r2 / "rep-0", {0: [recs(0, [b"a", b"b", b"b"])], 3: [recs(3, [b"a", b"x"])], 5: [recs(5, [b"y"])]}).write()
 
 
-@pytest.fixture(scope="module", params=["whole", "threads", "shared"])
+@pytest.fixture(scope="module", params=JOB_PATHS)
 def rounds(request, spark, tmp_path_factory):
     """Every rule by each path of the job (see tests/test_compaction_fixture.py's ``rounds``)."""
-    from compaction import job
-
-    if request.param == "shared":
-        saved, job.WHOLE_BYTES = job.WHOLE_BYTES, 0
-        spark.conf.set(job.MAP_MEMORY, "0")
-        request.addfinalizer(lambda: (setattr(job, "WHOLE_BYTES", saved), spark.conf.unset(job.MAP_MEMORY)))
-    if request.param == "threads":
-        spark.conf.set(job.THREADS, "4")
-        request.addfinalizer(lambda: spark.conf.unset(job.THREADS))
+    use_job_path(request, spark)
     root = tmp_path_factory.mktemp("job")
     a, r1, r2 = root / "a", root / "r1", root / "r2"
     parts = build_a(a)
