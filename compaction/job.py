@@ -292,6 +292,7 @@ class Batches:
     gid: np.ndarray
     feeds_map: np.ndarray
     flags: np.ndarray  # (batches, len(PLAN_FLAGS)) bool
+    pid_of_gid: np.ndarray  # the partition (row) of each group, batches or none
 
     @classmethod
     def of(cls, ok: pa.Table) -> Batches:
@@ -308,6 +309,7 @@ class Batches:
             segment=plans["segment"].copy(), position=plans["position"].copy(),
             gid=(group_starts[pid] + plans["group"]).astype(np.int32), feeds_map=plans["feeds_map"].copy(),
             flags=np.stack([plans[name] for name in PLAN_FLAGS], axis=1).reshape(len(plans), len(PLAN_FLAGS)),
+            pid_of_gid=np.repeat(np.arange(ok.num_rows), groups),
         )
 
     def report_row(self, row: dict, pid: int) -> dict:
@@ -325,13 +327,6 @@ class Batches:
         that feed it."""
         lo, hi = self.starts[pid], self.starts[pid + 1]
         return int(self.records[lo:hi][self.feeds_map[lo:hi]].sum())
-
-    def pid_of_gid(self) -> np.ndarray:
-        """The partition (row) of each group."""
-        out = np.zeros(int(self.gid.max()) + 1 if len(self.gid) else 0, np.int64)
-        for pid in range(len(self.starts) - 1):
-            out[self.gid[self.starts[pid]:self.starts[pid + 1]]] = pid
-        return out
 
     def planned(self, pid: int) -> dict[int, Planned]:
         """The batch plans of partition ``pid`` as the map pass reads them, per segment base offset."""
@@ -618,7 +613,7 @@ def _clean_groups(spark, rows: list[dict], batches: Batches, jobs: dict[int, tup
     are rewritten by tasks of their own."""
     sizes = [int(batches.sizes[batches.starts[pid]:batches.starts[pid + 1]].sum()) for pid in range(len(rows))]
     groups_of: dict[int, list[int]] = {}
-    pid_of_gid = batches.pid_of_gid()
+    pid_of_gid = batches.pid_of_gid
     for gid in jobs:
         groups_of.setdefault(int(pid_of_gid[gid]), []).append(gid)
 
@@ -705,18 +700,22 @@ def _shared(spark, pids: list[int], rows: list[dict], batches: Batches, jobs: di
     buckets = max(_task_count(spark, sum(sizes), 1 << 30), -(-2 * map_bytes // max(budget, MIN_BUCKET_BYTES)))
     bucket_slots = np.array(_slots(buckets), np.int32)
     gids = [gid for pid in pids for gid in groups_of[pid]]
-    group_bytes = [int(batches.sizes[batches.gid == gid].sum()) for gid in gids]
+    group_bytes = [int(jobs[gid][1].size.sum()) for gid in gids]
     rewrite_bins = _bins(group_bytes, _task_count(spark, sum(group_bytes), len(gids)))
     rewrite_slots = np.array(_slots(len(rewrite_bins)), np.int32)
+    bin_of_slot = {slot: b for b, slot in enumerate(rewrite_slots.tolist())}
     slot_of_gid = np.full(len(pid_of_gid), -1, np.int32)
     for b, members in enumerate(rewrite_bins):
         slot_of_gid[[gids[i] for i in members]] = b
     first_dirty, latest = batches.first_dirty, batches.latest_offset
 
     def read(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        planned: dict[int, dict[int, Planned]] = {}  # a partition's, made once for all its splits
         for b in (b for rb in ids for b in rb.column(0).to_pylist()):
             for pid, split in (splits[i] for i in map_bins[b]):
-                plans = batches.planned(pid).get(split.segment_base)
+                if pid not in planned:
+                    planned[pid] = batches.planned(pid)
+                plans = planned[pid].get(split.segment_base)
                 if plans is None:
                     continue
                 for entries in read_keys(split.path, split.start, split.end, plans, int(first_dirty[pid]),
@@ -737,7 +736,7 @@ def _shared(spark, pids: list[int], rows: list[dict], batches: Batches, jobs: di
         table, mine = KeyTable(), set()
         for rb in found:
             for slot, blob in zip(rb.column("slot").to_pylist(), rb.column("blob").to_pylist(), strict=True):
-                mine.add(int(np.flatnonzero(rewrite_slots == slot)[0]))
+                mine.add(bin_of_slot[slot])
                 if blob:
                     e = unpack(blob)
                     table.upsert(e.keys, e.offsets[:-1], np.diff(e.offsets), e.tags, e.high)

@@ -116,15 +116,15 @@ def reduce_bucket(blobs: list[Entries], partition_of: np.ndarray) -> Entries:
 def pack(e: Entries) -> bytes:
     n = len(e)
     head = np.array([n, len(e.keys)], np.int64)
-    return b"".join((head.tobytes(), e.hashes.tobytes(), e.tags.tobytes(), e.high.tobytes(), e.low.tobytes(),
+    return b"".join((head.tobytes(), e.tags.tobytes(), e.high.tobytes(), e.low.tobytes(),
                      e.offsets.tobytes(), e.keys.tobytes()))
 
 
 def unpack(blob: bytes) -> Entries:
     n, size = np.frombuffer(blob, np.int64, 2).tolist()
-    ints = np.frombuffer(blob, np.int64, 5 * n + 1, 16)
-    keys = np.frombuffer(blob, np.uint8, size, 16 + 8 * (5 * n + 1))
-    return Entries(ints[:n], ints[n:2 * n], ints[2 * n:3 * n], ints[3 * n:4 * n], ints[4 * n:], keys)
+    ints = np.frombuffer(blob, np.int64, 4 * n + 1, 16)
+    keys = np.frombuffer(blob, np.uint8, size, 16 + 8 * (4 * n + 1))
+    return Entries(ints[:n], ints[n:2 * n], ints[2 * n:3 * n], ints[3 * n:], keys)
 
 
 def select(e: Entries, which: np.ndarray) -> Entries:
@@ -133,7 +133,7 @@ def select(e: Entries, which: np.ndarray) -> Entries:
     offsets = np.zeros(len(which) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     keys = gathered(e.keys, e.offsets[:-1][which], lengths, int(offsets[-1]))
-    return Entries(e.hashes[which], e.tags[which], e.high[which], e.low[which], offsets, keys)
+    return Entries(e.tags[which], e.high[which], e.low[which], offsets, keys)
 
 
 def split_by(e: Entries, target: np.ndarray, targets: int) -> Iterator[tuple[int, Entries]]:
@@ -145,7 +145,7 @@ def split_by(e: Entries, target: np.ndarray, targets: int) -> Iterator[tuple[int
     for t in range(targets):
         mine = order[bounds[t]:bounds[t + 1]]
         while len(mine):
-            weight = np.cumsum(key_bytes[mine] + 48)
+            weight = np.cumsum(key_bytes[mine] + 40)  # an entry packs four int64 and its key offset
             n = max(1, int(np.searchsorted(weight, BLOB_BYTES)))
             yield t, select(e, mine[:n])
             mine = mine[n:]

@@ -34,10 +34,6 @@ class BatchInfo:
     max_timestamp: int
     record_count: int
 
-    @property
-    def next_offset(self) -> int:
-        return self.last_offset + 1
-
     @classmethod
     def of(cls, batch: Batch, segment: int) -> BatchInfo:
         if batch.magic == 2:

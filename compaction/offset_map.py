@@ -215,7 +215,6 @@ def gathered(arena, starts, lengths, total):
 class Entries:
     """A table's entries as columns: entry i's key is ``keys[offsets[i]:offsets[i + 1]]``."""
 
-    hashes: np.ndarray  # int64 bit patterns of the 64-bit hashes
     tags: np.ndarray
     high: np.ndarray
     low: np.ndarray
@@ -295,7 +294,7 @@ class KeyTable:
         offsets = np.zeros(self.size + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
         keys = gathered(self.arena, rows[:, START].copy(), lengths, int(offsets[-1]))
-        return Entries(rows[:, HASH].copy(), (rows[:, LENGTH_TAG] & 0xFFFFFFFF).astype(np.int32).astype(np.int64),
+        return Entries((rows[:, LENGTH_TAG] & 0xFFFFFFFF).astype(np.int32).astype(np.int64),
                        rows[:, HIGH].copy(), rows[:, LOW].copy(), offsets, keys)
 
     def _grow(self, key_bytes: int) -> None:

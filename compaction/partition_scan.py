@@ -18,8 +18,7 @@ from readers import walk
 from readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL
 from readers.indexes import parse_offset_index, parse_txn_index
 from readers.logdir import Partition, scan_partition
-from readers.errors import FormatError
-from readers.segment import torn_tail
+from readers.segment import to_torn_tail
 
 
 def read_partition(path: str, topic: str, number: int, first_dirty: int) -> tuple[Partition, list[SegmentInfo], np.ndarray]:
@@ -46,13 +45,8 @@ def read_partition(path: str, topic: str, number: int, first_dirty: int) -> tupl
 
 
 def _tables(f, path: str, segment: int, active: bool):
-    try:
-        for chunk in walk.read_chunks(f, path):
-            yield _table(chunk, segment)
-    except FormatError as exc:
-        tail = torn_tail(f, path, start=exc.position or 0) if active else None
-        if tail is None or tail.position != exc.position:
-            raise
+    chunks = walk.read_chunks(f, path)
+    return (_table(chunk, segment) for chunk in (to_torn_tail(chunks, f, path) if active else chunks))
 
 
 def _table(chunk: walk.Chunk, segment: int) -> np.ndarray:

@@ -17,7 +17,6 @@ import io
 import json
 import posixpath
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import jinja2
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -26,6 +25,7 @@ from matplotlib.figure import Figure
 import storage
 from compaction.report import METRICS, REASONS
 from conf.units import MB
+from operations.states import utc
 
 TOP = 40  # partitions drawn in a per-partition plot: the largest ones
 DPI = 100
@@ -270,18 +270,14 @@ def _retention_plots(parts: list[dict]) -> list[Plot]:
 
 
 # -- sections ----------------------------------------------------------------------------------
-def _utc(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 def _when(data: dict) -> str:
     """When it ran (the wall clock), where and with what, then the clock its rules used (``now``)."""
     run = data.get("run") or {}
     ran = ""
     if run:
-        ran = (f"Ran from {_utc(run['started_ms'])} to {_utc(run['ended_ms'])} on {run['host']}: kcompact "
+        ran = (f"Ran from {utc(run['started_ms'])} to {utc(run['ended_ms'])} on {run['host']}: kcompact "
                f"{run['version']}, Spark {run['spark_master']} ({run['spark_app_id']}). ")
-    clock = f"The rules' clock (now): {_utc(data['now'])}"
+    clock = f"The rules' clock (now): {utc(data['now'])}"
     return ran + clock + (" (dry run: nothing was written)" if data["dry_run"] else "")
 
 

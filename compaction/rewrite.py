@@ -17,7 +17,7 @@ import collections
 import io
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -37,7 +37,7 @@ from compaction.decisions import (
 from compaction.model import BatchInfo
 from compaction.offset_map import EMPTY as NOT_MAPPED
 from compaction.offset_map import KeyTable, record_hashes
-from operations.cleaned import ChunkOut, output_path, write_group
+from operations.cleaned import ChunkOut, WrittenGroup, output_path, write_group
 from readers import scan, walk
 from readers import codecs
 from readers.batch import (
@@ -53,7 +53,7 @@ from readers.errors import FormatError
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name
 from writers.chunks import BufferSizes
-from writers.cleaned import output_bytes, records_written, retained_max_offset
+from writers.cleaned import output_bytes, records_written
 from writers.rebuild import EMPTY_ATTRIBUTES, KEPT_ATTRIBUTES, fill_crcs, frame_batches, splice_batches
 
 # Each record's fate, one code per record: kept (a tombstone kept apart, since a kept tombstone
@@ -447,9 +447,9 @@ class _Rewriter:
             if out is None:
                 yield k, Output(None)
                 continue
-            made = Batch(batch.path, out, 0, len(out), 0)
-            yield k, Output(out, retained_max_offset(batch, outcome, keep, made), made.max_timestamp,
-                            made.last_offset, records_written(batch, outcome, keep, made))
+            made = Batch(batch.path, out, 0, len(out), 0)  # a legacy entry sits at its last kept offset
+            yield k, Output(out, made.last_offset, made.max_timestamp, made.last_offset,
+                            records_written(batch, outcome, keep, made))
 
 
 RANGE_BYTES = 16 << 20  # a partition read from its end back is read in ranges of about this
@@ -562,9 +562,7 @@ def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, hel
     writing = None  # the group being written while the next one is read
     with _Pools(threads) as pools:
         for job, plans in reversed(groups):
-            started = time.monotonic()
-            base = {"path": job.path, "group": job.group, "base_offset": job.base_offset, "size": 0, "batches": 0,
-                    "records": 0, "files": []}
+            started, base = time.monotonic(), _unwritten(job)
             if render and not held(job.path):
                 if _written(writing, results):
                     results.append(base | {"seconds": 0.0, "error": ABORTED_BY_OPERATOR,
@@ -586,9 +584,7 @@ def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, hel
                 break
             writing = None
             if render:
-                writing = (job, base, started, rewriter, outs, pools.writes.submit(
-                    write_group, job.path, job.base_offset, outs.in_order(), list(job.aborted), job.mtime_ms,
-                    job.index_interval_bytes, job.buffers, job.max_index_bytes, job.owner))
+                writing = (job, base, started, rewriter, outs, pools.writes.submit(_write, job, outs.in_order()))
             else:
                 results.append(base | {"seconds": time.monotonic() - started, "error": None,
                                        "codes": rewriter.counts.tolist()})
@@ -608,10 +604,25 @@ def _written(writing, results: list[dict]) -> bool:
         return False
     finally:
         outs.close()
-    results.append(base | {"size": written.size, "batches": written.batches, "records": written.records,
-                           "files": list(written.files), "seconds": time.monotonic() - started, "error": None,
-                           "codes": rewriter.counts.tolist()})
+    results.append(_succeeded(base, written, started, rewriter))
     return True
+
+
+def _unwritten(job: GroupJob) -> dict:
+    """A group's result before anything of it is written."""
+    return {"path": job.path, "group": job.group, "base_offset": job.base_offset, "size": 0, "batches": 0,
+            "records": 0, "files": []}
+
+
+def _write(job: GroupJob, outputs: Iterable) -> WrittenGroup:
+    return write_group(job.path, job.base_offset, outputs, list(job.aborted), job.mtime_ms, job.index_interval_bytes,
+                       job.buffers, job.max_index_bytes, job.owner)
+
+
+def _succeeded(base: dict, written: WrittenGroup, started: float, rewriter: _Rewriter) -> dict:
+    return base | {"size": written.size, "batches": written.batches, "records": written.records,
+                   "files": list(written.files), "seconds": time.monotonic() - started, "error": None,
+                   "codes": rewriter.counts.tolist()}
 
 
 def _failed(job: GroupJob, base: dict, started: float, rewriter: _Rewriter, exc: Exception) -> dict:
@@ -638,17 +649,10 @@ def count_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> list[int]:
 
 def rewrite_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> dict:
     """Write the group's ``.cleaned`` files; on bad input, remove what was written and say why."""
-    started = time.monotonic()
+    started, base = time.monotonic(), _unwritten(job)
     rewriter = _Rewriter(job, plans, render=True, lookup=lookup)
-    base = {"path": job.path, "group": job.group, "base_offset": job.base_offset}
     try:
-        written = write_group(job.path, job.base_offset, rewriter.outputs(), list(job.aborted), job.mtime_ms,
-                              job.index_interval_bytes, job.buffers, job.max_index_bytes, job.owner)
+        written = _write(job, rewriter.outputs())
     except (FormatError, OSError, ValueError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
-        error = f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc)
-        _remove_outputs(job)
-        return base | {"size": 0, "batches": 0, "records": 0, "files": [], "seconds": time.monotonic() - started,
-                       "error": error, "codes": rewriter.counts.tolist()}
-    return base | {"size": written.size, "batches": written.batches, "records": written.records,
-                   "files": list(written.files), "seconds": time.monotonic() - started, "error": None,
-                   "codes": rewriter.counts.tolist()}
+        return _failed(job, base, started, rewriter, exc)
+    return _succeeded(base, written, started, rewriter)

@@ -13,6 +13,7 @@ import posixpath
 from datetime import UTC, datetime
 
 import storage
+from operations.states import utc
 from readers.logdir import not_a_log_dir, parse_partition_dir
 
 # Plausible epoch milliseconds: a --now outside these years is seconds, microseconds or a typo,
@@ -52,13 +53,9 @@ def now_ms(value: int | None, forced: bool) -> None:
     hint = "a typo?"
     for factor, unit in ((1000, "seconds"), (1 / 1000, "microseconds"), (1 / 1_000_000, "nanoseconds")):
         if EARLIEST_NOW <= value * factor < LATEST_NOW:
-            hint = f"{unit}? in milliseconds that is {int(value * factor)}, {_utc(int(value * factor))}"
+            hint = f"{unit}? in milliseconds that is {int(value * factor)}, {utc(int(value * factor))}"
     raise BadArgument(f"--now {value} is not epoch milliseconds between 2000 and 2100 ({hint}); "
                       f"--force-now takes it as given")
-
-
-def _utc(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def log_dirs(paths: list[str]) -> None:

@@ -26,7 +26,7 @@ from readers.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from readers.errors import FormatError
 from readers.indexes import TIME_ENTRY, parse_time_index
 from readers.logdir import Partition, Segment, scan_partition
-from readers.segment import DEFAULT_CHUNK, iter_batches, iter_to_torn_tail, torn_tail
+from readers.segment import DEFAULT_CHUNK, iter_batches, to_torn_tail
 from planner.rules import SegmentFacts, dirty_non_active, first_dirty_offset
 
 _SNAPSHOT = re.compile(r"^(\d{20})\.snapshot$")
@@ -162,13 +162,8 @@ def _chunks(f, seg: Segment, active: bool, notes: list[str]):
     """A segment's batch headers, a chunk at a time (``readers.walk``, CRCs checked); the active
     one's up to a torn tail (what a broker crash leaves: the log ends before it, and ``kcompact
     recover`` truncates it as the broker does on load), noted."""
-    try:
-        yield from walk.read_chunks(f, seg.log.path, chunk_size=_chunk(seg.size))
-    except FormatError as exc:
-        tail = torn_tail(f, seg.log.path, start=exc.position or 0) if active else None
-        if tail is None or tail.position != exc.position:
-            raise
-        notes.append(_torn_note(tail))
+    chunks = walk.read_chunks(f, seg.log.path, chunk_size=_chunk(seg.size))
+    return to_torn_tail(chunks, f, seg.log.path, lambda tail: notes.append(_torn_note(tail))) if active else chunks
 
 
 def _torn_note(tail: FormatError) -> str:
@@ -176,20 +171,13 @@ def _torn_note(tail: FormatError) -> str:
             "'kcompact recover' truncates it as a restarting broker would)")
 
 
-def _batches(f, seg: Segment, active: bool, notes: list[str]):
-    """A segment's batches; the active one's up to a torn tail, noted (see ``_chunks``)."""
-    if not active:
-        return iter_batches(f, seg.log.path, chunk_size=_chunk(seg.size))
-    return iter_to_torn_tail(f, seg.log.path, chunk_size=_chunk(seg.size),
-                             on_torn=lambda tail: notes.append(_torn_note(tail)))
-
-
 def _log_end_from(active: Segment, at_least: int, notes: list[str]) -> int:
     """The log end offset as far as needed: the active segment's batches are read until one ends
     at or beyond ``at_least`` (then the log end is not below it), else to the end of the segment."""
     log_end = active.base_offset
     with storage.open_read(active.log.path) as f:
-        for batch in _batches(f, active, True, notes):
+        batches = iter_batches(f, active.log.path, chunk_size=_chunk(active.size))
+        for batch in to_torn_tail(batches, f, active.log.path, lambda tail: notes.append(_torn_note(tail))):
             log_end = batch.next_offset
             if log_end >= at_least:
                 break

@@ -9,8 +9,8 @@ batch has been yielded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from collections.abc import Callable, Iterable, Iterator
+from typing import BinaryIO, TypeVar
 
 import crc32c
 
@@ -25,6 +25,8 @@ from readers.batch import (
     Batch,
 )
 from readers.errors import FormatError
+
+T = TypeVar("T")
 
 DEFAULT_CHUNK = 8 << 20
 _PREFIX = ENTRY_PREFIX.size  # 17 bytes: enough to know the magic and the length
@@ -149,17 +151,18 @@ def torn_tail(f: BinaryIO, path: str, start: int = 0, chunk_size: int = DEFAULT_
     return first_bad
 
 
-def iter_to_torn_tail(f: BinaryIO, path: str, chunk_size: int = DEFAULT_CHUNK,
-                      on_torn: Callable[[FormatError], None] = lambda tail: None) -> Iterator[Batch]:
-    """``iter_batches`` (strict) of the segment a broker appends to, the active one: a torn tail
-    ends the iteration, passed to ``on_torn``, instead of raising, since a crashed broker leaves
-    one there and truncates it when it loads the log. Any other fault raises."""
+def to_torn_tail(items: Iterable[T], f: BinaryIO, path: str,
+                 on_torn: Callable[[FormatError], None] = lambda tail: None) -> Iterator[T]:
+    """``items`` read (strictly) from ``f``, the segment a broker appends to, the active one: its
+    batches (``iter_batches``) or chunks (``readers.walk.read_chunks``). A torn tail ends them,
+    passed to ``on_torn``, instead of raising, since a crashed broker leaves one there and
+    truncates it when it loads the log. Any other fault raises."""
     try:
-        yield from iter_batches(f, path, chunk_size=chunk_size)
+        yield from items
     except FormatError as exc:
-        tail = torn_tail(f, path, start=exc.position or 0, chunk_size=chunk_size)
+        tail = torn_tail(f, path, start=exc.position or 0)
         if tail is None or tail.position != exc.position:
-            raise exc from None
+            raise
         on_torn(tail)
 
 

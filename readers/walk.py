@@ -117,22 +117,6 @@ def _matrix(buf, rows):
 
 
 @dataclass(frozen=True, slots=True)
-class Header:
-    """A v2 batch's header fields under ``Batch``'s names (what ``writers.rebuild`` reads)."""
-
-    base_offset_field: int
-    partition_leader_epoch: int
-    attributes: int
-    last_offset_delta: int
-    base_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    records_count: int
-
-
-@dataclass(frozen=True, slots=True)
 class Chunk:
     """The complete entries read at once: ``buf[entries[k, POSITION]:... + SIZE]`` is entry k, at
     file position ``file_position + entries[k, POSITION]``."""
@@ -146,12 +130,6 @@ class Chunk:
         """Entry ``k`` as a ``Batch`` (for legacy entries and control batches, which are rare)."""
         pos, size = int(self.entries[k, POSITION]), int(self.entries[k, SIZE])
         return Batch(self.path, self.buf, pos, pos + size, self.file_position + pos)
-
-    def header(self, k: int) -> Header:
-        e = self.entries[k]
-        return Header(int(e[BASE_OFFSET]), int(e[LEADER_EPOCH]), int(e[ATTRIBUTES]), int(e[LAST_OFFSET_DELTA]),
-                      int(e[BASE_TIMESTAMP]), int(e[MAX_TIMESTAMP]), int(e[PRODUCER_ID]), int(e[PRODUCER_EPOCH]),
-                      int(e[BASE_SEQUENCE]), int(e[RECORDS_COUNT]))
 
     def payload(self, k: int) -> bytes | np.ndarray:
         """The v2 records section of entry ``k``, decompressed (a view when uncompressed)."""

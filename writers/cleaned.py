@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from readers.batch import Batch
-from readers.scan import OFFSET_DELTA
 from writers.legacy import rebuild_wrapper
 from writers.rebuild import empty, rebuild
 
@@ -58,13 +57,3 @@ def records_written(batch: Batch, outcome: Outcome, keep: np.ndarray | None, wri
     if outcome.kind == REWRITE:
         return int(np.count_nonzero(keep))
     return batch.count
-
-
-def retained_max_offset(batch: Batch, outcome: Outcome, keep: np.ndarray | None, written: Batch) -> int:
-    """The largest offset Kafka's FilterResult counts for a retained batch: a rebuilt v2 batch's
-    last KEPT record (its header keeps the original last offset), else the written batch's last
-    offset (a copy, an empty header, a rebuilt legacy wrapper sitting at its last kept offset)."""
-    if outcome.kind != REWRITE or batch.magic != 2:
-        return written.last_offset
-    _, _, cols = batch.scan_records()
-    return batch.base_offset_field + int(cols[np.flatnonzero(keep)[-1], OFFSET_DELTA])

@@ -249,26 +249,18 @@ def rebuild(batch: Batch, keep: np.ndarray, delete_horizon_ms: int | None = None
         return empty(batch)
     data, buf, cols = batch.scan_records()
     end = batch.end if batch.codec == codecs.NONE else len(data)
-    return spliced(batch, buf, cols, end, keep, kept, delete_horizon_ms)[0]
-
-
-def spliced(head, buf: np.ndarray, cols: np.ndarray, end: int, keep: np.ndarray, kept: int,
-            delete_horizon_ms: int | None) -> tuple[bytes, int]:
-    """The batch whose header fields ``head`` has (a ``Batch``, or a ``readers.walk`` header) and
-    whose records section, decompressed, lies in ``buf`` up to ``end`` (scanned into ``cols``),
-    keeping the ``kept`` records where ``keep`` is set; and the largest kept timestamp."""
-    log_append = bool(head.attributes & ATTR_TIMESTAMP_TYPE)
+    log_append = bool(batch.attributes & ATTR_TIMESTAMP_TYPE)
     has_horizon = delete_horizon_ms is not None
     section, size, base_ts, max_ts = splice_records(
-        buf, cols, keep, end, head.base_timestamp, log_append, head.max_timestamp,
+        buf, cols, keep, end, batch.base_timestamp, log_append, batch.max_timestamp,
         has_horizon, delete_horizon_ms if has_horizon else 0,
     )
     if size < 0:
-        raise ValueError(f"batch at offset {head.base_offset_field}: records section does not match its scan")
-    codec = head.attributes & ATTR_CODEC_MASK
+        raise ValueError(f"batch at offset {batch.base_offset_field}: records section does not match its scan")
+    codec = batch.attributes & ATTR_CODEC_MASK
     body = section[:size] if codec == codecs.NONE else np.frombuffer(codecs.compress(codec, section[:size]), np.uint8)
-    attributes = head.attributes & KEPT_ATTRIBUTES | (ATTR_DELETE_HORIZON if has_horizon else 0)
-    return _framed(head, attributes, int(base_ts), int(max_ts), kept, body), int(max_ts)
+    attributes = batch.attributes & KEPT_ATTRIBUTES | (ATTR_DELETE_HORIZON if has_horizon else 0)
+    return _framed(batch, attributes, int(base_ts), int(max_ts), kept, body)
 
 
 def empty(head) -> bytes:
