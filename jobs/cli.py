@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from conf.settings import ConfigError
 from jobs import checks
 from jobs.checks import BadArgument
+from operations.states import wall_ms
 from readers.errors import FormatError
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERNAL, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2, 3, 4, 5
@@ -135,7 +136,7 @@ def _recover_first(paths: list[str], say: Callable[[str], None]):
 
     report = recover_log_dirs(paths, progress=say)
     if any(p.changed for p in report.partitions) or report.skipped or report.temp_files:
-        say(report.text())
+        print(report.text(), flush=True)  # what was repaired: a summary, kept by --quiet
     return report
 
 
@@ -229,14 +230,11 @@ def _empty(paths: list[str], table) -> list[str]:
 def _compact(args: argparse.Namespace) -> int:
     """Recover, plan (or take --plan), clean every selected partition, report; exit 0 when all
     were cleaned, 4 when some failed, were blocked or their log dir was in use, 5 when none could be."""
-    from compaction import job
-    from compaction.leases import LeaseKeeper
-    from operations import last_run
-    from planner import output, plan
+    from jobs.run import compact
 
     say = _say(args)
-    now = args.now if args.now is not None else int(time.time() * 1000)
-    table = output.read(args.plan) if args.plan else None
+    now = args.now if args.now is not None else wall_ms()
+    table = args.plan_table if args.plan else None
     paths = sorted(set(table.column("log_dir").to_pylist())) if table is not None else args.paths
     config = None if args.plan else _config(args, paths)
     spark = _session(args)
@@ -246,36 +244,21 @@ def _compact(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         if not args.dry_run:
             _recover_first(free, say)
-        previous = {path: last_run.read(path) for path in free}
-        began = _wall_ms()
-        if table is None:
-            with _ticker(spark, say, "planning"):
-                table = plan(spark, free, conf=config, now=now, top=args.max_partitions).toArrow()
-        else:
+        if table is not None:
             import pyarrow as pa
             import pyarrow.compute as pc
 
             table = table.filter(pc.is_in(table.column("log_dir"), value_set=pa.array(free)))
-        with _ticker(spark, say, "cleaning", _selected_bytes(table)):
-            result = job.run(spark, table, now=now, dry_run=args.dry_run, progress=say, ready=ready,
-                             leases=LeaseKeeper(lease_ms=args.lease_ms))
-        if not args.dry_run:
-            for path in free:
-                last_run.write(path, began)
-    report = result.report
-    report.previous_runs, report.began_choosing_ms = previous, began
+        report, table = compact(spark, free, now=now, dry_run=args.dry_run, progress=say, ready=ready,
+                                lease_ms=args.lease_ms, conf=config, top=args.max_partitions, table=table,
+                                watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
     empty = _empty(free, table)
     print(report.text())
     if args.report:
-        _write_report(args, report.to_json(), spark=spark, paths=paths, report=report)
+        _write_report(args, report.to_json(), spark=spark, paths=paths)
     totals = report.totals()
     return _exit_status(totals["failed"] + len(busy), totals["partitions"] - totals["skipped"] + len(busy),
                         incomplete=len(report.blocked()) + len(empty))
-
-
-def _selected_bytes(table) -> int:
-    return sum(b or 0 for b, s in zip(table.column("cleanable_bytes").to_pylist(),
-                                      table.column("selected").to_pylist()) if s)
 
 
 @contextlib.contextmanager
@@ -286,19 +269,13 @@ def _ticker(spark, say: Callable[[str], None], what: str, total_bytes: int | Non
         yield
 
 
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _write_report(args: argparse.Namespace, doc: dict, page: bool = True, spark=None, paths=None,
-                  report=None) -> None:
-    """The report, with where and how this run ran (``doc["run"]``) when the document has room for it."""
+def _write_report(args: argparse.Namespace, doc: dict, page: bool = True, spark=None, paths=None) -> None:
+    """The report, with where and how this run ran (``doc["run"]``) when the document has room for it
+    (every command's that runs Spark: ``spark`` is its session)."""
     from compaction.report_html import write_report
 
     if "run" in doc:
-        doc["run"] = _run_facts(args, spark, paths or getattr(args, "paths", []))
-        if report is not None:
-            report.run = doc["run"]
+        doc["run"] = _run_facts(args, spark, paths or args.paths)
     print(f"report written to {' and '.join(write_report(args.report, doc, page))}")
 
 
@@ -308,14 +285,13 @@ def _run_facts(args: argparse.Namespace, spark, paths: list[str]) -> dict:
     def iso(ms: int) -> str:
         return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
-    ended = _wall_ms()
-    sc = spark.sparkContext if spark is not None else None
-    asked = ("spark.driver.memory", "spark.ui.enabled", *(key for key, _ in getattr(args, "spark_conf", [])))
+    ended = wall_ms()
+    sc = spark.sparkContext
+    asked = ("spark.driver.memory", "spark.ui.enabled", *(key for key, _ in args.spark_conf))
     return {"command": args.command, "arguments": list(args.argv), "version": version(), "host": socket.gethostname(),
             "started": iso(args.started_ms), "ended": iso(ended), "started_ms": args.started_ms, "ended_ms": ended,
-            "spark_master": sc.master if sc else None, "spark_app_id": sc.applicationId if sc else None,
-            "spark_conf": {key: sc.getConf().get(key) for key in asked} if sc else {},
-            "log_dirs": list(paths)}
+            "spark_master": sc.master, "spark_app_id": sc.applicationId,
+            "spark_conf": {key: sc.getConf().get(key) for key in asked}, "log_dirs": list(paths)}
 
 
 def _exit_status(failed: int, attempted: int, incomplete: int = 0) -> int:
@@ -362,7 +338,8 @@ def _run(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         with _ticker(spark, say, "run"):
             result = nightly(spark, free, conf=config, now=args.now, dry_run=args.dry_run, lease_ms=args.lease_ms,
-                             max_partitions=args.max_partitions, progress=say)
+                             max_partitions=args.max_partitions, progress=say,
+                             summary=lambda text: print(text, flush=True))  # kept by --quiet
     empty = _empty(free, result.plan)
     print(result.text())
     if args.report:
@@ -525,7 +502,8 @@ def check(args: argparse.Namespace) -> None:
         from planner import output
 
         checks.suffix(args.plan, "--plan", (".parquet", ".json"))
-        planned = sorted(set(output.read(args.plan).column("log_dir").to_pylist()))
+        args.plan_table = output.read(args.plan)  # read once: the command takes it from here
+        planned = sorted(set(args.plan_table.column("log_dir").to_pylist()))
         given = sorted(path.rstrip("/") for path in args.paths)
         if planned != given:
             raise BadArgument(f"--plan {args.plan} was made for {', '.join(planned) or 'no log dir'}, "
@@ -546,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    args.started_ms = _wall_ms()
+    args.started_ms = wall_ms()
     code = _main(args)
     from jobs import spark
 

@@ -65,14 +65,12 @@ class NightlyReport:
 
 
 def nightly(spark, paths, conf=None, now: int | None = None, dry_run: bool = False,
-            max_partitions: int | None = None, progress=print, lease_ms: int | None = None) -> NightlyReport:
-    """The steps in order, each step's summary on ``progress`` as it ends."""
-    from compaction import job
-    from compaction.leases import LeaseKeeper
-    from operations import last_run
+            max_partitions: int | None = None, progress=print, lease_ms: int | None = None,
+            summary: Callable[[str], None] | None = None) -> NightlyReport:
+    """The steps in order, each step's summary on ``summary`` (by default ``progress``) as it ends."""
     from operations.states import LEASE_MS
     from operations.recover import recover_log_dirs
-    from planner.build import build_config, plan
+    from planner.build import build_config
 
     now = int(time.time() * 1000) if now is None else now
     conf = build_config(paths, conf)  # one configuration and one clock for every step
@@ -80,24 +78,45 @@ def nightly(spark, paths, conf=None, now: int | None = None, dry_run: bool = Fal
     recovery = None
     if not dry_run:
         recovery = recover_log_dirs(paths, progress=progress)
-        progress(recovery.text())
+        (summary or progress)(recovery.text())
     # 1. retention
     retention, _ = retain(spark, paths, conf=conf, now=now, dry_run=dry_run, progress=progress)
-    progress(retention.text())
-    # 2. plan, on the log as retention left it
-    ready = time.monotonic()
-    previous = {path: last_run.read(path) for path in paths}
-    began = int(time.time() * 1000)
+    (summary or progress)(retention.text())
+    # 2. plan, on the log as retention left it; 3. compaction
     progress("compaction: planning")
-    table = plan(spark, paths, conf=conf, now=now, top=max_partitions).toArrow()
-    # 3. compaction
-    compaction = job.run(spark, table, now=now, dry_run=dry_run, progress=progress, ready=ready,
-                         leases=LeaseKeeper(lease_ms=lease_ms or LEASE_MS)).report
-    compaction.previous_runs, compaction.began_choosing_ms = previous, began
+    compaction, table = compact(spark, paths, now=now, dry_run=dry_run, progress=progress, ready=time.monotonic(),
+                                lease_ms=lease_ms or LEASE_MS, conf=conf, top=max_partitions)
+    return NightlyReport(now, dry_run, recovery, retention, compaction, table)
+
+
+def compact(spark, paths: Sequence[str], *, now: int, dry_run: bool, progress: Callable[[str], None], ready: float,
+            lease_ms: int, conf=None, top: int | None = None, table: pa.Table | None = None,
+            watch: Callable[..., contextlib.AbstractContextManager] = lambda *_: contextlib.nullcontext(),
+            ) -> tuple[Report, pa.Table]:
+    """Plan (unless given the ``table``) and clean every selected partition of ``paths``, whose
+    locks the caller holds; each log dir's last-run stamp read before and written after (when it
+    began choosing: what Kafka's time-since-last-run-ms measures). ``watch(what, total_bytes)``:
+    a context around planning and around cleaning (a progress line). Returns the report and the plan."""
+    from compaction import job
+    from compaction.leases import LeaseKeeper
+    from operations import last_run
+    from operations.states import wall_ms
+    from planner.build import plan
+    from planner.output import selected_bytes
+
+    previous = {path: last_run.read(path) for path in paths}
+    began = wall_ms()
+    if table is None:
+        with watch("planning"):
+            table = plan(spark, paths, conf=conf, now=now, top=top).toArrow()
+    with watch("cleaning", selected_bytes(table)):
+        report = job.run(spark, table, now=now, dry_run=dry_run, progress=progress, ready=ready,
+                         leases=LeaseKeeper(lease_ms=lease_ms)).report
+    report.previous_runs, report.began_choosing_ms = previous, began
     if not dry_run:
         for path in paths:
             last_run.write(path, began)
-    return NightlyReport(now, dry_run, recovery, retention, compaction, table)
+    return report, table
 
 
 def retain(spark, paths: Sequence[str], conf=None, now: int | None = None, dry_run: bool = False,

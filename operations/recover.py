@@ -284,7 +284,8 @@ class RecoveryReport:
         lines += [f"{path}: skipped: {why}" for path, why in self.skipped.items()]
         lines += [f"{path}: removed (interrupted atomic write)" for path in self.temp_files]
         changed = sum(p.changed for p in self.partitions)
-        lines.append(f"recovery: {len(self.partitions)} partitions checked, {changed} recovered, "
+        n = len(self.partitions)
+        lines.append(f"recovery: {n} partition{'' if n == 1 else 's'} checked, {changed} recovered, "
                      f"{len(self.skipped)} skipped, {sum(bool(p.problems) for p in self.partitions)} with problems")
         return "\n".join(lines)
 

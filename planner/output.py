@@ -14,6 +14,12 @@ from planner.rules import ratio_text
 TABLE_COLUMNS = ("rank", "partition", "ratio", "dirty MB", "total MB", "dirty range", "bound", "decision")
 
 
+def selected_bytes(table: pa.Table) -> int:
+    """The cleanable bytes of the selected partitions: what a compaction of this plan reads."""
+    return sum(b or 0 for b, s in zip(table.column("cleanable_bytes").to_pylist(),
+                                      table.column("selected").to_pylist()) if s)
+
+
 def describe(table: pa.Table) -> str:
     """One line per partition, selected first by rank, then the rest with their skip reason."""
     rows = [_line(r) for r in table.to_pylist()]
@@ -21,8 +27,7 @@ def describe(table: pa.Table) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(TABLE_COLUMNS, widths)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     selected = sum(1 for r in table.column("selected").to_pylist() if r)
-    dirty = sum(b or 0 for b, s in zip(table.column("cleanable_bytes").to_pylist(),
-                                       table.column("selected").to_pylist()) if s)
+    dirty = selected_bytes(table)
     lines.append(f"{table.num_rows} partition{'' if table.num_rows == 1 else 's'}, {selected} selected, "
                  f"{dirty / MB:.1f} MB to clean; {UNIT_NOTE}")
     lines += [f"note: {note}" for notes in table.column("notes").to_pylist() for note in notes or []]

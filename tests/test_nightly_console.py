@@ -63,6 +63,17 @@ def test_quiet_keeps_the_summary_only(spark, tmp_path, capsys):
     assert out[-1].startswith("1 partition: 1 cleaned, 0 failed, 0 skipped;")
 
 
+def test_quiet_run_keeps_every_steps_summary(spark, tmp_path, capsys):
+    """--quiet drops progress lines, not what recovery and retention did (their summaries)."""
+    dirty(tmp_path / "orders-0")
+    assert main(["run", str(tmp_path), "--now", str(NOW), "--quiet", *COMPACT]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert not [line for line in out if line.startswith(("stage", "  committed", "compaction:"))], out
+    assert [line for line in out if line.startswith("retention: 0 partitions (0 skipped, 0 failed)")], out
+    assert "recovery: 1 partition checked, 0 recovered, 0 skipped, 0 with problems" in out
+    assert out[-1].startswith("1 partition: 1 cleaned, 0 failed, 0 skipped;")
+
+
 def test_dry_run_says_what_it_would_clean(spark, tmp_path, capsys):
     dirty(tmp_path / "orders-0")
     dirty(tmp_path / "orders-1")
