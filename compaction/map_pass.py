@@ -19,9 +19,8 @@ import numpy as np
 
 import storage
 from compaction.offset_map import Entries, KeyTable, gathered, key_hashes
-from compaction.rewrite import undecided
-from readers import scan, walk
-from readers.batch import ATTR_CONTROL
+from compaction.rewrite import Records, feeding, undecided
+from readers import walk
 
 NO_OFFSET, NO_WAIT = -1, np.iinfo(np.int64).max  # a key that feeds nothing / that nothing waits on
 BLOB_BYTES = 8 << 20  # largest blob a task ships
@@ -46,32 +45,6 @@ class Planned:
         return np.where(found, at, -1)
 
 
-def _keys_of(chunk: walk.Chunk, ks: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                                                   np.ndarray]]:
-    """The records of entries ``ks``: per buffer holding them, (buffer, the batch (index into ks)
-    of each record, offsets, key positions (-1: no key), key lengths). Legacy entries are decoded
-    one by one (they are rare)."""
-    e = chunk.entries
-    v2 = e[ks, walk.MAGIC] == 2
-    sections = walk.decode(chunk, ks[v2])
-    of = np.flatnonzero(v2)[sections.record_batches()]
-    cols = sections.cols
-    offset = e[ks[of], walk.BASE_OFFSET] + cols[:, scan.OFFSET_DELTA]
-    for packed in (False, True):
-        sel = sections.packed[sections.record_batches()] == packed
-        if sel.any():
-            yield (sections.arena if packed else chunk.buf, of[sel], offset[sel], cols[sel, scan.KEY_POS],
-                   cols[sel, scan.KEY_LEN])
-    for i in np.flatnonzero(~v2).tolist():
-        records = chunk.batch(int(ks[i])).records()
-        keys = [r.key or b"" for r in records]
-        lengths = np.array([len(k) for k in keys], np.int64)
-        starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
-        yield (np.frombuffer(b"".join(keys) or b"\0", np.uint8), np.full(len(records), i, np.int64),
-               np.array([r.offset for r in records], np.int64),
-               np.where([r.key is not None for r in records], starts, -1), lengths)
-
-
 def read_keys(path: str, start: int, end: int, plans: Planned, first_dirty: int, latest: int) -> Iterator[Entries]:
     """Per (group tag, key) of the batches starting in bytes [start, end) of the segment file
     ``path``: the largest offset of a record feeding the map (``NO_OFFSET``: none) and the
@@ -80,15 +53,16 @@ def read_keys(path: str, start: int, end: int, plans: Planned, first_dirty: int,
     with storage.open_read(path) as f:
         for chunk in walk.read_chunks(f, path, start, end, check=False):
             rows = plans.rows(chunk.file_position + chunk.entries[:, walk.POSITION])
-            ks = np.flatnonzero(rows >= 0)
-            control = (chunk.entries[ks, walk.ATTRIBUTES] & ATTR_CONTROL) != 0
-            for buf, of, offset, key_pos, key_len in _keys_of(chunk, ks):
-                row = rows[ks[of]]
-                has_key = key_pos >= 0
-                feeds = plans.feeds[row] & has_key & ~control[of] & (offset >= first_dirty)
-                waits = undecided(plans.discard[row], control[of], offset, latest, has_key)
-                table.upsert(buf, np.where(feeds | waits, key_pos, -1), key_len, plans.tag[row],
-                             np.where(feeds, offset, NO_OFFSET), np.where(waits, offset, NO_WAIT))
+            records = Records.of(chunk, np.flatnonzero(rows >= 0))
+            row, offset, has_key = rows[records.entry], records.offset, records.key_pos >= 0
+            feeds = feeding(plans.feeds[row], records.control, offset, first_dirty) & has_key
+            waits = undecided(plans.discard[row], records.control, offset, latest, has_key)
+            key_pos = np.where(feeds | waits, records.key_pos, -1)
+            bufs = records.bufs(chunk)
+            for which in np.unique(records.which).tolist():  # the buffer holding the keys
+                sel = np.flatnonzero(records.which == which)
+                table.upsert(bufs[which], key_pos[sel], records.key_len[sel], plans.tag[row[sel]],
+                             np.where(feeds, offset, NO_OFFSET)[sel], np.where(waits, offset, NO_WAIT)[sel])
             if table.nbytes > TABLE_BYTES:
                 yield table.entries()
                 table = KeyTable()

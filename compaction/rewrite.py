@@ -131,6 +131,12 @@ def undecided(discard: np.ndarray, control: np.ndarray, offset: np.ndarray, late
     return ~discard & ~control & (offset <= latest) & has_key
 
 
+def feeding(feeds: np.ndarray, control: np.ndarray, offset: np.ndarray, first_dirty: int) -> np.ndarray:
+    """Records that put their offset in the map: of a batch that feeds it, not a marker, from the
+    first dirty offset on (a keyless one too: the map passes over it)."""
+    return feeds & ~control & (offset >= first_dirty)
+
+
 def fate_codes(discard: np.ndarray, retain_deletes: np.ndarray, control: np.ndarray, offset: np.ndarray,
                has_key: np.ndarray, tombstone: np.ndarray, latest: int, mapped: np.ndarray) -> np.ndarray:
     """Kafka's shouldRetainRecord after the batch's discard decision, as a code per record
@@ -159,7 +165,7 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, slots=True)
-class _Records:
+class Records:
     """Every record of the batches of a chunk that are read (v2 ones located by the compiled
     scanner, legacy ones decoded in Python), in file order: per record its entry, offset, key
     (``bufs[which]`` at ``key_pos``, -1: none), tombstone and control flags; ``row`` maps a v2
@@ -181,7 +187,7 @@ class _Records:
         return tuple(map(_readonly, (chunk.buf, self.sections.arena, self.legacy_keys)))
 
     @classmethod
-    def of(cls, chunk: walk.Chunk, read: np.ndarray) -> _Records:
+    def of(cls, chunk: walk.Chunk, read: np.ndarray) -> Records:
         e = chunk.entries
         v2 = read[e[read, walk.MAGIC] == 2]
         sections = walk.decode(chunk, v2)
@@ -216,7 +222,7 @@ class _Decoded:
 
     chunk: walk.Chunk
     flags: np.ndarray  # the chunk's batch plan flags
-    records: _Records
+    records: Records
     waits: np.ndarray
 
 
@@ -296,11 +302,11 @@ class _Rewriter:
     def _mapped_backward(self, tables: list[KeyTable], pools: _Pools, d: _Decoded, i: int) -> np.ndarray:
         """The map's offset for each waiting record of a chunk, its records put in the map."""
         records = d.records
-        feeding = self.plans.feeds[i + records.entry] & ~records.control & (records.offset >= self.job.first_dirty)
+        feeds = feeding(self.plans.feeds[i + records.entry], records.control, records.offset, self.job.first_dirty)
         bufs = records.bufs(d.chunk)
         hashes = record_hashes(bufs, records.which, records.key_pos, records.key_len, 0)
         mapped = np.full(len(records.offset), NOT_MAPPED, np.int64)
-        args = (bufs, records.which, records.key_pos, records.key_len, hashes, 0, records.offset, feeding, d.waits,
+        args = (bufs, records.which, records.key_pos, records.key_len, hashes, 0, records.offset, feeds, d.waits,
                 mapped)
         shards = len(tables)
         others = [pools.maps.submit(tables[s].backward, *args, s, shards) for s in range(1, shards)]
@@ -331,7 +337,7 @@ class _Rewriter:
     def _decode(self, chunk: walk.Chunk, flags: np.ndarray) -> _Decoded:
         """The records of every batch not dropped whole (those are not decoded: every record of
         one is discarded, aborted or a marker), and which wait on the map."""
-        records = _Records.of(chunk, np.flatnonzero(~flags[:, DELETE]))
+        records = Records.of(chunk, np.flatnonzero(~flags[:, DELETE]))
         waits = undecided(flags[records.entry, DISCARD], records.control, records.offset, self.job.latest_offset,
                           records.key_pos >= 0)
         return _Decoded(chunk, flags, records, waits)
@@ -349,7 +355,7 @@ class _Rewriter:
         counts[MARKER] += int(e[dropped & is_control, walk.RECORDS_COUNT].sum())
         return (self._render(d.chunk, flags, records, codes) if self.render else None), counts
 
-    def _render(self, chunk: walk.Chunk, flags: np.ndarray, records: _Records, codes: np.ndarray) -> ChunkOut:
+    def _render(self, chunk: walk.Chunk, flags: np.ndarray, records: Records, codes: np.ndarray) -> ChunkOut:
         """The chunk's output in one buffer: rebuilt batches spliced by one compiled call (compressed
         ones then compressed one by one), every batch copied or framed by another."""
         job, e = self.job, chunk.entries
@@ -431,7 +437,7 @@ class _Rewriter:
         size = np.where(length >= 0, length, 0) + np.where(header[:, 0] >= 0, V2_HEADER_SIZE, 0)
         return ChunkOut(chunk.path, e[:, walk.SIZE], out, where, size, max_offset, max_ts, last, written)
 
-    def _legacy(self, chunk: walk.Chunk, flags: np.ndarray, records: _Records,
+    def _legacy(self, chunk: walk.Chunk, flags: np.ndarray, records: Records,
                 codes: np.ndarray) -> Iterator[tuple[int, Output]]:
         """What each legacy (magic 0/1) entry of the chunk becomes, from its records' fates, by the
         rules of ``compaction.decisions.batch_outcome`` and ``writers.cleaned``."""

@@ -6,10 +6,6 @@ MB = 1 << 20
 UNIT_NOTE = "MB = 2^20 bytes (as Kafka's cleaner log)"
 
 
-def mb(size: int | float) -> float:
-    return size / MB
-
-
 _SPARK_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 

@@ -278,7 +278,7 @@ def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int
     their log: Kafka's cleaner takes an entry below the log start or past the log end for a log
     truncated or rebuilt under it, and cleans the whole log again from its start."""
     live = {(p.topic, p.partition) for p in logdir.partitions}
-    found, parsed = [], {}
+    found, parsed, lines = [], {}, {}  # lines: the cleaner checkpoint's entry positions
     for name, path in sorted(logdir.checkpoints.items()):
         text = storage.read_bytes(path)
         try:
@@ -294,7 +294,6 @@ def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int
     if ends is None or checkpoint.CLEANER_OFFSET not in parsed:
         return found
     path = logdir.checkpoints[checkpoint.CLEANER_OFFSET]
-    lines = _line_positions(storage.read_bytes(path))
     starts = parsed.get(checkpoint.LOG_START_OFFSET, {})
     for key, offset in parsed[checkpoint.CLEANER_OFFSET].items():
         if key not in ends:

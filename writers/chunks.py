@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-NO_TIMESTAMP = -1
+from readers.batch import NO_TIMESTAMP
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,6 @@ class Appended:
     """What one chunk appends: its bytes and FilterResult's metadata of them."""
 
     parts: list[bytes]
-    size: int = 0
     max_offset: int = -1  # the largest retained offset: LogSegment's largestOffset
     max_timestamp: int = NO_TIMESTAMP
     offset_of_max_timestamp: int = -1  # shallowOffsetOfMaxTimestamp
@@ -62,7 +61,6 @@ class Appended:
         empty, its last retained record's when rebuilt; ``offset_of_max_timestamp``: the batch's
         last offset (a rebuilt v2 batch keeps the original's), as MemoryRecordsBuilder.info says."""
         self.parts.append(data)
-        self.size += len(data)
         self.max_offset = max(self.max_offset, max_offset)
         if max_timestamp > self.max_timestamp:
             self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, offset_of_max_timestamp

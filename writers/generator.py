@@ -808,16 +808,23 @@ def _empty_segment(base_offset: int, wall_ms: int) -> _Laid:
     return _Laid(b"", SegmentWriter(io.BytesIO(), base_offset).close(), wall_ms)
 
 
-def _laid_out(producer: _PartitionProducer, topic: dict[str, Any]) -> tuple[list[_Laid], list[_Laid]]:
-    """The segments before the cut (what ``generate`` writes) and after every append (``append``).
-    With ``empty_active`` the broker rolled an empty segment at the cut: the appends start there."""
+def _laid_before(producer: _PartitionProducer, topic: dict[str, Any]) -> list[_Laid]:
+    """The segments before the cut (what ``generate`` writes). With ``empty_active`` the broker
+    rolled an empty segment at the cut: the appends start there."""
     cut = len(producer.encoded) if producer.cut is None else producer.cut
-    before, after = producer.encoded[:cut], producer.encoded[cut:]
+    before = producer.encoded[:cut]
+    laid = _layout(before, topic)
+    if topic["empty_active"]:
+        laid.append(_empty_segment(before[-1].batch.last_offset + 1, before[-1].wall_ms))
+    return laid
+
+
+def _laid_after(producer: _PartitionProducer, topic: dict[str, Any], before: list[_Laid]) -> list[_Laid]:
+    """The segments after every append (what ``append`` leaves), given those ``before`` the cut."""
     if not topic["empty_active"]:
-        return _layout(before, topic), _layout(producer.encoded, topic)
-    first = _layout(before, topic)
-    empty = _empty_segment(before[-1].batch.last_offset + 1, before[-1].wall_ms)
-    return first + [empty], first + (_layout(after, topic) if after else [empty])
+        return _layout(producer.encoded, topic)
+    after = producer.encoded[len(producer.encoded) if producer.cut is None else producer.cut:]
+    return before[:-1] + (_layout(after, topic) if after else before[-1:])
 
 
 def _write_segment(pdir: str, laid: _Laid) -> tuple[WrittenSegment, int]:
@@ -914,7 +921,7 @@ def _write_partition(out: str, topic: dict[str, Any], partition: int, seed: int,
     pdir = storage.join(out, f"{topic['name']}-{partition}")
     storage.makedirs(pdir)
     segments, written = [], 0
-    laid_out, _ = _laid_out(producer, topic)
+    laid_out = _laid_before(producer, topic)
     for laid in laid_out:
         segment, size = _write_segment(pdir, laid)
         segments.append(segment)
@@ -934,7 +941,8 @@ def _append_partition(out: str, topic: dict[str, Any], partition: int, seed: int
     rolling as it fills; snapshots at the new rolls and the new log end."""
     producer = _produce(topic, partition, seed)
     pdir = storage.join(out, f"{topic['name']}-{partition}")
-    before, after = _laid_out(producer, topic)
+    before = _laid_before(producer, topic)
+    after = _laid_after(producer, topic, before)
     active = before[-1]
     path = storage.join(pdir, segment_name(active.files.base_offset, "log"))
     if not storage.exists(path) or storage.read_bytes(path) != active.log:
