@@ -9,7 +9,9 @@ high half of its hash, so a probe touches the index, the entry's row and its byt
 lines, the cost that dominates a map larger than the caches. ``tag`` separates key spaces that
 share a table (partitions, segment groups): keys are compared as (tag, bytes). Every operation is
 one compiled call over many keys, read straight from the bytes that hold them (a records
-section): no key becomes a Python object.
+section): no key becomes a Python object. The backward pass, the hot one, asks the caches for
+those three lines a few records ahead (``_warm``), so their misses overlap instead of following
+one another: about twice as fast on a table of a million keys.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 EMPTY = -1  # the value of a key not in the table
 HASH, START, LENGTH_TAG, HIGH, LOW = range(5)  # the columns of an entry's row
@@ -25,6 +30,24 @@ ROW = 5
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 _LOW = np.int64(0xFFFFFFFF)
+# how many records ahead of the probe the backward pass asks for an entry's index slot, its row
+# and its key bytes (each step reads what the one before brought in; measured on 1 M keys)
+_AHEAD_SLOT, _AHEAD_ROW, _AHEAD_KEY = 24, 12, 5
+
+
+@intrinsic
+def _prefetch(typingctx, array, i):
+    """LLVM's prefetch of ``array[i]``'s cache line (a read, kept in every cache level): a hint
+    that changes no result."""
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        byte_ptr = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), byte_ptr), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+    return types.void(array, i), codegen
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -149,6 +172,13 @@ def shard_of(h, shards):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
+def _home_entry(index, h):
+    """The entry in the home slot of hash ``h`` when its high hash bits match, else -1."""
+    v = index[h & (index.shape[0] - 1)]
+    return (v & _LOW) - 1 if v != 0 and v >> 32 == h >> 32 else -1
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
 def _backward(index, rows, arena, used, bufs, which, key_pos, key_len, hashes, tag, offsets, feeds, waits, mapped,
               first, shard, shards):
     """Records ``first``, ``first - 1``, ... 0, read in that order (offsets falling): a record that
@@ -158,7 +188,23 @@ def _backward(index, rows, arena, used, bufs, which, key_pos, key_len, hashes, t
     are read. Stops before a key that would not fit; returns (the record to go on from, -1 when
     done, entries used, arena bytes used)."""
     n_entries, arena_used = used
+    mask = index.shape[0] - 1
     for i in range(first, -1, -1):
+        # the caches asked, a few records ahead, for the index slot, then the row, then the key
+        # bytes that record will read (each step finds the line the step before brought in)
+        j = i - _AHEAD_SLOT
+        if j >= 0 and key_pos[j] >= 0:
+            _prefetch(index, hashes[j] & mask)
+        j = i - _AHEAD_ROW
+        if j >= 0 and key_pos[j] >= 0:
+            e = _home_entry(index, hashes[j])
+            if e >= 0:
+                _prefetch(rows, e * ROW)
+        j = i - _AHEAD_KEY
+        if j >= 0 and key_pos[j] >= 0:
+            e = _home_entry(index, hashes[j])
+            if e >= 0:
+                _prefetch(arena, rows[e, START])
         p = key_pos[i]
         if p < 0 or not (feeds[i] or waits[i]):
             continue

@@ -4,7 +4,7 @@
 each), which bounds what the cleaner can do per core. Here a chunk of the file (16 MiB by
 default) is read into one numpy buffer and ``walk_entries`` parses the framing and every v2
 header field of all its entries at once into an int64 matrix (one row per entry, columns
-below); the only per-entry Python left is the CRC check (one call into the crc32c library).
+below); the CRCs of a chunk are one call too (``readers.crc``).
 Framing problems end the walk with the same ``FormatError`` messages ``iter_batches`` gives, after
 every earlier entry; an entry cut by the chunk's end is carried into the next chunk. Legacy
 (magic 0/1) entries are framed here too; their contents are read through ``Batch`` (they are rare).
@@ -16,11 +16,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-import crc32c
 import numpy as np
 from numba import njit
 
 from readers import codecs, scan
+from readers.crc import crcs
 from readers.batch import LEGACY_MIN_SIZE, LOG_OVERHEAD, V2_CRC_START, V2_HEADER_SIZE, Batch
 from readers.errors import FormatError
 from readers.segment import DEFAULT_CHUNK, problems
@@ -190,18 +190,17 @@ def _be_py(buf: np.ndarray, pos: int) -> int:
 
 
 def _first_problem(chunk: Chunk) -> tuple[int, FormatError] | None:
-    """The first entry with a ``readers.segment.problems`` (the CRC by the crc32c library), and
+    """The first entry with a ``readers.segment.problems`` (the CRCs in one ``readers.crc`` call), and
     the error naming it."""
     e = chunk.entries
     v2 = e[:, MAGIC] == 2
     suspect = v2 & (((e[:, ATTRIBUTES] & 0x07) > codecs.ZSTD) | (e[:, RECORDS_COUNT] < 0)
                     | (e[:, LAST_OFFSET_DELTA] < 0) | (e[:, RECORDS_COUNT] > e[:, LAST_OFFSET_DELTA] + 1))
-    buf = chunk.buf
-    for k in np.flatnonzero(v2 & ~suspect).tolist():
-        pos, size = int(e[k, POSITION]), int(e[k, SIZE])
-        if crc32c.crc32c(buf[pos + V2_CRC_START:pos + size]) != e[k, CRC]:
-            suspect[k] = True
-            break
+    checked = np.flatnonzero(v2 & ~suspect)
+    computed = crcs(chunk.buf, e[checked, POSITION] + V2_CRC_START, e[checked, POSITION] + e[checked, SIZE])
+    wrong = checked[computed != e[checked, CRC]]
+    if len(wrong):
+        suspect[wrong[0]] = True
     for k in np.flatnonzero(suspect | ~v2).tolist():
         batch = chunk.batch(k)
         found = problems(batch)

@@ -19,11 +19,11 @@ stored, as the cleaner copies it.
 from __future__ import annotations
 
 
-import crc32c
 import numpy as np
 from numba import njit
 
 from readers import codecs
+from readers.crc import crcs
 from readers.batch import (
     ATTR_CODEC_MASK,
     ATTR_CONTROL,
@@ -225,10 +225,12 @@ def frame_batches(sources, source, start, length, header, attributes, base_ts, m
 
 def fill_crcs(out: np.ndarray, at: np.ndarray) -> None:
     """The CRC-32C of the v2 batches framed at positions ``at`` of ``out``."""
-    for pos in at.tolist():
-        size = LOG_OVERHEAD + int.from_bytes(out[pos + 8:pos + 12].tobytes(), "big")
-        out[pos + 17:pos + 21] = np.frombuffer(crc32c.crc32c(out[pos + V2_CRC_START:pos + size]).to_bytes(4, "big"),
-                                               np.uint8)
+    at = np.asarray(at, np.int64)
+    if not len(at):
+        return
+    length = out[(at + 8)[:, None] + np.arange(4)].astype(np.int64) @ np.array([1 << 24, 1 << 16, 1 << 8, 1], np.int64)
+    crc = crcs(out, at + V2_CRC_START, at + LOG_OVERHEAD + length)
+    out[(at + 17)[:, None] + np.arange(4)] = crc.astype(">u4").view(np.uint8).reshape(-1, 4)
 
 
 def rebuild(batch: Batch, keep: np.ndarray, delete_horizon_ms: int | None = None) -> bytes:
