@@ -12,6 +12,8 @@ every earlier entry; an entry cut by the chunk's end is carried into the next ch
 
 from __future__ import annotations
 
+import mmap
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -149,16 +151,13 @@ def read_chunks(f: BinaryIO, path: str, start: int = 0, end: int | None = None, 
                 check: bool = True) -> Iterator[Chunk]:
     """The entries starting in [start, end) of the file (to its end by default), a chunk at a time.
     ``check``: verify every entry's CRC, codec and counts (``readers.segment.problems``), raising
-    ``FormatError`` at the first bad one, after every entry before it. Two buffers take turns, so a
-    chunk's bytes stay valid until the chunk after the next one is read: copy what you keep longer."""
-    f.seek(start)
-    buffers = [np.empty(chunk_size, np.uint8), np.empty(chunk_size, np.uint8)]
-    buf, filled, file_pos, eof = buffers[0], 0, start, False  # buf[:filled] holds the file from file_pos
+    ``FormatError`` at the first bad one, after every entry before it. A chunk's bytes are a view
+    of the file mapped into memory (a local file: no copy) or a buffer it was read into, one of two
+    that take turns: they stay valid until the chunk after the next one is read; copy what you
+    keep longer."""
+    windows = _windows(f, start, chunk_size)
+    buf, filled, file_pos, eof = next(windows)  # buf[:filled] holds the file from file_pos
     while True:
-        while not eof and filled < len(buf):
-            n = f.readinto(memoryview(buf)[filled:])
-            eof = not n
-            filled += n or 0
         entries, stop, how = walk_entries(buf, 0, filled)
         past = end is not None and bool(len(entries)) and file_pos + int(entries[-1, POSITION]) >= end
         if past:
@@ -176,13 +175,56 @@ def read_chunks(f: BinaryIO, path: str, start: int = 0, end: int | None = None, 
         if how not in (END, INCOMPLETE, SHORT) or eof:
             raise _framing_error(path, buf, file_pos, stop, filled, how)
         need = _be_py(buf, stop + 8) + LOG_OVERHEAD if how == INCOMPLETE else _PREFIX
+        buf, filled, file_pos, eof = windows.send((stop, need))
+
+
+def _windows(f: BinaryIO, start: int, size: int):
+    """The file from ``start``, a window of ``size`` bytes at a time: (buffer, bytes filled, file
+    position of its first byte, whether they reach the end of the file). Sent (used, need): the
+    next window starts ``used`` bytes further and holds at least ``need`` bytes (when the file
+    has them). A local file is mapped into memory, a window at a time, copy-on-write so that its
+    views are writable numpy arrays like a read buffer (nothing writes them); a file that cannot
+    be mapped (an object store's) is read."""
+    try:
+        fd = f.fileno()
+        length = os.fstat(fd).st_size
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        fd = None
+    if fd is None:
+        yield from _read_windows(f, start, size)
+        return
+    pos, eof = start, False
+    while True:
+        base = pos - pos % mmap.ALLOCATIONGRANULARITY
+        stop = min(length, pos + size)
+        if stop <= pos:
+            window, eof = np.empty(0, np.uint8), True
+        else:
+            mapped = mmap.mmap(fd, stop - base, access=mmap.ACCESS_COPY, offset=base)
+            window, eof = np.frombuffer(mapped, np.uint8)[pos - base:], stop == length
+        used, need = yield window, len(window), pos, eof
+        pos += used
+        size = max(size, need)
+
+
+def _read_windows(f: BinaryIO, start: int, size: int):
+    """``_windows`` read into two buffers that take turns."""
+    f.seek(start)
+    buffers = [np.empty(size, np.uint8), np.empty(size, np.uint8)]
+    buf, filled, file_pos, eof = buffers[0], 0, start, False
+    while True:
+        while not eof and filled < len(buf):
+            n = f.readinto(memoryview(buf)[filled:])
+            eof = not n
+            filled += n or 0
+        used, need = yield buf, filled, file_pos, eof
         other = buffers[1] if buf is buffers[0] else buffers[0]
         if len(other) < need:
             other = np.empty(need, np.uint8)
         buffers = [buf, other]
-        rest = filled - stop
-        other[:rest] = buf[stop:filled]
-        buf, filled, file_pos = other, rest, file_pos + stop
+        rest = filled - used
+        other[:rest] = buf[used:filled]
+        buf, filled, file_pos = other, rest, file_pos + used
 
 
 def _be_py(buf: np.ndarray, pos: int) -> int:

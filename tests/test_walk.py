@@ -2,12 +2,14 @@
 
 Truth: kafka-python's framing and header fields of batches it built, and ``iter_batches`` (itself
 checked against kafka-python) for framing errors: the same entries, fields, error positions and
-messages, whatever the chunk size."""
+messages, whatever the chunk size, from a file read into buffers (an object store's) or mapped
+into memory (a local file's)."""
 
 from __future__ import annotations
 
 import io
 import struct
+import tempfile
 
 import numpy as np
 import pytest
@@ -25,9 +27,20 @@ from tests.test_segment_reader import LOG, SPECS, batch_specs_log
 T0 = 1_720_000_000_000
 
 
-def entries_of(data: bytes, chunk_size: int, start: int = 0, end: int | None = None, check: bool = True) -> list:
+def opened(data: bytes, mapped: bool):
+    """``data`` as a file object: in memory (read) or a file on disk (mapped)."""
+    if not mapped:
+        return io.BytesIO(data)
+    f = tempfile.TemporaryFile()
+    f.write(data)
+    f.flush()
+    return f
+
+
+def entries_of(data: bytes, chunk_size: int, start: int = 0, end: int | None = None, check: bool = True,
+               mapped: bool = False) -> list:
     rows = []
-    for chunk in walk.read_chunks(io.BytesIO(data), "x.log", start, end, chunk_size, check):
+    for chunk in walk.read_chunks(opened(data, mapped), "x.log", start, end, chunk_size, check):
         for row in chunk.entries.tolist():
             rows.append([chunk.file_position + row[0], *row[1:]])
     return rows
@@ -43,26 +56,31 @@ def kp_rows(data: bytes) -> list[list[int]]:
     return out
 
 
+@pytest.mark.parametrize("mapped", [False, True])
 @pytest.mark.parametrize("chunk_size", [17, 61, 100, 4096, 1 << 20])
-def test_entries_and_fields_match_kafka_python_at_any_chunk_size(chunk_size):
-    ours = entries_of(LOG, chunk_size)
+def test_entries_and_fields_match_kafka_python_at_any_chunk_size(chunk_size, mapped):
+    ours = entries_of(LOG, chunk_size, mapped=mapped)
     theirs = kp_rows(LOG)
     assert ours == theirs
     assert [row[walk.LEADER_EPOCH] for row in ours] == [i % 3 for i in range(len(SPECS))]  # kp_build's
 
 
-def test_an_entry_larger_than_the_chunk_is_read_whole():
+@pytest.mark.parametrize("mapped", [False, True])
+def test_an_entry_larger_than_the_chunk_is_read_whole(mapped):
     data = batch_specs_log([(codecs.NONE, 2, 50_000), (codecs.NONE, 1, 10)])
-    chunks = list(walk.read_chunks(io.BytesIO(data), "x.log", chunk_size=1000))
+    chunks = list(walk.read_chunks(opened(data, mapped), "x.log", chunk_size=1000))
     assert [len(c.entries) for c in chunks] == [1, 1]
     assert bytes(chunks[0].buf[:chunks[0].entries[0, walk.SIZE]]) == data[:chunks[0].entries[0, walk.SIZE]]
 
 
+@pytest.mark.parametrize("mapped", [False, True])
 @pytest.mark.parametrize("chunk_size", [61, 4096])
-def test_a_range_reads_the_entries_starting_in_it(chunk_size):
+def test_a_range_reads_the_entries_starting_in_it(chunk_size, mapped):
     rows = kp_rows(LOG)
     start, end = rows[2][0], rows[5][0] + 1  # the third entry to the sixth
-    assert [r[0] for r in entries_of(LOG, chunk_size, start, end)] == [r[0] for r in rows[2:6]]
+    assert [r[0] for r in entries_of(LOG, chunk_size, start, end, mapped=mapped)] == [r[0] for r in rows[2:6]]
+    assert entries_of(LOG, chunk_size, len(LOG), mapped=mapped) == []  # from the end of the file
+    assert entries_of(b"", chunk_size, mapped=mapped) == []
 
 
 def test_legacy_entries_are_framed_with_their_offset_crc_and_timestamp():
@@ -79,9 +97,9 @@ def iter_error(data: bytes) -> tuple[int, str]:
     return info.value.position, str(info.value)
 
 
-def walk_error(data: bytes, chunk_size: int) -> tuple[int, str]:
+def walk_error(data: bytes, chunk_size: int, mapped: bool = False) -> tuple[int, str]:
     with pytest.raises(FormatError) as info:
-        entries_of(data, chunk_size)
+        entries_of(data, chunk_size, mapped=mapped)
     return info.value.position, str(info.value)
 
 
@@ -100,30 +118,32 @@ BAD = {
 }
 
 
+@pytest.mark.parametrize("mapped", [False, True])
 @pytest.mark.parametrize("name", list(BAD))
 @pytest.mark.parametrize("chunk_size", [61, 4096, 1 << 20])
-def test_framing_and_content_errors_are_iter_batches_errors(name, chunk_size):
-    assert walk_error(BAD[name], chunk_size) == iter_error(BAD[name])
+def test_framing_and_content_errors_are_iter_batches_errors(name, chunk_size, mapped):
+    assert walk_error(BAD[name], chunk_size, mapped) == iter_error(BAD[name])
 
 
 def test_a_bad_crc_passes_unchecked():
     assert len(entries_of(BAD["crc"], 4096, check=False)) == len(SPECS)
 
 
-def test_chunks_before_an_error_are_yielded():
+@pytest.mark.parametrize("mapped", [False, True])
+def test_chunks_before_an_error_are_yielded(mapped):
     seen = []
     with pytest.raises(FormatError):
-        for chunk in walk.read_chunks(io.BytesIO(BAD["torn"]), "x.log", chunk_size=61):
+        for chunk in walk.read_chunks(opened(BAD["torn"], mapped), "x.log", chunk_size=61):
             seen.extend((chunk.file_position + chunk.entries[:, walk.POSITION]).tolist())
     assert seen == [r[0] for r in kp_rows(LOG)[:-1]]
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([codecs.NONE, codecs.LZ4, codecs.ZSTD]), st.integers(1, 30),
-                          st.integers(0, 300)), min_size=1, max_size=12), st.integers(17, 3000))
-def test_any_log_any_chunk_size(specs, chunk_size):
+                          st.integers(0, 300)), min_size=1, max_size=12), st.integers(17, 3000), st.booleans())
+def test_any_log_any_chunk_size(specs, chunk_size, mapped):
     data = batch_specs_log(specs)
-    assert entries_of(data, chunk_size) == kp_rows(data)
+    assert entries_of(data, chunk_size, mapped=mapped) == kp_rows(data)
 
 
 def test_payload_is_the_decompressed_records_section():

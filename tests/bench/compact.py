@@ -22,7 +22,9 @@ means regenerate):
 ``NOW`` of each corpus is fixed after its last record, so every rule decides the same on every run.
 
 Each run works on a fresh copy (``cp -r --preserve=timestamps``: the cleaner reads modification
-times), timed as the physical floor. Then ``kcompact compact work --now NOW --topic-config ...
+times), timed as the physical floor, then written to disk (``sync``, not timed): a broker's log
+waits at rest for its cleaner, and a copy's gigabyte still being written back would slow the
+run it has nothing to do with. Then ``kcompact compact work --now NOW --topic-config ...
 --report report.json`` runs as a child process, and so does the same command on a tiny log dir of
 the same topic shape (``TINY`` records), in turn, so that both see the same machine:
   - whole process (wall), and the marginal rate: corpus bytes / (whole - whole of the tiny dir);
@@ -273,6 +275,7 @@ def run_once(root: Path, work_base: Path, corpus: Corpus, memory_cap: str | None
     started = time.perf_counter()
     subprocess.run(["cp", "-r", "--preserve=timestamps", str(root), str(work)], check=True)
     copy_s = time.perf_counter() - started
+    os.sync()
     command = [sys.executable, "-m", "jobs.cli", "compact", str(work), "--now", str(corpus.now),
                "--topic-config", corpus.topic_config, "--report", str(report)]
     peaks, done, marks = Peaks(), threading.Event(), []
