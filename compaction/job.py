@@ -103,8 +103,8 @@ MAP_MEMORY = "spark.kcompact.map.memory"
 DEFAULT_MAP_MEMORY = 2 << 30
 MAP_BYTES_PER_KEY = 96
 MIN_BUCKET_BYTES = 64 << 20  # the least map memory a hash bucket of the shared path is given
-# Threads a task cleaning whole partitions uses (rounded down to a power of two: the map's key
-# shards); by default the cores its job leaves idle (one large partition: all of them).
+# Threads a task of batch plans or of whole partitions uses (rounded down to a power of two: the
+# map's key shards); by default the cores its job leaves idle (one large partition: all of them).
 THREADS = "spark.kcompact.threads"
 
 
@@ -165,24 +165,29 @@ PLAN_INPUT = ("path", "log_dir", "topic", "partition", "log_start_offset", "firs
 
 def _batch_plans(spark, selected: pa.Table, now: int) -> pa.Table:
     """Stage 1: partitions in a few tasks of about equal bytes (the rows travel with the tasks,
-    no shuffle), the result in the plan's order."""
+    no shuffle), the result in the plan's order; a task with fewer partitions than cores reads
+    a partition's segments on as many threads."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     rows = selected.select(list(PLAN_INPUT)).to_pylist()
     sizes = [size or 0 for size in selected.column("total_bytes").to_pylist()]
     bins = _bins(sizes, _task_count(spark, sum(sizes), len(rows)))
+    threads = _threads(spark, len(bins))
 
     def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for rb in ids:
             for b in rb.column(0).to_pylist():
-                yield pa.RecordBatch.from_pylist([_plan_one(rows[i], now) for i in bins[b]], schema=PARTITION_PLAN)
+                yield pa.RecordBatch.from_pylist([_plan_one(rows[i], now, threads) for i in bins[b]],
+                                                 schema=PARTITION_PLAN)
 
     planned = _ranged(spark, len(bins)).mapInArrow(run, from_arrow_schema(PARTITION_PLAN)).toArrow()
     rank = {path: i for i, path in enumerate(selected.column("path").to_pylist())}
     return planned.take(sorted(range(planned.num_rows), key=lambda i: rank[planned.column("path")[i].as_py()]))
 
 
-def _plan_one(row: dict, now: int) -> dict:
+def _plan_one(row: dict, now: int, threads: int = 1) -> dict:
+    """One partition's batch plans; ``threads``: its segments read at once (the cores its task
+    leaves idle)."""
     started = time.monotonic()
     config = _config_values(row)
     base = {"path": row["path"], "log_dir": row["log_dir"], "topic": row["topic"], "partition": row["partition"],
@@ -192,7 +197,7 @@ def _plan_one(row: dict, now: int) -> dict:
         _, table, decided = partition_scan.plan(
             row["path"], row["topic"], row["partition"], log_start=row["log_start_offset"],
             first_dirty=row["first_dirty_offset"], first_uncleanable=row["first_uncleanable_dirty_offset"],
-            now=now, config=config)
+            now=now, config=config, threads=threads)
     except (FormatError, OSError) as exc:
         return {**base, "seconds": time.monotonic() - started, "error": str(exc)}
     rewritten = decided.group >= 0
@@ -655,7 +660,7 @@ def _map_memory(spark) -> int:
 
 
 def _threads(spark, tasks: int) -> int:
-    """Threads per task for ``tasks`` tasks of whole partitions (``THREADS``)."""
+    """Threads per task when ``tasks`` tasks share the cores (``THREADS``): batch plans and whole partitions."""
     chosen = spark.conf.get(THREADS, None)
     wanted = int(chosen) if chosen else spark.sparkContext.defaultParallelism // tasks
     return 1 << (max(1, wanted).bit_length() - 1)

@@ -9,6 +9,8 @@ and the offset index of the first dirty segment, then applies
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 import storage
@@ -21,12 +23,15 @@ from readers.logdir import Partition, scan_partition
 from readers.segment import to_torn_tail
 
 
-def read_partition(path: str, topic: str, number: int, first_dirty: int) -> tuple[Partition, list[SegmentInfo], np.ndarray]:
+def read_partition(path: str, topic: str, number: int, first_dirty: int,
+                   threads: int = 1) -> tuple[Partition, list[SegmentInfo], np.ndarray]:
     """The partition's segments and its batch table (``compaction.model.BATCH_TABLE``): every
     batch header, a chunk of the file at a time (``readers.walk``, CRCs checked); a control
-    batch's type and a legacy entry's inner messages decoded one by one (both are rare)."""
+    batch's type and a legacy entry's inner messages decoded one by one (both are rare).
+    ``threads``: segments read at once (the walk and the CRCs release the GIL); the first bad
+    segment's error is the one raised, as when they are read in turn."""
     part = scan_partition(path, topic, number)
-    segments, tables = [], []
+    segments = []
     for i, seg in enumerate(part.segments):
         holds_first_dirty = seg.base_offset <= first_dirty and (
             i + 1 == len(part.segments) or part.segments[i + 1].base_offset > first_dirty)
@@ -39,14 +44,19 @@ def read_partition(path: str, topic: str, number: int, first_dirty: int) -> tupl
             offset_index=tuple(parse_offset_index(seg.index.path, storage.read_bytes(seg.index.path)))
             if seg.index and holds_first_dirty else (),
         ))
-        with storage.open_read(seg.log.path) as f:  # the active segment ends at a torn tail, as the log does
-            tables += list(_tables(f, seg.log.path, seg.base_offset, active=i + 1 == len(part.segments)))
+    last = len(part.segments) - 1
+    with ThreadPoolExecutor(threads) as pool:
+        tables = [t for found in pool.map(lambda i: _tables(part.segments[i], i == last), range(last + 1))
+                  for t in found]
     return part, segments, np.concatenate(tables) if tables else np.empty(0, BATCH_TABLE)
 
 
-def _tables(f, path: str, segment: int, active: bool):
-    chunks = walk.read_chunks(f, path)
-    return (_table(chunk, segment) for chunk in (to_torn_tail(chunks, f, path) if active else chunks))
+def _tables(seg, active: bool) -> list[np.ndarray]:
+    """A segment's batch tables, a chunk each; the active segment's end at a torn tail, as the log's."""
+    path = seg.log.path
+    with storage.open_read(path) as f:
+        chunks = walk.read_chunks(f, path)
+        return [_table(chunk, seg.base_offset) for chunk in (to_torn_tail(chunks, f, path) if active else chunks)]
 
 
 def _table(chunk: walk.Chunk, segment: int) -> np.ndarray:
@@ -70,8 +80,8 @@ def _table(chunk: walk.Chunk, segment: int) -> np.ndarray:
 
 
 def plan(path: str, topic: str, number: int, *, log_start: int, first_dirty: int, first_uncleanable: int,
-         now: int, config: dict[str, int]) -> tuple[Partition, np.ndarray, PartitionPlan]:
-    part, segments, batches = read_partition(path, topic, number, first_dirty)
+         now: int, config: dict[str, int], threads: int = 1) -> tuple[Partition, np.ndarray, PartitionPlan]:
+    part, segments, batches = read_partition(path, topic, number, first_dirty, threads)
     decided = plan_partition(
         segments, batches, log_start=log_start, first_dirty=first_dirty, first_uncleanable=first_uncleanable,
         now=now, delete_retention_ms=config["delete.retention.ms"], segment_bytes=config["segment.bytes"],

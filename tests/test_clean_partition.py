@@ -41,16 +41,20 @@ def _partition(root: Path) -> tuple[Path, list[tuple[int, bytes, bytes]]]:
     return part, [r for r in written if r[0] < active_base]
 
 
-def _groups(part: Path, segment_bytes: int) -> tuple[list, int]:
-    """The segment groups of the partition's cleaning, as the job's driver makes them."""
+def _row(part: Path, segment_bytes: int) -> dict:
+    """The plan's row of the partition, everything before the active segment dirty."""
     config = Config()
     config.add_topic("t", "segment.bytes", str(segment_bytes), "test")
     strings = config.for_topic("t").as_strings()
     active = SEGMENTS * BATCHES * PER_BATCH
-    row = {"path": str(part), "log_dir": str(part.parent), "topic": "t", "partition": 0, "log_start_offset": 0,
-           "first_dirty_offset": 0, "first_uncleanable_dirty_offset": active,
-           "config": [(key, strings[key]) for key in job.CONFIG_KEYS]}
-    planned = job._plan_one(row, NOW)
+    return {"path": str(part), "log_dir": str(part.parent), "topic": "t", "partition": 0, "log_start_offset": 0,
+            "first_dirty_offset": 0, "first_uncleanable_dirty_offset": active,
+            "config": [(key, strings[key]) for key in job.CONFIG_KEYS]}
+
+
+def _groups(part: Path, segment_bytes: int) -> tuple[list, int]:
+    """The segment groups of the partition's cleaning, as the job's driver makes them."""
+    planned = job._plan_one(_row(part, segment_bytes), NOW)
     assert planned["error"] is None
     ok = pa.Table.from_pylist([planned], schema=job.PARTITION_PLAN)
     batches = job.Batches.of(ok)
@@ -92,6 +96,25 @@ def test_threads_write_the_bytes_one_thread_writes(tmp_path, small_ranges):
         clean_partition(groups, render=True, threads=threads, keys=keys)
         outputs[threads] = _cleaned(part)
     assert outputs[1] and outputs[2] == outputs[1] and outputs[4] == outputs[1]
+
+
+def test_batch_plans_by_any_number_of_threads(tmp_path):
+    """Segments read on threads make the same plans; with two corrupt segments, the error names
+    the first of them, as reading them in turn does."""
+    part, _ = _partition(tmp_path)
+    row = _row(part, segment_bytes=seg_path(part, 0, "log").stat().st_size + 1)
+    plans = [job._plan_one(row, NOW, threads) for threads in (1, 2, 4)]
+    assert plans[0]["error"] is None and plans[0]["batches"]
+    assert [{k: v for k, v in p.items() if k != "seconds"} for p in plans[1:]] == [
+        {k: v for k, v in plans[0].items() if k != "seconds"}] * 2
+    for base in (BATCHES * PER_BATCH, 3 * BATCHES * PER_BATCH):  # segments 1 and 3
+        log = seg_path(part, base, "log")
+        data = bytearray(log.read_bytes())
+        data[-5] ^= 0xFF
+        log.write_bytes(bytes(data))
+    for threads in (1, 2, 4):
+        error = job._plan_one(row, NOW, threads)["error"]
+        assert error.startswith(f"{seg_path(part, BATCHES * PER_BATCH, 'log')}: byte ") and "CRC mismatch" in error
 
 
 @pytest.mark.parametrize("threads", [1, 2])
