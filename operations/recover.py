@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import posixpath
 import re
+import struct
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
@@ -181,19 +182,19 @@ def recover_partition(partition_dir: str, index_interval_bytes: int = DEFAULT_IN
     return out
 
 
-def _index_broken(path: str, data: bytes, parse, entry_size: int) -> bool:
-    """The broker's sanityCheck: whole entries, and a last entry not before the first."""
-    if len(data) % entry_size:
-        return True
+def _index_broken(path: str, data: bytes, entry: struct.Struct) -> bool:
+    """The broker's sanityCheck: whole entries, and a last entry not before the first (the first
+    and the last entry are all it reads)."""
     try:
-        entries = parse(path, data)
+        n = indexes.used_entries(path, data, entry)
     except FormatError:
         return True
-    if not entries:
+    if not n:
         return False
-    if isinstance(entries[0], indexes.TimeEntry):
-        return entries[-1].timestamp < entries[0].timestamp or entries[-1].relative_offset < 0
-    return entries[-1].relative_offset < 0
+    first, last = entry.unpack_from(data, 0), entry.unpack_from(data, (n - 1) * entry.size)
+    if entry is indexes.TIME_ENTRY:  # (timestamp, relative offset)
+        return last[0] < first[0] or last[1] < 0
+    return last[0] < 0  # (relative offset, position)
 
 
 def _truncate_torn_tail(partition_dir: str, base: int, out: PartitionRecovery) -> int | None:
@@ -226,9 +227,9 @@ def _repair_indexes(partition_dir: str, base: int, sizes: dict[str, int], interv
     index, timeindex = segment_name(base, "index"), segment_name(base, "timeindex")
     index_path, time_path = storage.join(partition_dir, index), storage.join(partition_dir, timeindex)
     broken = force or index not in sizes or _index_broken(index_path, storage.read_bytes(index_path),
-                                                           indexes.parse_offset_index, 8)
+                                                           indexes.OFFSET_ENTRY)
     if not broken and timeindex in sizes:
-        broken = _index_broken(time_path, storage.read_bytes(time_path), indexes.parse_time_index, 12)
+        broken = _index_broken(time_path, storage.read_bytes(time_path), indexes.TIME_ENTRY)
     if not broken:
         return []
     log_path = storage.join(partition_dir, segment_name(base, "log"))

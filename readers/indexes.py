@@ -10,6 +10,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+import numpy as np
+
 from readers.errors import FormatError
 
 OFFSET_ENTRY = struct.Struct(">ii")
@@ -38,16 +40,21 @@ class AbortedTxn:
     version: int = 0
 
 
-def _entries(path: str, data: bytes, entry: struct.Struct) -> tuple[list[tuple], int]:
-    """Entries before the zero-filled preallocation, and how many zero entries followed."""
+def used_entries(path: str, data: bytes, entry: struct.Struct) -> int:
+    """How many entries come before the zero-filled preallocation."""
     if len(data) % entry.size:
         raise FormatError(
             path, len(data) - len(data) % entry.size,
             f"file size {len(data)} is not a multiple of the {entry.size}-byte entry size",
         )
-    n = len(data) // entry.size
-    while n and not any(data[(n - 1) * entry.size : n * entry.size]):
-        n -= 1
+    rows = np.frombuffer(data, np.uint8).reshape(-1, entry.size)
+    filled = np.flatnonzero(rows.any(axis=1))
+    return int(filled[-1]) + 1 if len(filled) else 0
+
+
+def _entries(path: str, data: bytes, entry: struct.Struct) -> tuple[list[tuple], int]:
+    """Entries before the zero-filled preallocation, and how many zero entries followed."""
+    n = used_entries(path, data, entry)
     return list(entry.iter_unpack(data[: n * entry.size])), len(data) // entry.size - n
 
 

@@ -8,8 +8,10 @@ Kafka-written fixture) lay them out."""
 from __future__ import annotations
 
 import shutil
+import struct
 from pathlib import Path
 
+import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from operations import states
@@ -245,6 +247,29 @@ def test_a_corrupt_index_of_the_active_segment_is_rebuilt_with_its_closing_time_
     index, timeindex = broker_indexes(active, 20, closed=True)
     assert seg_path(part, 20, "index").read_bytes() == index == good
     assert seg_path(part, 20, "timeindex").read_bytes() == timeindex
+
+
+@pytest.mark.parametrize("kind, broken", [
+    ("timeindex", lambda data: data[12:24] + data[:12]),  # the last timestamp before the first
+    ("timeindex", lambda data: data[:-4] + struct.pack(">i", -1)),  # the last entry's offset below the base
+    ("index", lambda data: data[:-8] + struct.pack(">ii", -1, 0)),  # the last offset below the base
+])
+def test_an_index_failing_the_brokers_sanity_check_is_rebuilt(tmp_path, kind, broken):
+    """OffsetIndex and TimeIndex sanityCheck read the first and last entries: an index whose last
+    entry lies below the segment's base offset, or a time index ending before it starts, is
+    rebuilt; a zero-filled preallocated tail is not a broken index."""
+    part = tmp_path / "t-0"
+    closed, active = make_batches(0, 12, codecs=(0, 1)), make_batches(60, 5)
+    write_partition(part, [(0, closed), (60, active)])
+    data = seg_path(part, 0, kind).read_bytes()
+    assert len(data) >= 24
+    seg_path(part, 0, kind).write_bytes(broken(data))
+    done = recover_partition(str(part), index_interval_bytes=200)
+    assert sorted(done.indexes_rebuilt) == [n(0, "index"), n(0, "timeindex")]
+    index, timeindex = broker_indexes(closed, 0, closed=True)
+    assert (seg_path(part, 0, "index").read_bytes(), seg_path(part, 0, "timeindex").read_bytes()) == (index, timeindex)
+    seg_path(part, 0, kind).write_bytes(seg_path(part, 0, kind).read_bytes() + bytes(240))  # preallocation
+    assert recover_partition(str(part), index_interval_bytes=200).indexes_rebuilt == []
 
 
 def kafka_partition(tmp_path: Path) -> Path:
