@@ -29,6 +29,8 @@ run it has nothing to do with. Then ``kcompact compact work --now NOW --topic-co
 the same topic shape (``TINY`` records), in turn, so that both see the same machine:
   - whole process (wall), and the marginal rate: corpus bytes / (whole - whole of the tiny dir);
     a bare PySpark job (``tests.bench.bare``) is timed beside them: the fixed cost's yardstick;
+  - for a corpus of many partitions, the tiny dir again with as many partitions: what the run
+    costs per partition with no data, and the marginal rate over that one, per byte alone;
   - CPU seconds per role (driver Python, JVM, Python workers) and peak RSS per role, polled from
     ``/proc`` every ``SAMPLE_S``; the JVM's heap peak is its RSS;
   - per-CPU busy fraction during each stage (``/proc/stat``, stage starts taken from the job's
@@ -89,6 +91,16 @@ class Corpus:
         topic = spec["topics"][0]
         spec["topics"][0] = topic | {"partitions": 1, "records": TINY, "keys": min(topic["keys"], TINY // 4),
                                      "config": topic["config"] | {"segment.bytes": 64 << 10}}
+        return spec
+
+    @property
+    def tiny_shaped(self) -> dict | None:
+        """The tiny log dir with as many partitions as the corpus (``TINY`` records each): what a
+        run costs per partition with no data. None for a one-partition corpus (the tiny dir)."""
+        if self.topic["partitions"] == 1:
+            return None
+        spec = self.tiny
+        spec["topics"][0]["partitions"] = self.topic["partitions"]
         return spec
 
     @property
@@ -321,10 +333,14 @@ def bare_s() -> float:
     return time.perf_counter() - started
 
 
-def table(corpus: Corpus, runs: list[Run], tiny: list[Run], bare: list[float], corpus_bytes: int, records: int) -> str:
-    """Medians first, then each run (a corpus run, and the tiny and bare runs made next to it)."""
+def table(corpus: Corpus, runs: list[Run], tiny: list[Run], shaped: list[Run], bare: list[float], corpus_bytes: int,
+          records: int) -> str:
+    """Medians first, then each run (a corpus run, and the tiny, same-shaped tiny and bare runs
+    made next to it)."""
     t = runs[0].totals
     marginal = [r.wall_s - s.wall_s for r, s in zip(runs, tiny, strict=True)]
+    per_byte = [r.wall_s - s.wall_s for r, s in zip(runs, shaped, strict=True)]
+    partitions = corpus.topic["partitions"]
     columns: list[tuple[str, list[float], str]] = [
         ("load average before the run", [r.load for r in runs], ".1f"),
         ("whole process (s)", [r.wall_s for r in runs], ".1f"),
@@ -332,6 +348,11 @@ def table(corpus: Corpus, runs: list[Run], tiny: list[Run], bare: list[float], c
         ("whole process, bare PySpark job (s)", bare, ".1f"),
         ("marginal: corpus MB/s", [corpus_bytes / MB / m for m in marginal], ".0f"),
         ("marginal: records/s", [records / m for m in marginal], ",.0f"),
+        *([(f"whole process, tiny log dir of {partitions} partitions (s)", [s.wall_s for s in shaped], ".1f"),
+           ("  per partition, no data (s)", [(s.wall_s - f.wall_s) / (partitions - 1)
+                                             for s, f in zip(shaped, tiny, strict=True)], ".3f"),
+           ("marginal over it, per byte: MB/s", [corpus_bytes / MB / m for m in per_byte], ".0f"),
+           ("marginal over it, per byte: records/s", [records / m for m in per_byte], ",.0f")] if shaped else []),
         ("session ready -> last commit (s)", [r.ready_to_commit_s for r in runs], ".1f"),
         *[(f"  stage {name} (s)", [r.stages.get(name, 0.0) for r in runs], ".2f") for name in runs[0].stages],
         ("CPU of all processes (s)", [sum(r.peaks.cpu.values()) for r in runs], ".1f"),
@@ -378,15 +399,20 @@ def bench(base: Path, corpus: Corpus, runs: int, memory_cap: str | None, record:
     base.mkdir(parents=True, exist_ok=True)
     manifest = _generated(base / "corpus", corpus.spec)
     _generated(base / "tiny", corpus.tiny)
-    measured, tiny, bare = [], [], []
+    if corpus.tiny_shaped:
+        _generated(base / "tiny-shaped", corpus.tiny_shaped)
+    measured, tiny, shaped, bare = [], [], [], []
     for i in range(runs):
         bare.append(bare_s())
         tiny.append(run_once(base / "tiny", base / "work-tiny", corpus, memory_cap, digest=False))
+        if corpus.tiny_shaped:
+            shaped.append(run_once(base / "tiny-shaped", base / "work-tiny", corpus, memory_cap, digest=False))
         measured.append(run_once(base / "corpus", base / "work", corpus, memory_cap, digest=True))
-        print(f"{corpus.name} run {i + 1}: {measured[-1].wall_s:.1f} s whole, tiny {tiny[-1].wall_s:.1f} s", flush=True)
+        print(f"{corpus.name} run {i + 1}: {measured[-1].wall_s:.1f} s whole, tiny {tiny[-1].wall_s:.1f} s"
+              + (f", tiny of the corpus's partitions {shaped[-1].wall_s:.1f} s" if shaped else ""), flush=True)
     shutil.rmtree(base / "work", ignore_errors=True)
     cap = f" (driver and Python workers capped at {memory_cap})" if memory_cap else ""
-    return "\n".join([table(corpus, measured, tiny, bare, log_bytes(manifest), manifest["records"]) + cap,
+    return "\n".join([table(corpus, measured, tiny, shaped, bare, log_bytes(manifest), manifest["records"]) + cap,
                       _identity(base, measured, record), ""])
 
 
