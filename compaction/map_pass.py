@@ -58,11 +58,11 @@ def read_keys(path: str, start: int, end: int, plans: Planned, first_dirty: int,
             feeds = feeding(plans.feeds[row], records.control, offset, first_dirty) & has_key
             waits = undecided(plans.discard[row], records.control, offset, latest, has_key)
             key_pos = np.where(feeds | waits, records.key_pos, -1)
+            high, low = np.where(feeds, offset, NO_OFFSET), np.where(waits, offset, NO_WAIT)
             bufs = records.bufs(chunk)
             for which in np.unique(records.which).tolist():  # the buffer holding the keys
                 sel = np.flatnonzero(records.which == which)
-                table.upsert(bufs[which], key_pos[sel], records.key_len[sel], plans.tag[row[sel]],
-                             np.where(feeds, offset, NO_OFFSET)[sel], np.where(waits, offset, NO_WAIT)[sel])
+                table.upsert(bufs[which], key_pos[sel], records.key_len[sel], plans.tag[row[sel]], high[sel], low[sel])
             if table.nbytes > TABLE_BYTES:
                 yield table.entries()
                 table = KeyTable()

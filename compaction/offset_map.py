@@ -10,7 +10,7 @@ lines, the cost that dominates a map larger than the caches. ``tag`` separates k
 share a table (partitions, segment groups): keys are compared as (tag, bytes). Every operation is
 one compiled call over many keys, read straight from the bytes that hold them (a records
 section): no key becomes a Python object. The backward pass, the hot one, asks the caches for
-those three lines a few records ahead (``_warm``), so their misses overlap instead of following
+those three lines a few records ahead, so their misses overlap instead of following
 one another: about twice as fast on a table of a million keys.
 """
 

@@ -19,7 +19,7 @@ from compaction.model import BATCH_TABLE, BatchInfo, SegmentInfo, table_of
 from readers import walk
 from readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL
 from readers.indexes import parse_offset_index, parse_txn_index
-from readers.logdir import Partition, scan_partition
+from readers.logdir import Partition, Segment, scan_partition
 from readers.segment import to_torn_tail
 
 
@@ -51,7 +51,7 @@ def read_partition(path: str, topic: str, number: int, first_dirty: int,
     return part, segments, np.concatenate(tables) if tables else np.empty(0, BATCH_TABLE)
 
 
-def _tables(seg, active: bool) -> list[np.ndarray]:
+def _tables(seg: Segment, active: bool) -> list[np.ndarray]:
     """A segment's batch tables, a chunk each; the active segment's end at a torn tail, as the log's."""
     path = seg.log.path
     with storage.open_read(path) as f:

@@ -22,8 +22,8 @@ import numpy as np
 from numba import njit
 
 from readers import codecs, scan
-from readers.crc import crcs
 from readers.batch import LEGACY_MIN_SIZE, LOG_OVERHEAD, V2_CRC_START, V2_HEADER_SIZE, Batch
+from readers.crc import crcs
 from readers.errors import FormatError
 from readers.segment import DEFAULT_CHUNK, problems
 

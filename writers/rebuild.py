@@ -228,7 +228,7 @@ def fill_crcs(out: np.ndarray, at: np.ndarray) -> None:
     at = np.asarray(at, np.int64)
     if not len(at):
         return
-    length = out[(at + 8)[:, None] + np.arange(4)].astype(np.int64) @ np.array([1 << 24, 1 << 16, 1 << 8, 1], np.int64)
+    length = out[(at + 8)[:, None] + np.arange(4)].view(">u4")[:, 0].astype(np.int64)  # each batch's length field
     crc = crcs(out, at + V2_CRC_START, at + LOG_OVERHEAD + length)
     out[(at + 17)[:, None] + np.arange(4)] = crc.astype(">u4").view(np.uint8).reshape(-1, 4)
 

@@ -339,7 +339,6 @@ def table(corpus: Corpus, runs: list[Run], tiny: list[Run], shaped: list[Run], b
     made next to it)."""
     t = runs[0].totals
     marginal = [r.wall_s - s.wall_s for r, s in zip(runs, tiny, strict=True)]
-    per_byte = [r.wall_s - s.wall_s for r, s in zip(runs, shaped, strict=True)]
     partitions = corpus.topic["partitions"]
     columns: list[tuple[str, list[float], str]] = [
         ("load average before the run", [r.load for r in runs], ".1f"),
@@ -351,8 +350,11 @@ def table(corpus: Corpus, runs: list[Run], tiny: list[Run], shaped: list[Run], b
         *([(f"whole process, tiny log dir of {partitions} partitions (s)", [s.wall_s for s in shaped], ".1f"),
            ("  per partition, no data (s)", [(s.wall_s - f.wall_s) / (partitions - 1)
                                              for s, f in zip(shaped, tiny, strict=True)], ".3f"),
-           ("marginal over it, per byte: MB/s", [corpus_bytes / MB / m for m in per_byte], ".0f"),
-           ("marginal over it, per byte: records/s", [records / m for m in per_byte], ",.0f")] if shaped else []),
+           ("marginal over it, per byte: MB/s", [corpus_bytes / MB / (r.wall_s - s.wall_s)
+                                                  for r, s in zip(runs, shaped, strict=True)], ".0f"),
+           ("marginal over it, per byte: records/s", [records / (r.wall_s - s.wall_s)
+                                                      for r, s in zip(runs, shaped, strict=True)], ",.0f")]
+          if shaped else []),
         ("session ready -> last commit (s)", [r.ready_to_commit_s for r in runs], ".1f"),
         *[(f"  stage {name} (s)", [r.stages.get(name, 0.0) for r in runs], ".2f") for name in runs[0].stages],
         ("CPU of all processes (s)", [sum(r.peaks.cpu.values()) for r in runs], ".1f"),
