@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
+from numba import njit
 
 import storage
 from compaction.decisions import (
@@ -38,8 +39,7 @@ from compaction.model import BatchInfo
 from compaction.offset_map import EMPTY as NOT_MAPPED
 from compaction.offset_map import KeyTable, record_hashes
 from operations.cleaned import ChunkOut, WrittenGroup, output_path, write_group
-from readers import scan, walk
-from readers import codecs
+from readers import codecs, compiled_codecs, scan, walk
 from readers.batch import (
     ATTR_CODEC_MASK,
     ATTR_CONTROL,
@@ -357,7 +357,7 @@ class _Rewriter:
 
     def _render(self, chunk: walk.Chunk, flags: np.ndarray, records: Records, codes: np.ndarray) -> ChunkOut:
         """The chunk's output in one buffer: rebuilt batches spliced by one compiled call (compressed
-        ones then compressed one by one), every batch copied or framed by another."""
+        ones then compressed by another), every batch copied or framed by a third."""
         job, e = self.job, chunk.entries
         n = len(e)
         sections = records.sections
@@ -409,11 +409,11 @@ class _Rewriter:
         source[rebuilt], start[rebuilt], length[rebuilt] = 1, at[:-1], np.diff(at)
         compressed = np.flatnonzero(codec != codecs.NONE)
         if len(compressed):
-            packed = [codecs.compress(int(codec[t]), spliced[at[t]:at[t + 1]]) for t in compressed.tolist()]
-            sizes = np.fromiter(map(len, packed), np.int64, len(packed))
-            sources[2] = np.frombuffer(b"".join(packed), np.uint8)
+            sources[2], ends = compiled_codecs.compress_many(spliced, codec[compressed], at[compressed],
+                                                             at[compressed + 1])
+            sizes = np.diff(ends, prepend=0)
             source[rebuilt[compressed]], length[rebuilt[compressed]] = 2, sizes
-            start[rebuilt[compressed]] = np.cumsum(sizes) - sizes
+            start[rebuilt[compressed]] = ends - sizes
         attributes[rebuilt] = (attributes[rebuilt] & KEPT_ATTRIBUTES) | np.where(has_horizon, ATTR_DELETE_HORIZON, 0)
         base_ts[rebuilt], max_ts[rebuilt], count[rebuilt] = bases, maxima, kept[todo]
         max_offset[rebuilt], written[rebuilt] = last_kept[todo], kept[todo]
@@ -463,15 +463,21 @@ RANGE_BYTES = 16 << 20  # a partition read from its end back is read in ranges o
 
 def _ranges(segment: np.ndarray, size: np.ndarray) -> list[tuple[int, int]]:
     """Batch plans cut into ranges [lo, hi) of one segment each and about ``RANGE_BYTES``."""
-    out, lo, total = [], 0, 0
+    starts = _range_starts(segment, size, RANGE_BYTES)
+    return list(zip(starts.tolist(), starts[1:].tolist() + [len(segment)])) if len(segment) else []
+
+
+@njit(cache=True, nogil=True)
+def _range_starts(segment, size, limit):
+    """Where each range starts: a new segment, or a batch that would take the range past ``limit``."""
+    starts = np.zeros(len(segment), np.int64)
+    n, total = 1, 0
     for i in range(len(segment)):
-        if i > lo and (segment[i] != segment[lo] or total + size[i] > RANGE_BYTES):
-            out.append((lo, i))
-            lo, total = i, 0
-        total += int(size[i])
-    if len(segment):
-        out.append((lo, len(segment)))
-    return out
+        if i > starts[n - 1] and (segment[i] != segment[starts[n - 1]] or total + size[i] > limit):
+            starts[n] = i
+            n, total = n + 1, 0
+        total += size[i]
+    return starts[:n]
 
 
 class _Outputs:

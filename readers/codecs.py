@@ -31,7 +31,7 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = struct.Struct(">8sii")
 _XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size, as Kafka uses it
 _INT32 = struct.Struct(">i")
-_ZSTD_LEVEL = 3  # the level Kafka's producer and cleaner use by default
+ZSTD_LEVEL = 3  # the level Kafka's producer and cleaner use by default
 _contexts = threading.local()
 
 
@@ -115,7 +115,7 @@ def _zstd_context(kind: str):
     """This thread's zstd compressor or decompressor (made on first use)."""
     ctx = getattr(_contexts, kind, None)
     if ctx is None:
-        ctx = zstandard.ZstdCompressor(level=_ZSTD_LEVEL) if kind == "compressor" else zstandard.ZstdDecompressor()
+        ctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL) if kind == "compressor" else zstandard.ZstdDecompressor()
         setattr(_contexts, kind, ctx)
     return ctx
 

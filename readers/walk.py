@@ -21,7 +21,7 @@ from typing import BinaryIO
 import numpy as np
 from numba import njit
 
-from readers import codecs, scan
+from readers import codecs, compiled_codecs, scan
 from readers.batch import LEGACY_MIN_SIZE, LOG_OVERHEAD, V2_CRC_START, V2_HEADER_SIZE, Batch
 from readers.crc import crcs
 from readers.errors import FormatError
@@ -298,7 +298,7 @@ class Sections:
 
 def decode(chunk: Chunk, ks: np.ndarray) -> Sections:
     """The records of the v2 entries ``ks`` of ``chunk``: the compressed ones decompressed one
-    after another into an arena, then every section scanned in one call. Bad records raise
+    after another into an arena (one compiled call: ``readers.compiled_codecs``), then every section scanned in one call. Bad records raise
     ``FormatError`` with the file position (uncompressed) or the position in the decompressed
     section, as ``Batch.records()`` does."""
     e = chunk.entries
@@ -306,12 +306,12 @@ def decode(chunk: Chunk, ks: np.ndarray) -> Sections:
     packed = (e[ks, ATTRIBUTES] & 0x07) != codecs.NONE
     starts = e[ks, POSITION] + V2_HEADER_SIZE
     ends = e[ks, POSITION] + e[ks, SIZE]
-    payloads = [chunk.payload(int(k)) for k in ks[packed]]
-    if payloads:
-        sizes = np.fromiter((len(p) for p in payloads), np.int64, len(payloads))
-        arena = np.frombuffer(b"".join(payloads), np.uint8)
-        ends[packed] = np.cumsum(sizes)
-        starts[packed] = ends[packed] - sizes
+    compressed = ks[packed]
+    if len(compressed):
+        arena, ends[packed] = compiled_codecs.decompress_many(
+            chunk.buf, e[compressed, ATTRIBUTES] & 0x07, starts[packed], ends[packed],
+            lambda i: chunk.payload(int(compressed[i])))
+        starts[packed] = np.concatenate(([0], ends[packed][:-1]))
     else:
         arena = np.empty(1, np.uint8)
     counts = e[ks, RECORDS_COUNT]

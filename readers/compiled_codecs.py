@@ -1,0 +1,282 @@
+"""lz4 and zstd sections of many batches decompressed in one compiled call.
+
+A chunk holds thousands of small compressed batches. One Python call per batch (through
+python-lz4 and python-zstandard) costs about as much as decompressing the batch, and holds the
+GIL while the other threads of a partition wait. ``decompress_many`` walks every section in one
+numba call, with the GIL released, calling the same C libraries those packages carry: liblz4's
+frame API that python-lz4's extension exports, and libzstd through python-zstandard's cffi
+module. The routines are registered with LLVM by name, so the compiled code still comes from
+numba's cache. A section the compiled call does not decode (gzip, snappy, or bytes the C call
+refuses) goes to the caller's Python decoder, which then decides what it is (and raises the
+error it raises today), so the result is always what ``readers.codecs.decompress`` gives.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import queue
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import numpy as np
+from llvmlite import binding, ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from readers import codecs
+
+# Status of a compiled call: every section done, the arena is full, or section i is the caller's.
+DONE, ROOM, CALLER = range(3)
+_ZSTD_DST_TOO_SMALL = 70  # ZSTD_error_dstSize_tooSmall
+_LZ4F_VERSION = 100
+_GUESS = 4  # first arena: this many times the compressed bytes (untouched pages cost nothing)
+
+
+def _lz4_library() -> ctypes.CDLL | None:
+    try:
+        from lz4.frame import _frame
+        lib = ctypes.CDLL(_frame.__file__)
+        lib.LZ4F_decompress, lib.LZ4F_isError, lib.LZ4F_resetDecompressionContext, lib.LZ4F_compressFrame  # noqa: B018
+    except (ImportError, AttributeError, OSError):
+        return None
+    return lib
+
+
+def _zstd_library():
+    try:
+        from zstandard import _cffi
+        _cffi.ffi.addressof(_cffi.lib, "ZSTD_decompressDCtx")
+    except (ImportError, AttributeError):
+        return None
+    return _cffi
+
+
+def _bind(symbols: dict[str, int]) -> None:
+    for name, address in symbols.items():
+        binding.add_symbol(name, address)
+
+
+_LZ4 = _lz4_library()
+_ZSTD = _zstd_library()
+if _LZ4 is not None:
+    _bind({f"kcompact_{name}": ctypes.cast(getattr(_LZ4, name), ctypes.c_void_p).value
+           for name in ("LZ4F_decompress", "LZ4F_isError", "LZ4F_resetDecompressionContext", "LZ4F_compressFrame",
+                        "LZ4F_compressFrameBound")})
+if _ZSTD is not None:
+    _bind({f"kcompact_{name}": int(_ZSTD.ffi.cast("uintptr_t", _ZSTD.ffi.addressof(_ZSTD.lib, name)))
+           for name in ("ZSTD_decompressDCtx", "ZSTD_isError", "ZSTD_getErrorCode", "ZSTD_CCtx_reset",
+                        "ZSTD_CCtx_setPledgedSrcSize", "ZSTD_compressStream2", "ZSTD_compressBound")})
+# The codecs the compiled call decodes, as a bit mask over codec ids.
+NATIVE = (1 << codecs.LZ4 if _LZ4 is not None else 0) | (1 << codecs.ZSTD if _ZSTD is not None else 0)
+
+
+def _foreign(symbol: str, returns: ir.Type):
+    """An intrinsic calling C function ``symbol`` with a tuple of integers (pointers by address)."""
+    def call(typingctx, args):
+        def codegen(context, builder, signature, values):
+            i64 = ir.IntType(64)
+            kinds = signature.args[0]
+            given = [context.cast(builder, builder.extract_value(values[0], k), kinds[k], types.int64)
+                     for k in range(len(kinds))]
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(returns, [i64] * len(given)), symbol)
+            result = builder.call(fn, given)
+            if not isinstance(returns, ir.IntType):
+                return context.get_dummy_value()
+            return builder.zext(result, i64) if returns.width < 64 else result
+        return (types.int64 if isinstance(returns, ir.IntType) else types.none)(args), codegen
+    return intrinsic(call)
+
+
+_lz4f_decompress = _foreign("kcompact_LZ4F_decompress", ir.IntType(64))
+_lz4f_is_error = _foreign("kcompact_LZ4F_isError", ir.IntType(32))
+_lz4f_reset = _foreign("kcompact_LZ4F_resetDecompressionContext", ir.VoidType())
+_zstd_decompress = _foreign("kcompact_ZSTD_decompressDCtx", ir.IntType(64))
+_zstd_is_error = _foreign("kcompact_ZSTD_isError", ir.IntType(32))
+_zstd_error_code = _foreign("kcompact_ZSTD_getErrorCode", ir.IntType(32))
+_lz4f_compress = _foreign("kcompact_LZ4F_compressFrame", ir.IntType(64))
+_lz4f_bound = _foreign("kcompact_LZ4F_compressFrameBound", ir.IntType(64))
+_zstd_reset = _foreign("kcompact_ZSTD_CCtx_reset", ir.IntType(64))
+_zstd_pledge = _foreign("kcompact_ZSTD_CCtx_setPledgedSrcSize", ir.IntType(64))
+_zstd_compress = _foreign("kcompact_ZSTD_compressStream2", ir.IntType(64))
+_zstd_bound = _foreign("kcompact_ZSTD_compressBound", ir.IntType(64))
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _lz4_frames(ctx, src, start, end, arena, pos):
+    """Every lz4 frame of ``src[start:end]`` into ``arena`` from ``pos``: the new end, or -1 when the
+    arena is full, -2 when the C library refuses the bytes or they end inside a frame."""
+    sizes = np.empty(2, np.uint64)  # in: room and bytes given; out: bytes written and read
+    _lz4f_reset((ctx,))
+    at, frame_done = start, True
+    while at < end:
+        sizes[0], sizes[1] = arena.shape[0] - pos, end - at
+        hint = _lz4f_decompress((ctx, arena.ctypes.data + pos, sizes.ctypes.data, src.ctypes.data + at,
+                                 sizes.ctypes.data + 8, 0))
+        if _lz4f_is_error((hint,)):
+            return -2
+        pos += np.int64(sizes[0])
+        at += np.int64(sizes[1])
+        frame_done = hint == 0
+        if not frame_done and sizes[0] == 0 and sizes[1] == 0:
+            return -1 if pos == arena.shape[0] else -2
+    return pos if frame_done else -2
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _decompress(src, codec, starts, ends, arena, pos, i, out_end, lz4_ctx, zstd_ctx, native):
+    """Sections ``i``, ``i + 1``, ... into ``arena`` from ``pos``, each ending at ``out_end``; stops
+    at the end (DONE), when the arena is full (ROOM) or at a section for the caller (CALLER)."""
+    while i < starts.shape[0]:
+        c = codec[i]
+        if (native >> c) & 1 == 0 or starts[i] == ends[i]:  # an empty section: the caller says what it is
+            return CALLER, i, pos
+        if c == 4:  # zstd: every frame, with or without a content size
+            n = _zstd_decompress((zstd_ctx, arena.ctypes.data + pos, arena.shape[0] - pos,
+                                  src.ctypes.data + starts[i], ends[i] - starts[i]))
+            if _zstd_is_error((n,)):
+                return (ROOM if _zstd_error_code((n,)) == _ZSTD_DST_TOO_SMALL else CALLER), i, pos
+            new = pos + n
+        else:
+            new = _lz4_frames(lz4_ctx, src, starts[i], ends[i], arena, pos)
+            if new < 0:
+                return (ROOM if new == -1 else CALLER), i, pos
+        pos = new
+        out_end[i] = pos
+        i += 1
+    return DONE, i, pos
+
+
+_contexts: queue.SimpleQueue = queue.SimpleQueue()  # (lz4, zstd) decompression contexts not in use
+
+
+@contextmanager
+def _context() -> Iterator[tuple[int, int]]:
+    """A pair of decompression contexts for one thread's call; kept for the next call, never freed
+    (there are at most as many as threads ever decompressed at once)."""
+    try:
+        pair = _contexts.get_nowait()
+    except queue.Empty:
+        lz4 = ctypes.c_void_p()
+        if _LZ4 is not None and _LZ4.LZ4F_createDecompressionContext(ctypes.byref(lz4), _LZ4F_VERSION) != 0:
+            raise MemoryError("lz4: no decompression context") from None
+        zstd = int(_ZSTD.ffi.cast("uintptr_t", _ZSTD.lib.ZSTD_createDCtx())) if _ZSTD is not None else 0
+        pair = (lz4.value or 0, zstd)
+    try:
+        yield pair
+    finally:
+        _contexts.put(pair)
+
+
+def decompress_many(src: np.ndarray, codec: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                    section: Callable[[int], bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """Sections ``src[starts[i]:ends[i]]`` (uint8 ``src``) decompressed by ``codec[i]``, one after
+    another: (the arena, where each ends in it). ``section(i)`` decompresses section i in Python
+    (the compiled call leaves it gzip, snappy and whatever its C library refuses)."""
+    n = len(starts)
+    out_end = np.empty(n, np.int64)
+    arena = np.empty(int((ends - starts).sum()) * _GUESS + (64 << 10), np.uint8)
+    i = pos = 0
+    with _context() as (lz4_ctx, zstd_ctx):
+        while i < n:
+            status, i, pos = _decompress(src, codec, starts, ends, arena, pos, i, out_end, lz4_ctx, zstd_ctx, NATIVE)
+            if status == ROOM:
+                arena = _grown(arena, pos, 2 * len(arena))
+            elif status == CALLER:
+                data = np.frombuffer(section(i), np.uint8)
+                if pos + len(data) > len(arena):
+                    arena = _grown(arena, pos, 2 * (pos + len(data)))
+                arena[pos:pos + len(data)] = data
+                pos += len(data)
+                out_end[i] = pos
+                i += 1
+    return arena[:pos], out_end
+
+
+def _grown(arena: np.ndarray, used: int, size: int) -> np.ndarray:
+    bigger = np.empty(size, np.uint8)
+    bigger[:used] = arena[:used]
+    return bigger
+
+
+# How Kafka's Java client frames lz4 (``readers.codecs.compress``), as an LZ4F_preferences_t: 64 KiB
+# independent blocks, no checksums, no content size, level 0, no auto-flush (fourteen 32-bit fields).
+_LZ4_PREFERENCES = np.array([4, 1] + [0] * 12, np.int32)
+_ZSTD_RESET_SESSION, _ZSTD_END = 1, 2
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _compress(src, codec, starts, ends, out, pos, i, out_end, cctx, lz4_preferences):
+    """Sections ``i``, ``i + 1``, ... compressed into ``out`` from ``pos`` (as _decompress)."""
+    buffers = np.empty(6, np.uint64)  # ZSTD_inBuffer then ZSTD_outBuffer: pointer, size, position
+    while i < starts.shape[0]:
+        c, size = codec[i], ends[i] - starts[i]
+        if c == 4:
+            if pos + _zstd_bound((size,)) > out.shape[0]:
+                return ROOM, i, pos
+            # python-zstandard's ZstdCompressor.compress: a new session, its size pledged, one end call
+            _zstd_reset((cctx, _ZSTD_RESET_SESSION))
+            if _zstd_is_error((_zstd_pledge((cctx, size)),)):
+                return CALLER, i, pos
+            buffers[0], buffers[1], buffers[2] = src.ctypes.data + starts[i], size, 0
+            buffers[3], buffers[4], buffers[5] = out.ctypes.data + pos, out.shape[0] - pos, 0
+            left = _zstd_compress((cctx, buffers.ctypes.data + 24, buffers.ctypes.data, _ZSTD_END))
+            if _zstd_is_error((left,)) or left != 0:
+                return CALLER, i, pos
+            n = np.int64(buffers[5])
+        elif c == 3:
+            if pos + _lz4f_bound((size, lz4_preferences.ctypes.data)) > out.shape[0]:
+                return ROOM, i, pos
+            n = _lz4f_compress((out.ctypes.data + pos, out.shape[0] - pos, src.ctypes.data + starts[i], size,
+                                lz4_preferences.ctypes.data))
+            if _lz4f_is_error((n,)):
+                return CALLER, i, pos
+        else:
+            return CALLER, i, pos
+        pos += n
+        out_end[i] = pos
+        i += 1
+    return DONE, i, pos
+
+
+_compressors: queue.SimpleQueue = queue.SimpleQueue()  # zstd compression contexts not in use
+
+
+@contextmanager
+def _compressor() -> Iterator[int]:
+    """A zstd compression context at Kafka's level (``readers.codecs``), reused as ``_context``."""
+    try:
+        cctx = _compressors.get_nowait()
+    except queue.Empty:
+        cctx = 0
+        if _ZSTD is not None:
+            made = _ZSTD.lib.ZSTD_createCCtx()
+            _ZSTD.lib.ZSTD_CCtx_setParameter(made, _ZSTD.lib.ZSTD_c_compressionLevel, codecs.ZSTD_LEVEL)
+            cctx = int(_ZSTD.ffi.cast("uintptr_t", made))
+    try:
+        yield cctx
+    finally:
+        _compressors.put(cctx)
+
+
+def compress_many(src: np.ndarray, codec: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sections ``src[starts[i]:ends[i]]`` compressed by ``codec[i]`` as ``readers.codecs.compress``
+    compresses them (the same bytes), one after another: (the output, where each ends in it)."""
+    n = len(starts)
+    out_end = np.empty(n, np.int64)
+    out = np.empty(int((ends - starts).sum()) + n * 64 + (64 << 10), np.uint8)
+    i = pos = 0
+    with _compressor() as cctx:
+        while i < n:
+            status, i, pos = _compress(src, codec, starts, ends, out, pos, i, out_end, cctx, _LZ4_PREFERENCES)
+            if status == ROOM:
+                out = _grown(out, pos, 2 * len(out))
+            elif status == CALLER:
+                data = np.frombuffer(codecs.compress(int(codec[i]), src[starts[i]:ends[i]]), np.uint8)
+                if pos + len(data) > len(out):
+                    out = _grown(out, pos, 2 * (pos + len(data)))
+                out[pos:pos + len(data)] = data
+                pos += len(data)
+                out_end[i] = pos
+                i += 1
+    return out[:pos], out_end
