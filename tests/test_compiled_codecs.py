@@ -135,3 +135,8 @@ def test_round_trip_property(sections):
     assert [p for p, c in zip(packed, codec, strict=True) if c != codecs.SNAPPY] == \
         [_expected(c, d) for c, d in zip(codec, raw, strict=True) if c != codecs.SNAPPY]
     assert _decompressed(packed, codec) == raw
+
+
+def test_the_installed_packages_provide_both_c_routines():
+    """Without them every section would quietly take the slow path (setup.cfg asks for zstandard[cffi])."""
+    assert compiled_codecs.NATIVE == (1 << codecs.LZ4) | (1 << codecs.ZSTD)
