@@ -1,10 +1,10 @@
 """Write one cleaned segment group: ``<base>.log.cleaned`` and its three indexes (on an object
 store, staged names instead: ``operations.s3commit``).
 
-Each input batch arrives with what it became (``ChunkOut``, a read chunk at a time). The kept batches of each of the cleaner's read chunks are one append, whose index
-entries follow the broker's append rule (``writers.chunks``); the files take the modification
-time of the group's last input segment, as Kafka's cleaner sets it, and are fsynced before
-anyone may rename them.
+Each input batch arrives with what it became (``ChunkOut``, a read chunk at a time). The kept
+batches of each of the cleaner's read chunks are one append, whose index entries follow the
+broker's append rule (``writers.chunks``); the files take the modification time of the group's
+last input segment, as Kafka's cleaner sets it, and are fsynced before anyone may rename them.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ from typing import BinaryIO
 
 import numpy as np
 
-
 import storage
 from readers.commits import staged_name
 from readers.indexes import AbortedTxn
 from readers.logdir import segment_name
-from writers.chunks import Appended, BufferSizes, ReadChunks
+from writers.chunks import BufferSizes, ReadChunks
 from writers.segment import SegmentWriter
 
 CLEANED = ".cleaned"
@@ -30,8 +29,10 @@ CLEANED = ".cleaned"
 @dataclass(frozen=True, slots=True)
 class ChunkOut:
     """What the batches of one read of a source segment became, in file order: batch i's bytes
-    are ``data[at[i]:at[i] + size[i]]`` (``at`` -1: dropped), with the metadata Kafka's
-    FilterResult reports for it (``writers.chunks.Appended.add``) and its record count."""
+    are ``data[at[i]:at[i] + size[i]]`` (``at`` -1: dropped), the kept ones one after another
+    (``writers.rebuild.frame_batches`` writes them so: a chunk's bytes are one slice), with the
+    metadata Kafka's FilterResult reports for it (``writers.chunks.ReadChunks.appends``) and its
+    record count."""
 
     segment: str  # the source segment file: a new one is a new cleanInto, buffers restored
     in_size: np.ndarray  # the input batches' bytes
@@ -101,28 +102,23 @@ def write_group(partition_dir: str, base_offset: int, outputs: Iterable[ChunkOut
         with storage.create_durable(log_path) as log:
             out = _Pieces(log)
             writer = SegmentWriter(out, base_offset, index_interval_bytes, max_index_bytes)
-            chunks, chunk = ReadChunks(buffers), Appended([])
-
-            def append() -> Appended:
-                if chunk.parts:
-                    writer.append(b"".join(chunk.parts), chunk.max_offset, chunk.max_timestamp,
-                                  chunk.offset_of_max_timestamp)
-                return Appended([])
-
+            chunks, parts = ReadChunks(buffers), []  # parts: the open chunk's bytes from earlier ChunkOuts
             for c in outputs:
-                view = memoryview(c.data)
-                for in_size, at, size, max_offset, max_ts, ts_offset, n in zip(
-                        c.in_size.tolist(), c.at.tolist(), c.size.tolist(), c.max_offset.tolist(),
-                        c.max_timestamp.tolist(), c.offset_of_max_timestamp.tolist(), c.records.tolist(), strict=True):
-                    if chunks.before(c.segment, in_size):
-                        chunk = append()
-                    if at >= 0:
-                        chunk.add(view[at:at + size], max_offset, max_ts, ts_offset)
-                        batches += 1
-                        records += n
-                    if chunks.after(size if at >= 0 else None):
-                        chunk = append()
-            append()
+                rows, size = chunks.appends(c.segment, c.in_size, c.at, c.size, c.max_offset, c.max_timestamp,
+                                            c.offset_of_max_timestamp)
+                view, start = memoryview(c.data), 0
+                for end, max_offset, max_ts, ts_offset in rows.tolist():
+                    data = view[start:end]
+                    writer.append(b"".join((*parts, data)) if parts else data, max_offset, max_ts, ts_offset)
+                    parts, start = [], end
+                if size > start:
+                    parts.append(view[start:size])
+                kept = c.at >= 0
+                batches += int(np.count_nonzero(kept))
+                records += int(c.records[kept].sum())
+            last = chunks.close()
+            if last is not None:
+                writer.append(b"".join(parts), *last)
             out.flush()
             for txn in aborted:
                 writer.add_aborted_txn(txn)

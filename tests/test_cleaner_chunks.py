@@ -19,13 +19,14 @@ import os
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from jobs.cli import main
 from readers.records import Record
 from tests.support import OFFSET_ENTRY, TIME_ENTRY, broker_indexes, kp_build, seg_path
-from writers.chunks import BufferSizes, ReadChunks
+from writers.chunks import BufferSizes, ReadChunks, grown
 from writers.segment import SegmentWriter
 
 NOW = 1_720_300_000_000
@@ -43,26 +44,40 @@ def test_buffer_sizes_follow_kafkas_settings():
     assert BufferSizes.of(DEFAULTS | {"log.cleaner.io.buffer.size": 3}).initial == 1
 
 
-@pytest.mark.parametrize(("topic_max", "broker_max", "batch", "grown"), [
+@pytest.mark.parametrize(("topic_max", "broker_max", "batch", "to"), [
     (1_048_588, 1_048_588, 600_000, 1_048_576),  # 256 KiB -> 512 KiB -> 1 MiB
     (1_048_588, 1_048_588, 1_200_000, 1_200_000),  # -> 1 MiB -> 1048588 (the limit) -> the batch itself
     (100_000, 1_048_588, 300_000, 524_288),  # past the topic's limit: doubling, bounded by the broker's
     (100_000, 100_000, 300_000, 300_000),  # both limits below the batch: the batch
 ])
-def test_growth_doubles_up_to_the_limits(topic_max, broker_max, batch, grown):
-    sizes = BufferSizes(262_144, topic_max, broker_max)
-    assert sizes.grown(262_144, batch) == grown
+def test_growth_doubles_up_to_the_limits(topic_max, broker_max, batch, to):
+    assert grown(262_144, batch, topic_max, broker_max) == to
+
+
+def ends(chunks: ReadChunks, segment: str, batches: list[tuple[int, int, int | None]]) -> list[int]:
+    """The largest offsets of the appends that end among ``batches`` (offset, input size, output
+    size or None: dropped), fed as one buffer of them."""
+    offset, in_size = (np.array([b[k] for b in batches], np.int64) for k in (0, 1))
+    size = np.array([b[2] or 0 for b in batches], np.int64)
+    at = np.where([b[2] is not None for b in batches], np.cumsum(size) - size, -1)
+    rows, end = chunks.appends(segment, in_size, at, size, offset, offset, offset)
+    assert end == size.sum()
+    return rows[:, 1].tolist()
 
 
 def test_read_chunks_end_at_the_buffer_a_new_segment_and_an_outgrown_output():
     chunks = ReadChunks(BufferSizes(100, 1000, 1000))
-    assert [chunks.before("a", 40), chunks.before("a", 40), chunks.before("a", 40)] == [False, False, True]
-    assert chunks.before("b", 10) is True  # a new source segment: a new cleanInto
-    assert [chunks.after(60), chunks.after(None), chunks.after(50)] == [False, False, True]  # 110 > 100
-    assert chunks.before("b", 10) is False  # the next batch opens the next chunk
-    assert chunks.before("b", 250) is True and chunks.capacity == 400  # 100 -> 200 -> 400
-    assert chunks.before("b", 150) is False  # 250 + 150 fit the grown buffer
-    assert chunks.before("c", 50) is True and chunks.capacity == 100  # restored per segment
+    assert ends(chunks, "a", [(0, 40, 40), (1, 40, 40), (2, 40, 40)]) == [1]  # 120 > 100: not in one read
+    # a new source segment ends the chunk (a new cleanInto); the output of 3..5 outgrows the
+    # write buffer (60 + 50 > 100; the dropped 4 writes nothing): filterTo returns after 5
+    assert ends(chunks, "b", [(3, 10, 60), (4, 10, None), (5, 10, 50), (6, 10, 10)]) == [2, 5]
+    # 7 does not fit after 6 and alone not the buffer: 100 -> 200 -> 400, which holds 7 and 8
+    # (a chunk spanning two buffers of batches) but not 9 too
+    assert ends(chunks, "b", [(7, 250, 250)]) == [6]
+    assert ends(chunks, "b", [(8, 150, 10), (9, 10, 10)]) == [8]
+    assert ends(chunks, "c", [(10, 50, 50), (11, 60, 60)]) == [9, 10]  # restored to 100 per segment
+    assert chunks.close() == (11, 11, 11)
+    assert ends(chunks, "d", [(12, 10, None)]) == [11] and chunks.close() is None  # no append of nothing kept
 
 
 # -- a job on hand-made segments ----------------------------------------------------------------------
