@@ -200,7 +200,8 @@ class Records:
         starts = np.cumsum(lengths) - lengths
         n_v2 = len(cols)
         entry = np.concatenate((v2[of], np.repeat(list(legacy), [len(rs) for rs in legacy.values()]).astype(np.int64)))
-        order = np.argsort(entry, kind="stable")  # v2 rows keep their order; legacy records go in place
+        # v2 rows keep their order; legacy records go in place
+        order = np.argsort(entry, kind="stable") if legacy else slice(None)
         cat = np.concatenate
         return cls(
             sections, legacy, entry[order],
