@@ -31,6 +31,9 @@ DONE, ROOM, CALLER = range(3)
 _ZSTD_DST_TOO_SMALL = 70  # ZSTD_error_dstSize_tooSmall
 _LZ4F_VERSION = 100
 _GUESS = 4  # first arena: this many times the compressed bytes (untouched pages cost nothing)
+# Past this the arena stops growing and the section goes to the caller's streaming decoder: a zstd
+# frame may declare any content size, and a corrupt one must not be a reason to allocate it.
+_MAX_ARENA = 1 << 30
 
 
 def _lz4_library() -> ctypes.CDLL | None:
@@ -180,9 +183,9 @@ def decompress_many(src: np.ndarray, codec: np.ndarray, starts: np.ndarray, ends
     with _context() as (lz4_ctx, zstd_ctx):
         while i < n:
             status, i, pos = _decompress(src, codec, starts, ends, arena, pos, i, out_end, lz4_ctx, zstd_ctx, NATIVE)
-            if status == ROOM:
+            if status == ROOM and len(arena) < _MAX_ARENA:
                 arena = _grown(arena, pos, 2 * len(arena))
-            elif status == CALLER:
+            elif status != DONE:  # a section for the caller, or one that claims more than any batch holds
                 data = np.frombuffer(section(i), np.uint8)
                 if pos + len(data) > len(arena):
                     arena = _grown(arena, pos, 2 * (pos + len(data)))

@@ -138,5 +138,13 @@ def test_round_trip_property(sections):
 
 
 def test_the_installed_packages_provide_both_c_routines():
-    """Without them every section would quietly take the slow path (setup.cfg asks for zstandard[cffi])."""
+    """Without them every section would quietly take the slow path (setup.cfg asks for cffi)."""
     assert compiled_codecs.NATIVE == (1 << codecs.LZ4) | (1 << codecs.ZSTD)
+
+
+def test_a_zstd_frame_claiming_a_huge_size_goes_to_the_callers_streaming_decoder():
+    """Its header declares 2^40 bytes (single segment, 8-byte content size), its one raw block 3:
+    the arena grows to its bound, no further, and the Python decoder says what is wrong."""
+    frame = b"\x28\xb5\x2f\xfd\xe0" + (1 << 40).to_bytes(8, "little") + bytes([3 << 3 | 1, 0, 0]) + b"abc"
+    with pytest.raises(codecs.CodecError, match="zstd"):
+        _decompressed([_kafka_lz4(b"before"), frame], [codecs.LZ4, codecs.ZSTD])
