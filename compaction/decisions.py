@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from compaction.model import BatchInfo, SegmentInfo, info_at
+from compaction.model import BatchInfo, SegmentInfo, infos_at
 from compaction.transactions import (
     TransactionSweep,
     active_producers,
@@ -118,8 +118,8 @@ def _map_pass(segments: Sequence[SegmentInfo], t: np.ndarray, log_start: int, fi
     sweep = TransactionSweep()
     sweep.add(collect_aborted(segments, first_dirty, log_start, first_uncleanable))
     aborted = np.zeros(len(t), bool)
-    for i in np.flatnonzero(read & (t["transactional"] | t["control"])).tolist():
-        b = info_at(t, i)
+    walked = np.flatnonzero(read & (t["transactional"] | t["control"]))
+    for i, b in zip(walked.tolist(), infos_at(t, walked), strict=True):
         if b.is_control:
             sweep.on_control(b)
         else:
@@ -169,8 +169,9 @@ def plan_partition(
             upper = members[k + 1].base_offset if k + 1 < len(members) else (
                 int(t["last_offset"][rows[-1]]) + 1 if len(rows) else seg.base_offset)
             sweep.add(collect_aborted(segments, seg.base_offset, log_start, upper))
-            for i in rows[t["transactional"][rows] | t["control"][rows]].tolist():
-                _transaction_flags(info_at(t, i), sweep, now, flags[i])
+            walked = rows[t["transactional"][rows] | t["control"][rows]]
+            for i, b in zip(walked.tolist(), infos_at(t, walked), strict=True):
+                _transaction_flags(b, sweep, now, flags[i])
             if sweep.index:
                 plan.txn_index.setdefault(g, []).extend(sweep.index)
                 sweep.index.clear()

@@ -97,10 +97,10 @@ def table_of(infos: Sequence[BatchInfo]) -> np.ndarray:
                       b.max_timestamp, b.record_count) for b in infos], dtype=BATCH_TABLE)
 
 
-def info_at(table: np.ndarray, i: int) -> BatchInfo:
-    """Row ``i`` of a batch table as a ``BatchInfo``."""
-    r = table[i]
-    return BatchInfo(int(r["segment"]), int(r["position"]), int(r["size"]), int(r["magic"]), int(r["base_offset"]),
-                     int(r["last_offset"]), int(r["producer_id"]), int(r["producer_epoch"]), bool(r["transactional"]),
-                     bool(r["control"]), None if r["control_type"] < 0 else int(r["control_type"]),
-                     int(r["horizon"]) if r["has_horizon"] else None, int(r["max_timestamp"]), int(r["record_count"]))
+def infos_at(table: np.ndarray, rows) -> list[BatchInfo]:
+    """Rows of a batch table as ``BatchInfo``s: one conversion of them all to Python values,
+    not one per field (a partition's transactional batches are read this way)."""
+    return [BatchInfo(segment, position, size, magic, base, last, pid, epoch, transactional, control,
+                      None if control_type < 0 else control_type, horizon if has_horizon else None, max_ts, count)
+            for (segment, position, size, magic, base, last, pid, epoch, transactional, control, control_type,
+                 horizon, has_horizon, max_ts, count) in table[rows].tolist()]

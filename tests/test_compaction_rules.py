@@ -24,7 +24,7 @@ from compaction.decisions import (
     PartitionPlan,
     plan_partition,
 )
-from compaction.model import BatchInfo, SegmentInfo, info_at, table_of
+from compaction.model import BatchInfo, SegmentInfo, infos_at, table_of
 from compaction.transactions import (
     LastRecord,
     TransactionSweep,
@@ -367,8 +367,9 @@ class Planned:
 
     @property
     def batches(self) -> list[BatchPlan]:
-        return [BatchPlan(info_at(self.table, i), int(self.plan.group[i]), *map(bool, self.plan.flags[i]))
-                for i in np.flatnonzero(self.plan.group >= 0).tolist()]
+        rows = np.flatnonzero(self.plan.group >= 0)
+        return [BatchPlan(info, int(self.plan.group[i]), *map(bool, self.plan.flags[i]))
+                for i, info in zip(rows.tolist(), infos_at(self.table, rows), strict=True)]
 
 
 def plan(segments, batches, *, first_dirty, first_uncleanable, log_start=0, now=NOW, ret=RET, seg_bytes=1 << 30,
