@@ -176,24 +176,33 @@ def decompress_many(src: np.ndarray, codec: np.ndarray, starts: np.ndarray, ends
     """Sections ``src[starts[i]:ends[i]]`` (uint8 ``src``) decompressed by ``codec[i]``, one after
     another: (the arena, where each ends in it). ``section(i)`` decompresses section i in Python
     (the compiled call leaves it gzip, snappy and whatever its C library refuses)."""
-    n = len(starts)
-    out_end = np.empty(n, np.int64)
     arena = np.empty(int((ends - starts).sum()) * _GUESS + (64 << 10), np.uint8)
-    i = pos = 0
     with _context() as (lz4_ctx, zstd_ctx):
-        while i < n:
-            status, i, pos = _decompress(src, codec, starts, ends, arena, pos, i, out_end, lz4_ctx, zstd_ctx, NATIVE)
-            if status == ROOM and len(arena) < _MAX_ARENA:
-                arena = _grown(arena, pos, 2 * len(arena))
-            elif status != DONE:  # a section for the caller, or one that claims more than any batch holds
-                data = np.frombuffer(section(i), np.uint8)
-                if pos + len(data) > len(arena):
-                    arena = _grown(arena, pos, 2 * (pos + len(data)))
-                arena[pos:pos + len(data)] = data
-                pos += len(data)
-                out_end[i] = pos
-                i += 1
-    return arena[:pos], out_end
+        return _sections(arena, len(starts), _MAX_ARENA, section, lambda out, pos, i, out_end: _decompress(
+            src, codec, starts, ends, out, pos, i, out_end, lz4_ctx, zstd_ctx, NATIVE))
+
+
+def _sections(out: np.ndarray, n: int, limit: int, python: Callable[[int], bytes],
+              compiled: Callable) -> tuple[np.ndarray, np.ndarray]:
+    """What both directions share: ``compiled(out, pos, i, out_end)`` goes on from section i; when
+    ``out`` is full it is doubled (up to ``limit``: past it the section is the caller's), and a
+    section it leaves is made by ``python(i)`` and put in its place. (``out`` up to its end, where
+    each section ends.)"""
+    out_end = np.empty(n, np.int64)
+    i = pos = 0
+    while i < n:
+        status, i, pos = compiled(out, pos, i, out_end)
+        if status == ROOM and len(out) < limit:
+            out = _grown(out, pos, 2 * len(out))
+        elif status != DONE:  # a section for the caller, or one that claims more than ``limit``
+            data = np.frombuffer(python(i), np.uint8)
+            if pos + len(data) > len(out):
+                out = _grown(out, pos, 2 * (pos + len(data)))
+            out[pos:pos + len(data)] = data
+            pos += len(data)
+            out_end[i] = pos
+            i += 1
+    return out[:pos], out_end
 
 
 def _grown(arena: np.ndarray, used: int, size: int) -> np.ndarray:
@@ -265,21 +274,8 @@ def _compressor() -> Iterator[int]:
 def compress_many(src: np.ndarray, codec: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sections ``src[starts[i]:ends[i]]`` compressed by ``codec[i]`` as ``readers.codecs.compress``
     compresses them (the same bytes), one after another: (the output, where each ends in it)."""
-    n = len(starts)
-    out_end = np.empty(n, np.int64)
-    out = np.empty(int((ends - starts).sum()) + n * 64 + (64 << 10), np.uint8)
-    i = pos = 0
+    out = np.empty(int((ends - starts).sum()) + len(starts) * 64 + (64 << 10), np.uint8)
     with _compressor() as cctx:
-        while i < n:
-            status, i, pos = _compress(src, codec, starts, ends, out, pos, i, out_end, cctx, _LZ4_PREFERENCES)
-            if status == ROOM:
-                out = _grown(out, pos, 2 * len(out))
-            elif status == CALLER:
-                data = np.frombuffer(codecs.compress(int(codec[i]), src[starts[i]:ends[i]]), np.uint8)
-                if pos + len(data) > len(out):
-                    out = _grown(out, pos, 2 * (pos + len(data)))
-                out[pos:pos + len(data)] = data
-                pos += len(data)
-                out_end[i] = pos
-                i += 1
-    return out[:pos], out_end
+        return _sections(out, len(starts), 1 << 62, lambda i: codecs.compress(int(codec[i]), src[starts[i]:ends[i]]),
+                         lambda out, pos, i, out_end: _compress(src, codec, starts, ends, out, pos, i, out_end, cctx,
+                                                                _LZ4_PREFERENCES))
