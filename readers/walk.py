@@ -298,9 +298,9 @@ class Sections:
 
 def decode(chunk: Chunk, ks: np.ndarray) -> Sections:
     """The records of the v2 entries ``ks`` of ``chunk``: the compressed ones decompressed one
-    after another into an arena (one compiled call: ``readers.compiled_codecs``), then every section scanned in one call. Bad records raise
-    ``FormatError`` with the file position (uncompressed) or the position in the decompressed
-    section, as ``Batch.records()`` does."""
+    after another into an arena (one compiled call: ``readers.compiled_codecs``), then every
+    section scanned in one call. Bad records raise ``FormatError`` with the file position
+    (uncompressed) or the position in the decompressed section, as ``Batch.records()`` does."""
     e = chunk.entries
     ks = np.asarray(ks, np.int64)
     packed = (e[ks, ATTRIBUTES] & 0x07) != codecs.NONE
