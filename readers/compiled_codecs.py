@@ -5,8 +5,8 @@ python-lz4 and python-zstandard) costs about as much as decompressing the batch,
 GIL while the other threads of a partition wait. ``decompress_many`` walks every section in one
 numba call, with the GIL released, calling the same C libraries those packages carry: liblz4's
 frame API that python-lz4's extension exports, and libzstd through python-zstandard's cffi
-module. The routines are registered with LLVM by name, so the compiled code still comes from
-numba's cache. A section the compiled call does not decode (gzip, snappy, or bytes the C call
+module, both through ``readers.c_routines`` (so the compiled code still comes from numba's
+cache). A section the compiled call does not decode (gzip, snappy, or bytes the C call
 refuses) goes to the caller's Python decoder, which then decides what it is (and raises the
 error it raises today), so the result is always what ``readers.codecs.decompress`` gives.
 """
@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import ctypes
 import queue
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import numpy as np
-from llvmlite import binding, ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
 
 from readers import codecs
+from readers.c_routines import I32, I64, POINTER, VOID, bind, routine
 
 # Status of a compiled call: every section done, the arena is full, or section i is the caller's.
 DONE, ROOM, CALLER = range(3)
@@ -55,54 +53,33 @@ def _zstd_library():
     return _cffi
 
 
-def _bind(symbols: dict[str, int]) -> None:
-    for name, address in symbols.items():
-        binding.add_symbol(name, address)
-
-
 _LZ4 = _lz4_library()
 _ZSTD = _zstd_library()
 if _LZ4 is not None:
-    _bind({f"kcompact_{name}": ctypes.cast(getattr(_LZ4, name), ctypes.c_void_p).value
+    bind({f"kcompact_{name}": ctypes.cast(getattr(_LZ4, name), ctypes.c_void_p).value
            for name in ("LZ4F_decompress", "LZ4F_isError", "LZ4F_resetDecompressionContext", "LZ4F_compressFrame",
                         "LZ4F_compressFrameBound")})
 if _ZSTD is not None:
-    _bind({f"kcompact_{name}": int(_ZSTD.ffi.cast("uintptr_t", _ZSTD.ffi.addressof(_ZSTD.lib, name)))
+    bind({f"kcompact_{name}": int(_ZSTD.ffi.cast("uintptr_t", _ZSTD.ffi.addressof(_ZSTD.lib, name)))
            for name in ("ZSTD_decompressDCtx", "ZSTD_isError", "ZSTD_getErrorCode", "ZSTD_CCtx_reset",
                         "ZSTD_CCtx_setPledgedSrcSize", "ZSTD_compressStream2", "ZSTD_compressBound")})
 # The codecs the compiled call decodes, as a bit mask over codec ids.
 NATIVE = (1 << codecs.LZ4 if _LZ4 is not None else 0) | (1 << codecs.ZSTD if _ZSTD is not None else 0)
 
 
-def _foreign(symbol: str, returns: ir.Type):
-    """An intrinsic calling C function ``symbol`` with a tuple of integers (pointers by address)."""
-    def call(typingctx, args):
-        def codegen(context, builder, signature, values):
-            i64 = ir.IntType(64)
-            kinds = signature.args[0]
-            given = [context.cast(builder, builder.extract_value(values[0], k), kinds[k], types.int64)
-                     for k in range(len(kinds))]
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(returns, [i64] * len(given)), symbol)
-            result = builder.call(fn, given)
-            if not isinstance(returns, ir.IntType):
-                return context.get_dummy_value()
-            return builder.zext(result, i64) if returns.width < 64 else result
-        return (types.int64 if isinstance(returns, ir.IntType) else types.none)(args), codegen
-    return intrinsic(call)
-
-
-_lz4f_decompress = _foreign("kcompact_LZ4F_decompress", ir.IntType(64))
-_lz4f_is_error = _foreign("kcompact_LZ4F_isError", ir.IntType(32))
-_lz4f_reset = _foreign("kcompact_LZ4F_resetDecompressionContext", ir.VoidType())
-_zstd_decompress = _foreign("kcompact_ZSTD_decompressDCtx", ir.IntType(64))
-_zstd_is_error = _foreign("kcompact_ZSTD_isError", ir.IntType(32))
-_zstd_error_code = _foreign("kcompact_ZSTD_getErrorCode", ir.IntType(32))
-_lz4f_compress = _foreign("kcompact_LZ4F_compressFrame", ir.IntType(64))
-_lz4f_bound = _foreign("kcompact_LZ4F_compressFrameBound", ir.IntType(64))
-_zstd_reset = _foreign("kcompact_ZSTD_CCtx_reset", ir.IntType(64))
-_zstd_pledge = _foreign("kcompact_ZSTD_CCtx_setPledgedSrcSize", ir.IntType(64))
-_zstd_compress = _foreign("kcompact_ZSTD_compressStream2", ir.IntType(64))
-_zstd_bound = _foreign("kcompact_ZSTD_compressBound", ir.IntType(64))
+_lz4f_decompress = routine("kcompact_LZ4F_decompress", I64, (POINTER, POINTER, POINTER, POINTER, POINTER, POINTER))
+_lz4f_is_error = routine("kcompact_LZ4F_isError", I32, (I64,))
+_lz4f_reset = routine("kcompact_LZ4F_resetDecompressionContext", VOID, (POINTER,))
+_lz4f_compress = routine("kcompact_LZ4F_compressFrame", I64, (POINTER, I64, POINTER, I64, POINTER))
+_lz4f_bound = routine("kcompact_LZ4F_compressFrameBound", I64, (I64, POINTER))
+_zstd_decompress = routine("kcompact_ZSTD_decompressDCtx", I64, (POINTER, POINTER, I64, POINTER, I64))
+_zstd_is_error = routine("kcompact_ZSTD_isError", I32, (I64,))
+_zstd_error_code = routine("kcompact_ZSTD_getErrorCode", I32, (I64,))
+_zstd_reset = routine("kcompact_ZSTD_CCtx_reset", I64, (POINTER, I32))
+_zstd_pledge = routine("kcompact_ZSTD_CCtx_setPledgedSrcSize", I64, (POINTER, I64))
+_zstd_compress = routine("kcompact_ZSTD_compressStream2", I64, (POINTER, POINTER, POINTER, I32))
+_zstd_bound = routine("kcompact_ZSTD_compressBound", I64, (I64,))
+_LZ4_ID, _ZSTD_ID = codecs.LZ4, codecs.ZSTD
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -134,7 +111,7 @@ def _decompress(src, codec, starts, ends, arena, pos, i, out_end, lz4_ctx, zstd_
         c = codec[i]
         if (native >> c) & 1 == 0 or starts[i] == ends[i]:  # an empty section: the caller says what it is
             return CALLER, i, pos
-        if c == 4:  # zstd: every frame, with or without a content size
+        if c == _ZSTD_ID:  # every frame, with or without a content size
             n = _zstd_decompress((zstd_ctx, arena.ctypes.data + pos, arena.shape[0] - pos,
                                   src.ctypes.data + starts[i], ends[i] - starts[i]))
             if _zstd_is_error((n,)):
@@ -150,25 +127,30 @@ def _decompress(src, codec, starts, ends, arena, pos, i, out_end, lz4_ctx, zstd_
     return DONE, i, pos
 
 
-_contexts: queue.SimpleQueue = queue.SimpleQueue()  # (lz4, zstd) decompression contexts not in use
-
-
 @contextmanager
-def _context() -> Iterator[tuple[int, int]]:
-    """A pair of decompression contexts for one thread's call; kept for the next call, never freed
-    (there are at most as many as threads ever decompressed at once)."""
+def _reused(pool: queue.SimpleQueue, make: Callable):
+    """A C context from ``pool`` (``make()`` when none is free), put back after the call: kept for
+    the next call, never freed, so there are at most as many as threads ever used them at once."""
     try:
-        pair = _contexts.get_nowait()
+        context = pool.get_nowait()
     except queue.Empty:
-        lz4 = ctypes.c_void_p()
-        if _LZ4 is not None and _LZ4.LZ4F_createDecompressionContext(ctypes.byref(lz4), _LZ4F_VERSION) != 0:
-            raise MemoryError("lz4: no decompression context") from None
-        zstd = int(_ZSTD.ffi.cast("uintptr_t", _ZSTD.lib.ZSTD_createDCtx())) if _ZSTD is not None else 0
-        pair = (lz4.value or 0, zstd)
+        context = make()
     try:
-        yield pair
+        yield context
     finally:
-        _contexts.put(pair)
+        pool.put(context)
+
+
+def _decompressors() -> tuple[int, int]:
+    """A pair of decompression contexts: lz4's and zstd's (0 for a library not found)."""
+    lz4 = ctypes.c_void_p()
+    if _LZ4 is not None and _LZ4.LZ4F_createDecompressionContext(ctypes.byref(lz4), _LZ4F_VERSION) != 0:
+        raise MemoryError("lz4: no decompression context") from None
+    zstd = int(_ZSTD.ffi.cast("uintptr_t", _ZSTD.lib.ZSTD_createDCtx())) if _ZSTD is not None else 0
+    return lz4.value or 0, zstd
+
+
+_DECOMPRESSORS: queue.SimpleQueue = queue.SimpleQueue()
 
 
 def decompress_many(src: np.ndarray, codec: np.ndarray, starts: np.ndarray, ends: np.ndarray,
@@ -177,7 +159,7 @@ def decompress_many(src: np.ndarray, codec: np.ndarray, starts: np.ndarray, ends
     another: (the arena, where each ends in it). ``section(i)`` decompresses section i in Python
     (the compiled call leaves it gzip, snappy and whatever its C library refuses)."""
     arena = np.empty(int((ends - starts).sum()) * _GUESS + (64 << 10), np.uint8)
-    with _context() as (lz4_ctx, zstd_ctx):
+    with _reused(_DECOMPRESSORS, _decompressors) as (lz4_ctx, zstd_ctx):
         return _sections(arena, len(starts), _MAX_ARENA, section, lambda out, pos, i, out_end: _decompress(
             src, codec, starts, ends, out, pos, i, out_end, lz4_ctx, zstd_ctx, NATIVE))
 
@@ -223,7 +205,7 @@ def _compress(src, codec, starts, ends, out, pos, i, out_end, cctx, lz4_preferen
     buffers = np.empty(6, np.uint64)  # ZSTD_inBuffer then ZSTD_outBuffer: pointer, size, position
     while i < starts.shape[0]:
         c, size = codec[i], ends[i] - starts[i]
-        if c == 4:
+        if c == _ZSTD_ID:
             if pos + _zstd_bound((size,)) > out.shape[0]:
                 return ROOM, i, pos
             # python-zstandard's ZstdCompressor.compress: a new session, its size pledged, one end call
@@ -236,7 +218,7 @@ def _compress(src, codec, starts, ends, out, pos, i, out_end, cctx, lz4_preferen
             if _zstd_is_error((left,)) or left != 0:
                 return CALLER, i, pos
             n = np.int64(buffers[5])
-        elif c == 3:
+        elif c == _LZ4_ID:
             if pos + _lz4f_bound((size, lz4_preferences.ctypes.data)) > out.shape[0]:
                 return ROOM, i, pos
             n = _lz4f_compress((out.ctypes.data + pos, out.shape[0] - pos, src.ctypes.data + starts[i], size,
@@ -251,31 +233,23 @@ def _compress(src, codec, starts, ends, out, pos, i, out_end, cctx, lz4_preferen
     return DONE, i, pos
 
 
-_compressors: queue.SimpleQueue = queue.SimpleQueue()  # zstd compression contexts not in use
+def _compressor() -> int:
+    """A zstd compression context at Kafka's level (``readers.codecs``); 0 without the library."""
+    if _ZSTD is None:
+        return 0
+    made = _ZSTD.lib.ZSTD_createCCtx()
+    _ZSTD.lib.ZSTD_CCtx_setParameter(made, _ZSTD.lib.ZSTD_c_compressionLevel, codecs.ZSTD_LEVEL)
+    return int(_ZSTD.ffi.cast("uintptr_t", made))
 
 
-@contextmanager
-def _compressor() -> Iterator[int]:
-    """A zstd compression context at Kafka's level (``readers.codecs``), reused as ``_context``."""
-    try:
-        cctx = _compressors.get_nowait()
-    except queue.Empty:
-        cctx = 0
-        if _ZSTD is not None:
-            made = _ZSTD.lib.ZSTD_createCCtx()
-            _ZSTD.lib.ZSTD_CCtx_setParameter(made, _ZSTD.lib.ZSTD_c_compressionLevel, codecs.ZSTD_LEVEL)
-            cctx = int(_ZSTD.ffi.cast("uintptr_t", made))
-    try:
-        yield cctx
-    finally:
-        _compressors.put(cctx)
+_COMPRESSORS: queue.SimpleQueue = queue.SimpleQueue()
 
 
 def compress_many(src: np.ndarray, codec: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sections ``src[starts[i]:ends[i]]`` compressed by ``codec[i]`` as ``readers.codecs.compress``
     compresses them (the same bytes), one after another: (the output, where each ends in it)."""
     out = np.empty(int((ends - starts).sum()) + len(starts) * 64 + (64 << 10), np.uint8)
-    with _compressor() as cctx:
+    with _reused(_COMPRESSORS, _compressor) as cctx:
         return _sections(out, len(starts), 1 << 62, lambda i: codecs.compress(int(codec[i]), src[starts[i]:ends[i]]),
                          lambda out, pos, i, out_end: _compress(src, codec, starts, ends, out, pos, i, out_end, cctx,
                                                                 _LZ4_PREFERENCES))
