@@ -15,9 +15,8 @@ Stages (Spark jobs named by job groups):
    (``compaction.rewrite``, ``operations.cleaned``);
 5. commit, on the driver alone: per partition, every group swapped in or none.
 Stages 2-4 are one Spark job: nothing is cached, and no row per record or per key crosses a
-shuffle. A Python task costs Spark ~70 ms of fixed work, so a task takes a share of about
-``TASK_BYTES`` (at least two tasks per core), shares balanced by bytes. A dry run counts and
-writes nothing.
+shuffle. A Python task costs Spark about 0.1 s of fixed work, so each core takes one task (of at
+most ``TASK_BYTES``), shares balanced by bytes. A dry run counts and writes nothing.
 """
 
 from __future__ import annotations
@@ -90,10 +89,12 @@ def _config_values(row: dict) -> dict[str, int]:
     return {key: int(strings[key]) for key in CONFIG_KEYS}
 
 
-# -- tasks: a Python task costs Spark ~70 ms of fixed work (2 cores), so each takes a share of the
-# work rather than one partition, split or group; shares are balanced by bytes, largest first.
-TASK_BYTES = 256 << 20  # log bytes per task, at least
-WHOLE_BYTES = TASK_BYTES  # a partition of at most this is read by one task, which makes its map too
+# -- tasks: a Python task costs Spark about 0.1 s of fixed work (2 cores), so each takes a share
+# of the work rather than one partition, split or group: one task per core, each at most
+# TASK_BYTES (a failed task's share is read again); shares are balanced by bytes, largest first.
+# Two tasks per core instead cost multi's bench 0.1-0.3 s more at the same balance.
+TASK_BYTES = 1 << 30
+WHOLE_BYTES = 256 << 20  # a partition of at most this is read by one task, which makes its map too
 # A larger partition is read whole too when its offset map fits a task's map memory: the Spark
 # setting MAP_MEMORY, by default a quarter of the Python worker's cap (spark.executor.pyspark.memory,
 # which caps its address space: Python, numba and Arrow take half a gigabyte of it before any data)
@@ -109,7 +110,7 @@ THREADS = "spark.kcompact.threads"
 
 
 def _task_count(spark, total_bytes: int, items: int) -> int:
-    wanted = max(2 * spark.sparkContext.defaultParallelism, -(-total_bytes // TASK_BYTES))
+    wanted = max(spark.sparkContext.defaultParallelism, -(-total_bytes // TASK_BYTES))
     return max(1, min(items, wanted))
 
 

@@ -54,11 +54,6 @@ PLAN_SCHEMA = pa.schema([
     ("retention_bytes_deleted", pa.int64()), ("retention_skip_reason", pa.string()),
     ("notes", pa.list_(pa.string())),
 ])
-TASK_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("log_dir", pa.string()), ("path", pa.string()),
-    ("checkpoint", pa.int64()), ("log_start_checkpoint", pa.int64()), ("state", pa.string()),
-    ("config", pa.string()), ("problem", pa.string()),
-])
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,14 +232,6 @@ def _skip_before_rules(facts: scan.PartitionFacts, compact: bool, state: states.
     return None
 
 
-def _plan_batches(now: int, retention_only: bool = False):
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            rows = [plan_task(Task(**task), now, retention_only) for task in batch.to_pylist()]
-            yield pa.RecordBatch.from_pylist(rows, schema=PLAN_SCHEMA)
-    return run
-
-
 # -- the whole plan ------------------------------------------------------------------------------
 def build_config(paths: Sequence[str], config: Config | None) -> Config:
     """The given configuration, or one from the log dirs' KRaft metadata and Kafka's defaults."""
@@ -261,21 +248,30 @@ def plan(spark, paths: Sequence[str], conf: Config | None = None, now: int | Non
     config = build_config(paths, conf)
     tasks = [t for path in paths for t in tasks_for(path, config)]
     if tasks:
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        table = pa.Table.from_pylist([_task_dict(t) for t in tasks], schema=TASK_SCHEMA)
-        slices = max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 4))
         spark.sparkContext.setJobGroup("kcompact-retention-plan" if retention_only else "kcompact-plan",
                                        f"{'retention' if retention_only else 'cleaning'} plan of {len(tasks)} partitions")
-        planned = (spark.createDataFrame(table).repartition(slices)
-                   .mapInArrow(_plan_batches(now, retention_only), from_arrow_schema(PLAN_SCHEMA)).toArrow())
+        planned = _planned(spark, tasks, now, retention_only)
     else:
         planned = PLAN_SCHEMA.empty_table()
     return spark.createDataFrame(ranked(planned, top, max_bytes))
 
 
-def _task_dict(task: Task) -> dict:
-    return {name: getattr(task, name) for name in Task.__slots__}
+def _planned(spark, tasks: list[Task], now: int, retention_only: bool) -> pa.Table:
+    """The plan rows of ``tasks``, one Spark task per core, each planning every n-th partition (so
+    a topic's partitions spread over the cores). A partition's plan takes milliseconds and a
+    Python task about 0.1 s of Spark's time, so more tasks would only cost. The partitions travel
+    with the tasks: spreading them by a shuffle cost a Spark job of its own (about 0.2 s)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    n = max(1, min(len(tasks), spark.sparkContext.defaultParallelism))
+
+    def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for rb in ids:
+            for share in rb.column(0).to_pylist():
+                yield pa.RecordBatch.from_pylist([plan_task(t, now, retention_only) for t in tasks[share::n]],
+                                                 schema=PLAN_SCHEMA)
+
+    return spark.range(0, n, 1, n).mapInArrow(run, from_arrow_schema(PLAN_SCHEMA)).toArrow()
 
 
 def ranked(planned: pa.Table, top: int | None, max_bytes: int | None) -> pa.Table:
