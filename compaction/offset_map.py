@@ -19,10 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
+
+from readers.c_routines import prefetch
 
 EMPTY = -1  # the value of a key not in the table
 HASH, START, LENGTH_TAG, HIGH, LOW = range(5)  # the columns of an entry's row
@@ -35,22 +34,7 @@ _LOW = np.int64(0xFFFFFFFF)
 _AHEAD_SLOT, _AHEAD_ROW, _AHEAD_KEY = 24, 12, 5
 
 
-@intrinsic
-def _prefetch(typingctx, array, i):
-    """LLVM's prefetch of ``array[i]``'s cache line (a read, kept in every cache level): a hint
-    that changes no result."""
-    def codegen(context, builder, signature, args):
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        byte_ptr = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32]),
-                                            "llvm.prefetch.p0")
-        builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), byte_ptr), i32(0), i32(3), i32(1)])
-        return context.get_dummy_value()
-    return types.void(array, i), codegen
-
-
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _hash(buf, pos, n, tag):
     """FNV-1a over the key's bytes, the tag mixed in first; as an int64 bit pattern."""
     h = _FNV_OFFSET ^ np.uint64(tag & 0xFFFFFFFF)
@@ -70,7 +54,7 @@ def key_hashes(keys, offsets, tags):
     return out
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _find(index, rows, arena, h, length_tag, buf, pos, n):
     """(slot of the key in ``index``, its entry or -1 when that slot is free for it). An index
     slot holds (high 32 bits of the hash) << 32 | (entry + 1); 0 is free."""
@@ -95,13 +79,13 @@ def _find(index, rows, arena, h, length_tag, buf, pos, n):
         slot = (slot + 1) & mask
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _fits(index, rows, arena, n_entries, arena_used, n):
     """Room for one more entry of ``n`` key bytes (rows, arena, and an index at most half full)."""
     return n_entries < rows.shape[0] and arena_used + n <= arena.shape[0] and 2 * (n_entries + 1) <= index.shape[0]
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _insert(index, rows, arena, slot, h, length_tag, high, low, buf, pos, n, entry, arena_used):
     """Entry number ``entry`` at index ``slot``: its row, and its key bytes at ``arena_used``."""
     index[slot] = ((h >> 32) << 32) | (entry + 1)
@@ -165,13 +149,13 @@ def record_hashes(bufs, which, key_pos, key_len, tag):
     return out
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def shard_of(h, shards):
     """The shard of a key hash: bits the index does not place by (it places by the low ones)."""
     return (h >> 40) & (shards - 1)
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _home_entry(index, h):
     """The entry in the home slot of hash ``h`` when its high hash bits match, else -1."""
     v = index[h & (index.shape[0] - 1)]
@@ -196,17 +180,17 @@ def _backward(index, rows, arena, used, bufs, which, key_pos, key_len, hashes, t
         # the gain was lost, and filtering the lookahead by key shard gained nothing (measured).
         j = i - _AHEAD_SLOT
         if j >= 0 and key_pos[j] >= 0:
-            _prefetch(index, hashes[j] & mask)
+            prefetch(index, hashes[j] & mask)
         j = i - _AHEAD_ROW
         if j >= 0 and key_pos[j] >= 0:
             e = _home_entry(index, hashes[j])
             if e >= 0:
-                _prefetch(rows, e * ROW)
+                prefetch(rows, e * ROW)
         j = i - _AHEAD_KEY
         if j >= 0 and key_pos[j] >= 0:
             e = _home_entry(index, hashes[j])
             if e >= 0:
-                _prefetch(arena, rows[e, START])
+                prefetch(arena, rows[e, START])
         p = key_pos[i]
         if p < 0 or not (feeds[i] or waits[i]):
             continue

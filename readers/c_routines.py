@@ -4,7 +4,8 @@ crc32c, python-lz4 and python-zstandard carry C routines that are fast per byte 
 Python call per use. ``bind`` registers a routine's address with LLVM under a name of ours, and
 ``routine`` makes an intrinsic that calls that name: the kernels that use it are still compiled
 once and loaded from numba's cache (a ctypes or cffi function inside a kernel would stop the
-cache), and the address is resolved when a process loads them.
+cache), and the address is resolved when a process loads them. ``prefetch`` is LLVM's own
+routine of that kind: a cache hint for the kernels whose reads the hardware cannot foresee.
 """
 
 from __future__ import annotations
@@ -43,3 +44,16 @@ def routine(symbol: str, returns: ir.Type, params: tuple[ir.Type, ...]):
             raise TypeError(f"{symbol} takes {len(params)} arguments, not {len(args)}")
         return (types.none if returns == VOID else types.int64)(args), codegen
     return intrinsic(call)
+
+
+@intrinsic
+def prefetch(typingctx, array, i):
+    """LLVM's prefetch of ``array[i]``'s cache line (a read, kept in every cache level): a hint
+    that changes no result, so ``i`` may lie past the array's end."""
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VOID, [POINTER, I32, I32, I32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), POINTER), I32(0), I32(3), I32(1)])
+        return context.get_dummy_value()
+    return types.void(array, i), codegen

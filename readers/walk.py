@@ -39,7 +39,7 @@ END, INCOMPLETE, SHORT, ZERO_FILLED, BAD_MAGIC, TOO_SHORT = range(6)
 _PREFIX = 17  # offset, length, (leader epoch | crc), magic: enough to know an entry's size
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _be(buf, pos, n):
     """The big-endian signed integer of ``n`` bytes at ``pos``."""
     value = np.int64(0)

@@ -44,7 +44,7 @@ EMPTY_ATTRIBUTES = ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL  # an
 _MAX_GROWTH = 18  # a record grows by at most 9 bytes in each rewritten varint (1 -> 10 bytes)
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _write_varint(out, pos, value):
     """Zigzag LEB128 of an int64 at ``pos``; returns the next position."""
     z = (value << 1) ^ (value >> 63)
@@ -56,7 +56,7 @@ def _write_varint(out, pos, value):
     return pos + 1
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _varint_size(value):
     z = (value << 1) ^ (value >> 63)
     size = 1
@@ -174,7 +174,7 @@ def splice_batches(plain, packed, in_packed, cols, rows, ends, keep, todo, base_
     return out, starts, bases, maxima, -1
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _put(out, pos, value, n):
     """``value`` as a big-endian integer of ``n`` bytes at ``out[pos]``."""
     for i in range(n):
