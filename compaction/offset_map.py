@@ -32,6 +32,7 @@ _LOW = np.int64(0xFFFFFFFF)
 # how many records ahead of the probe the backward pass asks for an entry's index slot, its row
 # and its key bytes (each step reads what the one before brought in; measured on 1 M keys)
 _AHEAD_SLOT, _AHEAD_ROW, _AHEAD_KEY = 24, 12, 5
+_AHEAD_HASH = 8  # how many records ahead of the one hashed ``record_hashes`` asks for a key
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
@@ -141,9 +142,15 @@ def _lookup(index, rows, arena, buf, key_pos, key_len, key_tag, out):
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def record_hashes(bufs, which, key_pos, key_len, tag):
-    """The hash of each record's (tag, key), key i lying in ``bufs[which[i]]`` (0 for no key)."""
+    """The hash of each record's (tag, key), key i lying in ``bufs[which[i]]`` (0 for no key).
+    Keys lie a record apart, beyond what the hardware foresees: the key ``_AHEAD_HASH`` records on
+    is asked for first (46 -> 25 ns a key, records of 400 bytes beyond the caches)."""
     out = np.zeros(key_pos.shape[0], np.int64)
-    for i in range(key_pos.shape[0]):
+    m = key_pos.shape[0]
+    for i in range(m):
+        a = i + _AHEAD_HASH
+        if a < m and key_pos[a] >= 0:
+            prefetch(bufs[which[a]], key_pos[a])
         if key_pos[i] >= 0:
             out[i] = _hash(bufs[which[i]], key_pos[i], key_len[i], tag)
     return out
