@@ -92,8 +92,11 @@ def _config_values(row: dict) -> dict[str, int]:
 # -- tasks: a Python task costs Spark about 0.1 s of fixed work (2 cores), so each takes a share
 # of the work rather than one partition, split or group: one task per core, each at most
 # TASK_BYTES (a failed task's share is read again); shares are balanced by bytes, largest first.
-# Two tasks per core instead cost multi's bench 0.1-0.3 s more at the same balance.
+# Two tasks per core instead cost multi's bench 0.1-0.3 s more at the same balance. The shared
+# path's tasks take SHARED_TASK_BYTES, two per core: a task's key table grows with what it reads
+# (up to map_pass.TABLE_BYTES), and a 1 GiB worker cap holds it only for shares that small.
 TASK_BYTES = 1 << 30
+SHARED_TASK_BYTES = 256 << 20
 WHOLE_BYTES = 256 << 20  # a partition of at most this is read by one task, which makes its map too
 # A larger partition is read whole too when its offset map fits a task's map memory: the Spark
 # setting MAP_MEMORY, by default a quarter of the Python worker's cap (spark.executor.pyspark.memory,
@@ -109,8 +112,8 @@ MIN_BUCKET_BYTES = 64 << 20  # the least map memory a hash bucket of the shared 
 THREADS = "spark.kcompact.threads"
 
 
-def _task_count(spark, total_bytes: int, items: int) -> int:
-    wanted = max(spark.sparkContext.defaultParallelism, -(-total_bytes // TASK_BYTES))
+def _task_count(spark, total_bytes: int, items: int, task_bytes: int = TASK_BYTES, per_core: int = 1) -> int:
+    wanted = max(per_core * spark.sparkContext.defaultParallelism, -(-total_bytes // task_bytes))
     return max(1, min(items, wanted))
 
 
@@ -701,13 +704,15 @@ def _shared(spark, pids: list[int], rows: list[dict], batches: Batches, jobs: di
         scan_partition(rows[pid]["path"], rows[pid]["topic"], rows[pid]["partition"]),
         OffsetRange(None, rows[pid]["latest_offset"] + 1), DEFAULT_MAX_SPLIT_BYTES)]
     sizes = [split.end - split.start for _, split in splits]
-    map_bins = _bins(sizes, _task_count(spark, sum(sizes), len(splits)))
+    shared = {"task_bytes": SHARED_TASK_BYTES, "per_core": 2}
+    map_bins = _bins(sizes, _task_count(spark, sum(sizes), len(splits), **shared))
     # a bucket's task holds its keys' map while it grows (twice the rows) and the blobs it came from
-    buckets = max(_task_count(spark, sum(sizes), 1 << 30), -(-2 * map_bytes // max(budget, MIN_BUCKET_BYTES)))
+    buckets = max(_task_count(spark, sum(sizes), 1 << 30, **shared),
+                  -(-2 * map_bytes // max(budget, MIN_BUCKET_BYTES)))
     bucket_slots = np.array(_slots(buckets), np.int32)
     gids = [gid for pid in pids for gid in groups_of[pid]]
     group_bytes = [int(jobs[gid][1].size.sum()) for gid in gids]
-    rewrite_bins = _bins(group_bytes, _task_count(spark, sum(group_bytes), len(gids)))
+    rewrite_bins = _bins(group_bytes, _task_count(spark, sum(group_bytes), len(gids), **shared))
     rewrite_slots = np.array(_slots(len(rewrite_bins)), np.int32)
     bin_of_slot = {slot: b for b, slot in enumerate(rewrite_slots.tolist())}
     slot_of_gid = np.full(len(pid_of_gid), -1, np.int32)
