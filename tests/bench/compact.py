@@ -29,10 +29,12 @@ run it has nothing to do with. Then ``kcompact compact work --now NOW --topic-co
 the same topic shape (``TINY`` records), in turn, so that both see the same machine:
   - whole process (wall), and the marginal rate: corpus bytes / (whole - whole of the tiny dir);
     a bare PySpark job (``tests.bench.bare``) is timed beside them: the fixed cost's yardstick;
+    and how long a new process takes to write fresh memory (``first_touch_ms``): the machine's
+    state, which moves the per-byte figures far more than the load average says;
   - for a corpus of many partitions, the tiny dir again with as many partitions: what the run
     costs per partition with no data, and the marginal rate over that one, per byte alone;
-  - CPU seconds per role (driver Python, JVM, Python workers) and peak RSS per role, polled from
-    ``/proc`` every ``SAMPLE_S``; the JVM's heap peak is its RSS;
+  - CPU seconds per role (driver Python, JVM, Python workers), of all of them in the kernel, and
+    peak RSS per role, polled from ``/proc`` every ``SAMPLE_S``; the JVM's heap peak is its RSS;
   - per-CPU busy fraction during each stage (``/proc/stat``, stage starts taken from the job's
     progress lines as they arrive): one partition must keep both cores busy;
   - seconds per stage from the report;
@@ -181,12 +183,14 @@ def _children(pid: int) -> list[int]:
     return [int(c) for task in tasks for c in _read(f"/proc/{pid}/task/{task}/children").split()]
 
 
-def _cpu_seconds(pid: int) -> float:
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, kernel) CPU seconds of ``pid``."""
     text = _read(f"/proc/{pid}/stat")
     if ")" not in text:
-        return 0.0
+        return 0.0, 0.0
     fields = text.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def _cpu_busy() -> list[tuple[float, float]]:
@@ -203,13 +207,16 @@ def _cpu_busy() -> list[tuple[float, float]]:
 @dataclass
 class Peaks:
     """Peak RSS per role (driver: the child; jvm; workers: their sum and the largest), the CPU
-    seconds of every process of the tree as last seen, and per-CPU busy samples over time."""
+    seconds of every process of the tree as last seen (and of them, those in the kernel: on a
+    virtual machine, page faults cost what the host makes them cost, the first cause of a slow
+    run here), and per-CPU busy samples over time."""
 
     driver: int = 0
     jvm: int = 0
     workers: int = 0
     worker_max: int = 0
     cpu: dict[int, float] = field(default_factory=dict)
+    kernel: dict[int, float] = field(default_factory=dict)
     roles: dict[int, str] = field(default_factory=dict)
     cores: list[tuple[float, list[tuple[float, float]]]] = field(default_factory=list)  # (time, per CPU)
 
@@ -234,7 +241,9 @@ class Peaks:
                 workers.append(_rss(pid))
                 self.roles[pid] = "workers"
         for pid in seen:
-            self.cpu[pid] = max(self.cpu.get(pid, 0.0), _cpu_seconds(pid))
+            user, kernel = _cpu_seconds(pid)
+            if user + kernel >= self.cpu.get(pid, 0.0):
+                self.cpu[pid], self.kernel[pid] = user + kernel, kernel
         self.jvm = max(self.jvm, jvm)
         self.workers = max(self.workers, sum(workers))
         self.worker_max = max([self.worker_max, *workers])
@@ -325,6 +334,24 @@ def _row(label: str, values: list[float], fmt: str) -> str:
     return f"{label:<46}" + "".join(f"{v:>12{fmt}}" for v in values)
 
 
+_FIRST_TOUCH = """
+import time, numpy as np
+block = np.empty(256 << 20, np.uint8)
+started = time.perf_counter()
+block.fill(1)
+print((time.perf_counter() - started) * 1000 / 256)
+"""
+
+
+def first_touch_ms() -> float:
+    """Milliseconds per MB for a new process to write memory it never touched: the page faults
+    and zeroing of fresh pages, which on a virtual machine cost what the host makes them cost
+    (0.8-3 ms/MB measured here, against 0.1 to write the same memory again). A slow run pays it
+    in every fresh buffer and page-cache page of the job: its kernel CPU shows it."""
+    done = subprocess.run([sys.executable, "-c", _FIRST_TOUCH], check=True, capture_output=True, text=True)
+    return float(done.stdout)
+
+
 def bare_s() -> float:
     """Whole-process seconds of a bare PySpark job (``tests.bench.bare``)."""
     started = time.perf_counter()
@@ -333,8 +360,8 @@ def bare_s() -> float:
     return time.perf_counter() - started
 
 
-def table(corpus: Corpus, runs: list[Run], tiny: list[Run], shaped: list[Run], bare: list[float], corpus_bytes: int,
-          records: int) -> str:
+def table(corpus: Corpus, runs: list[Run], tiny: list[Run], shaped: list[Run], bare: list[float],
+          touch: list[float], corpus_bytes: int, records: int) -> str:
     """Medians first, then each run (a corpus run, and the tiny, same-shaped tiny and bare runs
     made next to it)."""
     t = runs[0].totals
@@ -345,6 +372,7 @@ def table(corpus: Corpus, runs: list[Run], tiny: list[Run], shaped: list[Run], b
         ("whole process (s)", [r.wall_s for r in runs], ".1f"),
         ("whole process, tiny log dir: fixed cost (s)", [s.wall_s for s in tiny], ".1f"),
         ("whole process, bare PySpark job (s)", bare, ".1f"),
+        ("first touch of fresh memory (ms/MB)", touch, ".2f"),
         ("marginal: corpus MB/s", [corpus_bytes / MB / m for m in marginal], ".0f"),
         ("marginal: records/s", [records / m for m in marginal], ",.0f"),
         *([(f"whole process, tiny log dir of {partitions} partitions (s)", [s.wall_s for s in shaped], ".1f"),
@@ -358,6 +386,7 @@ def table(corpus: Corpus, runs: list[Run], tiny: list[Run], shaped: list[Run], b
         ("session ready -> last commit (s)", [r.ready_to_commit_s for r in runs], ".1f"),
         *[(f"  stage {name} (s)", [r.stages.get(name, 0.0) for r in runs], ".2f") for name in runs[0].stages],
         ("CPU of all processes (s)", [sum(r.peaks.cpu.values()) for r in runs], ".1f"),
+        ("  of which in the kernel (s)", [sum(r.peaks.kernel.values()) for r in runs], ".1f"),
         *[(f"  {role} CPU (s)", [r.peaks.cpu_of(role) for r in runs], ".1f") for role in ("driver", "jvm", "workers")],
         ("peak RSS driver python (MB)", [r.peaks.driver / MB for r in runs], ".0f"),
         ("peak RSS JVM (MB)", [r.peaks.jvm / MB for r in runs], ".0f"),
@@ -403,9 +432,10 @@ def bench(base: Path, corpus: Corpus, runs: int, memory_cap: str | None, record:
     _generated(base / "tiny", corpus.tiny)
     if corpus.tiny_shaped:
         _generated(base / "tiny-shaped", corpus.tiny_shaped)
-    measured, tiny, shaped, bare = [], [], [], []
+    measured, tiny, shaped, bare, touch = [], [], [], [], []
     for i in range(runs):
         bare.append(bare_s())
+        touch.append(first_touch_ms())
         tiny.append(run_once(base / "tiny", base / "work-tiny", corpus, memory_cap, digest=False))
         if corpus.tiny_shaped:
             shaped.append(run_once(base / "tiny-shaped", base / "work-tiny", corpus, memory_cap, digest=False))
@@ -414,7 +444,7 @@ def bench(base: Path, corpus: Corpus, runs: int, memory_cap: str | None, record:
               + (f", tiny of the corpus's partitions {shaped[-1].wall_s:.1f} s" if shaped else ""), flush=True)
     shutil.rmtree(base / "work", ignore_errors=True)
     cap = f" (driver and Python workers capped at {memory_cap})" if memory_cap else ""
-    return "\n".join([table(corpus, measured, tiny, shaped, bare, log_bytes(manifest), manifest["records"]) + cap,
+    return "\n".join([table(corpus, measured, tiny, shaped, bare, touch, log_bytes(manifest), manifest["records"]) + cap,
                       _identity(base, measured, record), ""])
 
 
