@@ -346,7 +346,7 @@ print((time.perf_counter() - started) * 1000 / 256)
 def first_touch_ms() -> float:
     """Milliseconds per MB for a new process to write memory it never touched: the page faults
     and zeroing of fresh pages, which on a virtual machine cost what the host makes them cost
-    (0.8-3 ms/MB measured here, against 0.1 to write the same memory again). A slow run pays it
+    (0.5-3.6 ms/MB measured here, against 0.1 to write the same memory again). A slow run pays it
     in every fresh buffer and page-cache page of the job: its kernel CPU shows it."""
     done = subprocess.run([sys.executable, "-c", _FIRST_TOUCH], check=True, capture_output=True, text=True)
     return float(done.stdout)
