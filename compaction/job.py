@@ -110,6 +110,9 @@ MIN_BUCKET_BYTES = 64 << 20  # the least map memory a hash bucket of the shared 
 # Threads a task of batch plans or of whole partitions uses (rounded down to a power of two: the
 # map's key shards); by default the cores its job leaves idle (one large partition: all of them).
 THREADS = "spark.kcompact.threads"
+# Whether the rewrite writes its .log files past the page cache (``storage.DirectFile``), "true" by
+# default; "false" writes them through it, as Kafka's cleaner does, leaving them in the cache.
+DIRECT_WRITES = "spark.kcompact.write.direct"
 
 
 def _task_count(spark, total_bytes: int, items: int, task_bytes: int = TASK_BYTES, per_core: int = 1) -> int:
@@ -353,6 +356,7 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
     """Clean every selected partition of ``plan`` (a table with the planner's schema).
     ``ready``: ``time.monotonic()`` when the session was ready, so the report's stages start with planning.
     ``leases``: the keeper of this job's leases (default: a new one with the default lease)."""
+    check_settings(spark)
     started = time.monotonic()
     watch = Stopwatch(started if ready is None else ready)
     if ready is not None:
@@ -500,7 +504,8 @@ def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: 
 
     rows = ok.drop_columns(["batches"]).to_pylist()
     batches = Batches.of(ok)
-    jobs = _group_jobs(rows, batches, now, keeper.owner)
+    direct = spark.conf.get(DIRECT_WRITES, "true").strip().lower() == "true"
+    jobs = _group_jobs(rows, batches, now, keeper.owner, direct)
     stage = "2-3 offset map, keep flags" if dry_run else "2-4 offset map, keep flags, rewrite"
     progress(f"stages {stage} ({len(jobs)} segment group{'s' * (len(jobs) != 1)})")
     sc.setJobGroup("kcompact-clean", f"offset map, keep flags, .cleaned segments for {len(jobs)} groups")
@@ -597,7 +602,8 @@ def _fate_counts(written: list[dict]) -> dict[tuple[str, str], int]:
     return counts
 
 
-def _group_jobs(rows: list[dict], batches: Batches, now: int, owner: str) -> dict[int, tuple[GroupJob, GroupPlans]]:
+def _group_jobs(rows: list[dict], batches: Batches, now: int, owner: str,
+                direct: bool) -> dict[int, tuple[GroupJob, GroupPlans]]:
     jobs, gid = {}, 0
     for row in rows:
         config = json.loads(row["config"])
@@ -608,7 +614,7 @@ def _group_jobs(rows: list[dict], batches: Batches, now: int, owner: str) -> dic
                 index_interval_bytes=config["index.interval.bytes"], max_index_bytes=config["segment.index.bytes"],
                 buffers=BufferSizes.of(config),
                 delete_retention_ms=config["delete.retention.ms"], now=now, latest_offset=row["latest_offset"],
-                first_dirty=row["first_dirty"], owner=owner)
+                first_dirty=row["first_dirty"], owner=owner, direct=direct)
             jobs[gid] = (job, batches.group_plans(gid))
             gid += 1
     return jobs
@@ -652,6 +658,29 @@ def _clean_groups(spark, rows: list[dict], batches: Batches, jobs: dict[int, tup
         return []
     union = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
     return union.toArrow().to_pylist()
+
+
+def check_settings(spark) -> None:
+    """The session's values of this job's settings, checked as ``check_setting`` checks one (the
+    command line checks its own ``--spark-conf``; spark-submit's ``--conf`` and a notebook's come
+    unchecked)."""
+    for key in (MAP_MEMORY, THREADS, DIRECT_WRITES):
+        value = spark.conf.get(key, None)
+        if value is not None:
+            check_setting(key, value)
+
+
+def check_setting(key: str, value: str) -> None:
+    """A ValueError naming the setting unless ``value`` suits ``key`` (any key but this job's passes)."""
+    if key == MAP_MEMORY:
+        try:
+            spark_size(value)
+        except ValueError as exc:
+            raise ValueError(f"{key}: {exc}") from None
+    if key == THREADS and not (value.isdigit() and int(value) >= 1):
+        raise ValueError(f"{key}={value!r}: the threads of a task are a whole number of at least 1")
+    if key == DIRECT_WRITES and value.strip().lower() not in ("true", "false"):
+        raise ValueError(f"{key}={value!r}: true or false")
 
 
 def _map_memory(spark) -> int:

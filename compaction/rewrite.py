@@ -90,6 +90,7 @@ class GroupJob:
     latest_offset: int  # the offset map's latest offset: records past it are kept
     first_dirty: int  # records feed the map from this offset on
     owner: str | None = None  # the job's lease owner: names the staged files on an object store
+    direct: bool = True  # the .log written past the page cache (``storage.DirectFile``) where it can be
 
 
 @dataclass(frozen=True, slots=True)
@@ -629,7 +630,7 @@ def _unwritten(job: GroupJob) -> dict:
 
 def _write(job: GroupJob, outputs: Iterable) -> WrittenGroup:
     return write_group(job.path, job.base_offset, outputs, list(job.aborted), job.mtime_ms, job.index_interval_bytes,
-                       job.buffers, job.max_index_bytes, job.owner)
+                       job.buffers, job.max_index_bytes, job.owner, job.direct)
 
 
 def _succeeded(base: dict, written: WrittenGroup, started: float, rewriter: _Rewriter) -> dict:

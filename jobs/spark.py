@@ -56,16 +56,12 @@ class Sizing:
 
 def parse_conf(item: str) -> tuple[str, str]:
     """``KEY=VALUE`` of a Spark setting (``--spark-conf``, ``KCOMPACT_SPARK_CONF``)."""
-    from compaction.job import MAP_MEMORY, THREADS
-    from conf.units import spark_size
+    from compaction.job import check_setting
 
     key, eq, value = item.partition("=")
     if not eq or not key.startswith("spark."):
         raise ValueError(f"{item!r} is not a Spark setting KEY=VALUE (keys start with 'spark.')")
-    if key == MAP_MEMORY:
-        spark_size(value)
-    if key == THREADS and not (value.isdigit() and int(value) >= 1):
-        raise ValueError(f"{item!r}: the threads of a task are a whole number of at least 1")
+    check_setting(key, value)
     return key, value
 
 
@@ -110,6 +106,9 @@ def session(app_name: str, sizing: Sizing | None = None):
         _LOG.append(log_path())
     spark.sparkContext.setLogLevel(os.environ.get("KCOMPACT_SPARK_LOG_LEVEL", "WARN"))
     _note_interrupts()
+    from compaction.job import check_settings
+
+    check_settings(spark)  # before any command writes: spark-submit's --conf comes unchecked
     return spark
 
 

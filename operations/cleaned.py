@@ -88,18 +88,18 @@ def output_path(partition_dir: str, base_offset: int, kind: str, owner: str | No
 
 def write_group(partition_dir: str, base_offset: int, outputs: Iterable[ChunkOut], aborted: list[AbortedTxn],
                 mtime_ms: int, index_interval_bytes: int, buffers: BufferSizes, max_index_bytes: int | None = None,
-                owner: str | None = None) -> WrittenGroup:
+                owner: str | None = None, direct: bool = True) -> WrittenGroup:
     """Write the group's kept batches, in order, as ``.cleaned`` (or staged) files; returns what was
     written. Kept batches are appended a read chunk at a time, as Kafka's cleaner appends them
     (``writers.chunks``), so the indexes get Kafka's entries. The .log is streamed (a group may be
     as large as segment.bytes); indexes are small, at most ``max_index_bytes`` (segment.index.bytes:
     a cleaned segment whose index would outgrow it fails, as Kafka's cleaner fails on a full
     index). The index files are written (and fsynced) while the .log is fsynced: each fsync waits
-    for the disk."""
+    for the disk. ``direct``: the .log goes past the page cache where it can (``storage.DirectFile``)."""
     log_path = output_path(partition_dir, base_offset, "log", owner)
     batches = records = 0
     with ThreadPoolExecutor(max_workers=3) as pool:
-        with storage.create_durable(log_path) as log:
+        with storage.create_durable(log_path, direct) as log:
             out = _Pieces(log)
             writer = SegmentWriter(out, base_offset, index_interval_bytes, max_index_bytes)
             chunks, parts = ReadChunks(buffers), []  # parts: the open chunk's bytes from earlier ChunkOuts

@@ -8,8 +8,10 @@ offset, leader epoch, LogAppendTime) and recompute the CRC with crc32c.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import io
+import mmap
 import os
 import struct
 from collections.abc import Callable
@@ -434,7 +436,8 @@ def use_job_path(request, spark) -> None:
     """Send the job down one of its paths (``request.param``, one of ``JOB_PATHS``) for a module's
     runs, and back to its defaults after: "whole" (a partition's map made in the task that reads it),
     "threads" (the same by four threads: four key shards), "shared" (every partition treated as larger
-    than a task and its map as larger than a task's memory: the map made by many tasks and a shuffle)."""
+    than a task and its map as larger than a task's memory: the map made by many tasks and a shuffle),
+    "page cache" (the .log files written through the page cache, ``spark.kcompact.write.direct=false``)."""
     from compaction import job
 
     if request.param == "shared":
@@ -444,4 +447,26 @@ def use_job_path(request, spark) -> None:
     if request.param == "threads":
         spark.conf.set(job.THREADS, "4")
         request.addfinalizer(lambda: spark.conf.unset(job.THREADS))
+    if request.param == "page cache":
+        spark.conf.set(job.DIRECT_WRITES, "false")
+        request.addfinalizer(lambda: spark.conf.unset(job.DIRECT_WRITES))
 
+
+def pages_in_cache(path: str) -> tuple[int, int]:
+    """(pages of the file in the page cache, pages of the file), from mincore(2) on a mapping of it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                              ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = os.path.getsize(path)
+    pages = -(-size // mmap.PAGESIZE)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        vec = ctypes.create_string_buffer(pages)
+        assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+        libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    return sum(b & 1 for b in vec.raw), pages

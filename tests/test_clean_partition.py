@@ -58,7 +58,7 @@ def _groups(part: Path, segment_bytes: int) -> tuple[list, int]:
     assert planned["error"] is None
     ok = pa.Table.from_pylist([planned], schema=job.PARTITION_PLAN)
     batches = job.Batches.of(ok)
-    jobs = job._group_jobs(ok.drop_columns(["batches"]).to_pylist(), batches, NOW, "owner")
+    jobs = job._group_jobs(ok.drop_columns(["batches"]).to_pylist(), batches, NOW, "owner", direct=True)
     return [jobs[gid] for gid in sorted(jobs)], batches.map_keys(0)
 
 

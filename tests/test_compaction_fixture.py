@@ -24,6 +24,7 @@ from tests.support import (
     assert_same_lines,
     batch_lines,
     log_segments,
+    pages_in_cache,
     record_lines,
     use_job_path,
 )
@@ -43,16 +44,18 @@ def _writable_copy(dest: Path) -> Path:
     return dest
 
 
-@pytest.fixture(scope="module", params=JOB_PATHS)
+@pytest.fixture(scope="module", params=[*JOB_PATHS, "page cache"])
 def rounds(request, spark, tmp_path_factory) -> dict:
-    """Both rounds, by each path of the job (``tests.support.use_job_path``)."""
+    """Both rounds, by each path of the job (``tests.support.use_job_path``), and once with the
+    .log files written through the page cache rather than past it."""
     use_job_path(request, spark)
     work = _writable_copy(tmp_path_factory.mktemp("fixture") / "logs")
     mtimes = {p.name: p.stat().st_mtime_ns // 1_000_000 for p in (work / "accounts-0").glob("*.log")}
-    out = {"work": work, "input_mtimes": mtimes}
+    out = {"work": work, "input_mtimes": mtimes, "path": request.param}
     for n, args in ROUNDS.items():
         report = work.parent / f"report{n}.json"
         code = main(["compact", str(work), *args, "--topic-config", CLICKS, "--report", str(report)])
+        cached = {p.name: pages_in_cache(str(p)) for p in (work / "accounts-0").glob("*.log")}  # before any read
         segments = log_segments(work)
         out[n] = {
             "code": code,
@@ -62,6 +65,7 @@ def rounds(request, spark, tmp_path_factory) -> dict:
             "report": json.loads(report.read_text()),
             "verify": verify_log_dir(str(work)),
             "mtimes": {p.name: p.stat().st_mtime_ns // 1_000_000 for p in (work / "accounts-0").glob("*.log")},
+            "cached": cached,
         }
     return out
 
@@ -103,3 +107,13 @@ def test_cleaned_segments_keep_the_last_input_modification_time(rounds):
     before, after = rounds["input_mtimes"], rounds[1]["mtimes"]
     for name in ("00000000000000000000.log", "00000000000000001735.log"):
         assert after[name] == before[name]
+
+
+def test_cleaned_segments_are_written_past_the_page_cache_unless_asked_not_to(rounds):
+    """Round 1's two rewritten groups: by default their whole blocks went to the disk alone (the
+    last partial block goes through the page cache); ``spark.kcompact.write.direct=false`` leaves
+    them all in the cache, as Kafka's cleaner does."""
+    for name in ("00000000000000000000.log", "00000000000000001735.log"):
+        cached, pages = rounds[1]["cached"][name]
+        assert pages >= 2  # 2 and 10 pages
+        assert cached == pages if rounds["path"] == "page cache" else cached <= 1, (name, cached, pages)

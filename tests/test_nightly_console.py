@@ -216,12 +216,12 @@ import storage
 _create = storage.create_durable
 
 
-def slow(path):
+def slow(path, *args, **kwargs):
     """The first .cleaned file a worker writes: say so, then take a long time (a large segment)."""
     if os.environ.get("KCOMPACT_TEST_SLOW"):
         open(os.environ["KCOMPACT_TEST_SLOW"], "a").close()
         time.sleep(120)
-    return _create(path)
+    return _create(path, *args, **kwargs)
 
 
 storage.create_durable = slow

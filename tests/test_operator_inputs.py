@@ -229,6 +229,33 @@ def test_numbers_out_of_range_are_usage_errors(tmp_path, args, capsys):
     assert f"argument {args[1]}: " in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("setting, says", [
+    ("spark.kcompact.write.direct=yes", "spark.kcompact.write.direct='yes': true or false"),
+    ("spark.kcompact.threads=two", "spark.kcompact.threads='two': the threads of a task are a whole number"),
+    ("spark.kcompact.map.memory=lots", "spark.kcompact.map.memory: 'lots' is not a size"),
+])
+def test_bad_job_settings_are_usage_errors(tmp_path, setting, says, capsys):
+    dirty(tmp_path / "orders-0")
+    with pytest.raises(SystemExit) as exit_:
+        main(["compact", str(tmp_path), "--now", str(NOW), *COMPACT, "--spark-conf", setting])
+    assert exit_.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_bad_job_settings_from_the_session_are_refused_before_anything_is_written(spark, tmp_path, capsys):
+    """spark-submit's --conf reaches the job without the command line's check: the job checks
+    them itself, before it takes a lease."""
+    dirty(tmp_path / "orders-0")
+    before = files(tmp_path)
+    spark.conf.set("spark.kcompact.write.direct", "sometimes")
+    try:
+        assert main(["compact", str(tmp_path), "--now", str(NOW), *COMPACT]) == 2
+    finally:
+        spark.conf.unset("spark.kcompact.write.direct")
+    assert "spark.kcompact.write.direct='sometimes': true or false" in one_line(capsys.readouterr().err)
+    assert files(tmp_path) == before
+
+
 def test_config_file_errors_name_file_and_line(tmp_path, capsys):
     dirty(tmp_path / "logs" / "orders-0")
     config = tmp_path / "c.properties"

@@ -3,7 +3,12 @@ readers give the same answers over both."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import mmap
+import os
 import posixpath
+import random
 import uuid
 
 import pytest
@@ -12,7 +17,7 @@ import storage
 from readers.logdir import scan_log_dir
 from readers.segment import iter_batches
 from tests.support import FIXTURE_INPUT
-from tests.support import TREE, make_log_dir
+from tests.support import TREE, make_log_dir, pages_in_cache
 
 BUCKET = "kcompact-test"
 
@@ -166,3 +171,90 @@ def test_tree_sizes_survive_the_seam(tmp_path):
     part, _ = storage.list_dir(str(tmp_path / "orders-7"))
     sizes = {posixpath.basename(f.path): f.size for f in part}
     assert sizes == {rel_path.split("/", 1)[1]: size for rel_path, size in TREE.items() if rel_path.startswith("orders-7/")}
+
+
+# -- files written past the page cache ------------------------------------------------------------
+def _write_in_pieces(path: str, data: bytes, seed: int, direct: bool = True) -> type:
+    """``data`` through ``create_durable`` in pieces of random sizes; the type of file it gave."""
+    rng = random.Random(seed)
+    with storage.create_durable(path, direct) as f:
+        kind, at = type(f), 0
+        while at < len(data):
+            n = rng.choice([1, 17, 4096, 5000, 1 << 20, storage.DIRECT_BUFFER + 3])
+            assert f.write(data[at:at + n]) == len(data[at:at + n])
+            at += n
+    return kind
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, storage.DIRECT_BUFFER - 1, storage.DIRECT_BUFFER,
+                                  2 * storage.DIRECT_BUFFER + 4096 + 5])
+def test_direct_file_holds_every_byte(tmp_path, size):
+    data = random.Random(size).randbytes(size)
+    path = str(tmp_path / "00000000000000000000.log.cleaned")
+    assert _write_in_pieces(path, data, seed=size) is storage.DirectFile  # this machine's file system takes O_DIRECT
+    assert open(path, "rb").read() == data
+
+
+def test_direct_file_leaves_the_page_cache_alone(tmp_path):
+    """Every whole block goes past the cache; the last partial one (and a plain write) through it."""
+    data = random.Random(0).randbytes(3 * storage.DIRECT_BUFFER + 100)
+    direct, plain = str(tmp_path / "direct"), str(tmp_path / "plain")
+    _write_in_pieces(direct, data, seed=1)
+    assert _write_in_pieces(plain, data, seed=1, direct=False) is not storage.DirectFile
+    cached, pages = pages_in_cache(direct)
+    assert pages == 3 * storage.DIRECT_BUFFER // mmap.PAGESIZE + 1 and cached <= 1
+    assert pages_in_cache(plain) == (pages, pages)
+    assert open(direct, "rb").read() == open(plain, "rb").read() == data
+
+
+def test_direct_file_where_the_file_system_refuses_o_direct(tmp_path, monkeypatch):
+    """open(2) says EINVAL (tmpfs before Linux 6.6, some FUSE file systems): an ordinary file."""
+    real_open = os.open
+
+    def no_direct(path, flags, *args):
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", no_direct)
+    data = random.Random(1).randbytes(storage.DIRECT_BUFFER + 7)
+    path = str(tmp_path / "a.log")
+    assert _write_in_pieces(path, data, seed=2) is not storage.DirectFile
+    assert open(path, "rb").read() == data
+
+
+def test_direct_file_goes_on_through_the_cache_when_a_write_is_refused(tmp_path, monkeypatch):
+    """A file system that opens with O_DIRECT but refuses an aligned write: the rest is written
+    through the page cache, every byte in place."""
+    real_write, refused = os.write, []
+
+    def refuse_direct(fd, data):
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT and len(refused) < 1:
+            refused.append(len(data))
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", refuse_direct)
+    data = random.Random(2).randbytes(3 * storage.DIRECT_BUFFER + 9)
+    path = str(tmp_path / "a.log")
+    assert _write_in_pieces(path, data, seed=3) is storage.DirectFile
+    assert refused == [storage.DIRECT_BUFFER]
+    assert open(path, "rb").read() == data
+
+
+def test_direct_file_raises_other_errors_and_gives_its_buffer_back(tmp_path, monkeypatch):
+    def disk_full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    path = str(tmp_path / "a.log")
+    with storage.create_durable(path, direct=True) as f:  # at least one buffer in the pool
+        f.write(b"y")
+    pooled, fds = storage._DIRECT_BUFFERS.qsize(), len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, "write", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        _write_in_pieces(path, bytes(storage.DIRECT_BUFFER), seed=4)
+    monkeypatch.undo()
+    assert storage._DIRECT_BUFFERS.qsize() == pooled and len(os.listdir("/proc/self/fd")) == fds
+    with storage.create_durable(path, direct=True) as f:  # a buffer from the pool, still usable
+        f.write(b"x" * 5000)
+    assert open(path, "rb").read() == b"x" * 5000

@@ -199,17 +199,17 @@ class _Injector:
         injector = self
 
         @contextlib.contextmanager
-        def create_durable(path):
+        def create_durable(path, *args, **kwargs):
             point = injector.point
             if point is not None and point.after_bytes is not None and point.matches("create_durable", (path,)):
-                with original(path) as f:
+                with original(path, *args, **kwargs) as f:
                     yield _Counting(f, point)
                 _log("create_durable", (path,))
                 return
             hit = injector._hit("create_durable", (path,))
             if hit and point.when == "before":
                 kill_job()
-            with original(path) as f:
+            with original(path, *args, **kwargs) as f:
                 yield f
             _log("create_durable", (path,))
             if hit and point.when == "after":
