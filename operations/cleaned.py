@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import BinaryIO
 
 import numpy as np
 
@@ -54,27 +53,6 @@ class WrittenGroup:
     files: tuple[str, ...]  # the .cleaned (or staged) files, full paths
 
 
-class _Pieces:
-    """Appended batches written in pieces of at least ``size`` bytes: a write call per batch
-    costs more than copying the batch once more."""
-
-    def __init__(self, out: BinaryIO, size: int = 1 << 20):
-        self.out, self.size = out, size
-        self.parts: list[bytes] = []
-        self.pending = 0
-
-    def write(self, data: bytes) -> None:
-        self.parts.append(data)
-        self.pending += len(data)
-        if self.pending >= self.size:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.parts:
-            self.out.write(b"".join(self.parts))
-            self.parts, self.pending = [], 0
-
-
 def output_path(partition_dir: str, base_offset: int, kind: str, owner: str | None) -> str:
     """Where a task writes a new segment file: ``.cleaned`` beside the old one for Kafka's swap
     protocol; on an object store a staged name of the job's lease ``owner`` (``operations.s3commit``)."""
@@ -100,8 +78,7 @@ def write_group(partition_dir: str, base_offset: int, outputs: Iterable[ChunkOut
     batches = records = 0
     with ThreadPoolExecutor(max_workers=3) as pool:
         with storage.create_durable(log_path, direct) as log:
-            out = _Pieces(log)
-            writer = SegmentWriter(out, base_offset, index_interval_bytes, max_index_bytes)
+            writer = SegmentWriter(log, base_offset, index_interval_bytes, max_index_bytes)
             chunks, parts = ReadChunks(buffers), []  # parts: the open chunk's bytes from earlier ChunkOuts
             for c in outputs:
                 rows, size = chunks.appends(c.segment, c.in_size, c.at, c.size, c.max_offset, c.max_timestamp,
@@ -119,7 +96,6 @@ def write_group(partition_dir: str, base_offset: int, outputs: Iterable[ChunkOut
             last = chunks.close()
             if last is not None:
                 writer.append(b"".join(parts), *last)
-            out.flush()
             for txn in aborted:
                 writer.add_aborted_txn(txn)
             files = writer.close()

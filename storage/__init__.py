@@ -229,7 +229,7 @@ def create_durable(path: str, direct: bool = False) -> Iterator[BinaryIO]:
                 os.fsync(fd)
             return
     if is_local(fs):
-        with open(fs_path, "wb") as f:
+        with open(fs_path, "wb", buffering=DIRECT_BUFFER) as f:  # as DirectFile: few large writes
             yield f
             f.flush()
             os.fsync(f.fileno())
