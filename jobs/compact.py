@@ -6,4 +6,4 @@ import sys
 from jobs.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main(["compact", *sys.argv[1:]]))
+    sys.exit(main(["compact", *sys.argv[1:]], own_process=True))

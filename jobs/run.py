@@ -142,4 +142,4 @@ def retain(spark, paths: Sequence[str], conf=None, now: int | None = None, dry_r
 if __name__ == "__main__":
     from jobs.cli import main
 
-    sys.exit(main(["run", *sys.argv[1:]]))
+    sys.exit(main(["run", *sys.argv[1:]], own_process=True))

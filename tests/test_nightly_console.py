@@ -257,3 +257,68 @@ def test_ctrl_c_says_interrupted_and_leaves_the_data_as_it_was(tmp_path):
     assert {k: v for k, v in files(log_dir).items() if ".cleaned" not in k} == before
     assert main(["recover", str(log_dir)]) == 0
     assert files(log_dir) == before
+
+
+# -- the end of a command: Spark stopped once it is needed no more ------------------------------------
+def test_a_command_run_in_process_leaves_the_session_running(spark, tmp_path):
+    """A test or a notebook calls ``main`` and goes on: its session must survive the command."""
+    dirty(tmp_path / "logs" / "orders-0")
+    report = tmp_path / "r.json"
+    assert main(["compact", str(tmp_path / "logs"), "--now", str(NOW), "--report", str(report), *COMPACT]) == 0
+    assert report.exists() and spark.range(3).count() == 3
+
+
+LET_GO = '''
+import json, os, signal, time
+import pyarrow as pa
+from pyspark import SparkContext
+from pyspark.sql.pandas.types import from_arrow_schema
+from jobs import spark as js
+
+
+def children(pid):
+    tasks = os.listdir(f"/proc/{pid}/task")
+    return [int(c) for t in tasks for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+
+
+session = js.session("let-go test")
+session.range(0, 2, 1, 2).mapInArrow(lambda batches: batches, from_arrow_schema(pa.schema([("id", pa.int64())]))).collect()
+jvm = SparkContext._gateway.proc
+workers = children(jvm.pid)  # PySpark's daemon, which forked the workers
+js.let_go()
+js.let_go()  # once is enough
+deadline = time.monotonic() + 30
+while children(jvm.pid) and time.monotonic() < deadline:
+    time.sleep(0.1)
+try:
+    signal.raise_signal(signal.SIGINT)  # Ctrl-C now: no Spark job to cancel, nothing to say
+    interrupted = False
+except KeyboardInterrupt:
+    interrupted = True
+print(json.dumps({"jvm": jvm.pid, "jvm_alive": jvm.poll() is None, "workers_before": workers,
+                  "workers_after": children(jvm.pid), "interrupted": interrupted}))
+'''
+
+
+def test_let_go_stops_spark_and_the_jvm_ends_with_the_process(tmp_path):
+    """``jobs.spark.let_go`` (what a command does once Spark is needed no more) stops Spark in the
+    JVM at once, its Python workers included; the JVM itself lives until the process ends (its
+    loss would make Spark's accumulator server print a traceback), then exits; a Ctrl-C after it
+    is a plain KeyboardInterrupt. Nothing reaches stderr."""
+    proc = subprocess.run([sys.executable, "-c", LET_GO], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "KCOMPACT_SPARK_LOG": str(tmp_path / "spark.log")})
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["workers_before"] and seen["workers_after"] == [], seen
+    assert seen["jvm_alive"] and seen["interrupted"], seen
+    deadline = time.monotonic() + 60
+    while _running(seen["jvm"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(seen["jvm"]), "the JVM outlived its process by a minute"
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
