@@ -22,6 +22,7 @@ most ``TASK_BYTES``), shares balanced by bytes. A dry run counts and writes noth
 from __future__ import annotations
 
 import contextlib
+import errno
 import heapq
 import json
 import time
@@ -51,6 +52,7 @@ from compaction.rewrite import (
 )
 from conf.units import spark_size
 from operations import s3commit, states
+from operations.deleted import Removal
 from operations.recover import recover_partition
 from operations.checkpoints import set_cleaner_offset, update_cleaner_offsets
 from operations.swap import commit_partition
@@ -262,6 +264,7 @@ class JobResult:
     # log dir -> {(topic, partition): first dirty offset} of the partitions whose cleaning failed:
     # Kafka's cleanLog writes that entry (doneCleaning) whether the cleaning succeeded or threw
     done_cleaning: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
+    deleted: list[str] = field(default_factory=list)  # what the commits renamed to .deleted, to remove
 
     def fail(self, row: dict, transient: bool = False, groups: list[dict] = (), cleaning: bool = True) -> None:
         """A partition this run could not clean: reported (with what became of each segment group:
@@ -352,10 +355,13 @@ class Batches:
 
 
 def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
-        ready: float | None = None, leases: LeaseKeeper | None = None) -> JobResult:
+        ready: float | None = None, leases: LeaseKeeper | None = None, removal: Removal | None = None) -> JobResult:
     """Clean every selected partition of ``plan`` (a table with the planner's schema).
     ``ready``: ``time.monotonic()`` when the session was ready, so the report's stages start with planning.
-    ``leases``: the keeper of this job's leases (default: a new one with the default lease)."""
+    ``leases``: the keeper of this job's leases (default: a new one with the default lease).
+    ``removal``: started on the replaced segments' files once every partition is committed, for
+    the caller to wait on while it still holds the log dirs' locks (the command line writes its
+    report meanwhile); by default they are removed before this returns."""
     check_settings(spark)
     started = time.monotonic()
     watch = Stopwatch(started if ready is None else ready)
@@ -363,6 +369,8 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
         watch.lap("plan")
     report = Report(now=now, dry_run=dry_run, stages=watch.laps)
     result = JobResult(report)
+    waits = removal is None
+    removal = removal or Removal()
     with contextlib.ExitStack() as held, leases or LeaseKeeper() as keeper:
         selected = plan.filter(pa.compute.equal(plan.column("selected"), True))
         if not dry_run:
@@ -372,9 +380,14 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
             result.fail(row, cleaning=False)
         if selected.num_rows:
             _clean(spark, selected, now, dry_run, progress, watch, result, keeper)
+            if result.deleted:
+                removal.start(result.deleted)
             if not dry_run:
                 _done_cleaning(result, progress)
         _give_back(result, keeper, dry_run)
+        if waits:
+            for problem in removal.wait():
+                progress(f"  {problem}")
     report.observe_plan(plan, marked=result.uncleanable)
     report.seconds = time.monotonic() - started
     return result
@@ -542,7 +555,7 @@ def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: 
             _aborted(row, result, progress)
             continue
         try:
-            _commit(row, groups, keeper.owner, result.generations.get(row["path"]))
+            result.deleted += _commit(row, groups, keeper.owner, result.generations.get(row["path"]))
         except s3commit.CommitLost as exc:
             result.fail(row | {"error": str(exc)}, transient=True)
             continue
@@ -792,7 +805,9 @@ def _shared(spark, pids: list[int], rows: list[dict], batches: Batches, jobs: di
             .mapInArrow(rewrite, from_arrow_schema(RESULT_SCHEMA)))
 
 
-def _commit(row: dict, groups: list[dict], owner: str, generation: int | None) -> None:
+def _commit(row: dict, groups: list[dict], owner: str, generation: int | None) -> list[str]:
+    """Swap the partition's groups in and move its checkpoint; returns the ``.deleted`` files to
+    remove (none on object stores, whose commit deletes what it replaces)."""
     import storage
     from operations.cleaned import WrittenGroup
 
@@ -802,13 +817,22 @@ def _commit(row: dict, groups: list[dict], owner: str, generation: int | None) -
         staged = [path for g in groups for path in g["files"]]
         record = s3commit.plan_record(row["topic"], row["partition"], generation + 1, owner, staged, replaced, end)
         s3commit.commit_partition(row["log_dir"], row["path"], record)
-        return
+        return []
     part = scan_partition(row["path"], row["topic"], row["partition"])
     replaced = [s for s in part.segments if s.base_offset < end]
     written = [WrittenGroup(g["base_offset"], g["size"], g["batches"], g["records"], tuple(g["files"]))
                for g in groups]
-    commit_partition(row["path"], written, replaced)
-    set_cleaner_offset(row["log_dir"], row["topic"], row["partition"], end)
+    deleted = commit_partition(row["path"], written, replaced)
+    try:
+        set_cleaner_offset(row["log_dir"], row["topic"], row["partition"], end)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        for path in deleted:  # a full disk: the replaced files go first, as they did before, then again
+            storage.remove(path)
+        set_cleaner_offset(row["log_dir"], row["topic"], row["partition"], end)
+        return []
+    return deleted
 
 
 def _discard(groups: list[dict]) -> None:

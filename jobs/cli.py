@@ -130,6 +130,20 @@ def _log_dirs_held(paths: list[str], dry_run: bool = False) -> Iterator[tuple[li
         yield free, busy
 
 
+@contextlib.contextmanager
+def _removing():
+    """The files a compaction's commits renamed to ``.deleted``, removed while the command writes
+    its report; waited for before the log dirs' locks go (leave this context first)."""
+    from operations.deleted import Removal
+
+    removal = Removal()
+    try:
+        yield removal
+    finally:
+        for problem in removal.wait():
+            _warn(problem)
+
+
 def _recover_first(paths: list[str], say: Callable[[str], None]):
     """Interrupted swaps of an earlier run finished or undone, as a broker would on start."""
     from operations.recover import recover_log_dirs
@@ -239,7 +253,7 @@ def _compact(args: argparse.Namespace) -> int:
     config = None if args.plan else _config(args, paths)
     spark = _session(args)
     ready = time.monotonic()
-    with _log_dirs_held(paths, args.dry_run) as (free, busy):
+    with _log_dirs_held(paths, args.dry_run) as (free, busy), _removing() as removal:
         if not free:
             return EXIT_FAILED
         if not args.dry_run:
@@ -251,11 +265,12 @@ def _compact(args: argparse.Namespace) -> int:
             table = table.filter(pc.is_in(table.column("log_dir"), value_set=pa.array(free)))
         report, table = compact(spark, free, now=now, dry_run=args.dry_run, progress=say, ready=ready,
                                 lease_ms=args.lease_ms, conf=config, top=args.max_partitions, table=table,
-                                watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
-    empty = _empty(free, table)
-    print(report.text())
-    if args.report:
-        _write_report(args, report.to_json(), spark=spark, paths=paths)
+                                watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes),
+                                removal=removal)
+        empty = _empty(free, table)
+        print(report.text())
+        if args.report:
+            _write_report(args, report.to_json(), spark=spark, paths=paths)
     totals = report.totals()
     return _exit_status(totals["failed"] + len(busy), totals["partitions"] - totals["skipped"] + len(busy),
                         incomplete=len(report.blocked()) + len(empty))
@@ -336,17 +351,18 @@ def _run(args: argparse.Namespace) -> int:
     say = _say(args)
     config = _config(args, args.paths)
     spark = _session(args)
-    with _log_dirs_held(args.paths, args.dry_run) as (free, busy):
+    with _log_dirs_held(args.paths, args.dry_run) as (free, busy), _removing() as removal:
         if not free:
             return EXIT_FAILED
         with _ticker(spark, say, "run"):
             result = nightly(spark, free, conf=config, now=args.now, dry_run=args.dry_run, lease_ms=args.lease_ms,
                              max_partitions=args.max_partitions, progress=say,
-                             summary=lambda text: print(text, flush=True))  # kept by --quiet
-    empty = _empty(free, result.plan)
-    print(result.text())
-    if args.report:
-        _write_report(args, result.to_json(), spark=spark)
+                             summary=lambda text: print(text, flush=True),  # kept by --quiet
+                             removal=removal)
+        empty = _empty(free, result.plan)
+        print(result.text())
+        if args.report:
+            _write_report(args, result.to_json(), spark=spark)
     return _exit_status(result.failed + len(busy), result.attempted + len(busy),
                         incomplete=result.blocked + len(empty))
 

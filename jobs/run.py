@@ -66,8 +66,9 @@ class NightlyReport:
 
 def nightly(spark, paths, conf=None, now: int | None = None, dry_run: bool = False,
             max_partitions: int | None = None, progress=print, lease_ms: int | None = None,
-            summary: Callable[[str], None] | None = None) -> NightlyReport:
-    """The steps in order, each step's summary on ``summary`` (by default ``progress``) as it ends."""
+            summary: Callable[[str], None] | None = None, removal=None) -> NightlyReport:
+    """The steps in order, each step's summary on ``summary`` (by default ``progress``) as it ends.
+    ``removal``: as ``compact``'s."""
     from operations.states import LEASE_MS
     from operations.recover import recover_log_dirs
     from planner.build import build_config
@@ -85,18 +86,20 @@ def nightly(spark, paths, conf=None, now: int | None = None, dry_run: bool = Fal
     # 2. plan, on the log as retention left it; 3. compaction
     progress("compaction: planning")
     compaction, table = compact(spark, paths, now=now, dry_run=dry_run, progress=progress, ready=time.monotonic(),
-                                lease_ms=lease_ms or LEASE_MS, conf=conf, top=max_partitions)
+                                lease_ms=lease_ms or LEASE_MS, conf=conf, top=max_partitions, removal=removal)
     return NightlyReport(now, dry_run, recovery, retention, compaction, table)
 
 
 def compact(spark, paths: Sequence[str], *, now: int, dry_run: bool, progress: Callable[[str], None], ready: float,
             lease_ms: int, conf=None, top: int | None = None, table: pa.Table | None = None,
             watch: Callable[..., contextlib.AbstractContextManager] = lambda *_: contextlib.nullcontext(),
-            ) -> tuple[Report, pa.Table]:
+            removal=None) -> tuple[Report, pa.Table]:
     """Plan (unless given the ``table``) and clean every selected partition of ``paths``, whose
     locks the caller holds; each log dir's last-run stamp read before and written after (when it
     began choosing: what Kafka's time-since-last-run-ms measures). ``watch(what, total_bytes)``:
-    a context around planning and around cleaning (a progress line). Returns the report and the plan."""
+    a context around planning and around cleaning (a progress line). ``removal``: an
+    ``operations.deleted.Removal`` the caller waits on before it lets the locks go (else the
+    replaced files are removed before this returns). Returns the report and the plan."""
     from compaction import job
     from compaction.leases import LeaseKeeper
     from operations import last_run
@@ -111,7 +114,7 @@ def compact(spark, paths: Sequence[str], *, now: int, dry_run: bool, progress: C
             table = plan(spark, paths, conf=conf, now=now, top=top).toArrow()
     with watch("cleaning", selected_bytes(table)):
         report = job.run(spark, table, now=now, dry_run=dry_run, progress=progress, ready=ready,
-                         leases=LeaseKeeper(lease_ms=lease_ms)).report
+                         leases=LeaseKeeper(lease_ms=lease_ms), removal=removal).report
     report.previous_runs, report.began_choosing_ms = previous, began
     if not dry_run:
         for path in paths:

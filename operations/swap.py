@@ -4,7 +4,8 @@ Steps, each made durable (directory fsync) before the next:
 1. every ``.cleaned`` file becomes ``.swap``, the highest base offset first;
 2. every replaced segment's files become ``.deleted``;
 3. every ``.swap`` file takes its final name;
-4. the ``.deleted`` files are removed.
+4. the ``.deleted`` files are removed: by the caller, once it has committed every partition
+   (``operations.deleted``); a broker, or ``kcompact recover``, removes any left.
 
 A broker loading the dir deletes ``.cleaned`` files and any ``.swap`` whose base offset
 is at or above the smallest ``.cleaned`` one, then completes the remaining swaps. With
@@ -28,8 +29,9 @@ def _segment_files(seg: Segment) -> list[str]:
     return [info.path for info in (seg.log, seg.index, seg.timeindex, seg.txnindex) if info is not None]
 
 
-def commit_partition(partition_dir: str, written: Sequence[WrittenGroup], replaced: Sequence[Segment]) -> None:
-    """Swap ``written`` groups in for the ``replaced`` segments (all of them, or none)."""
+def commit_partition(partition_dir: str, written: Sequence[WrittenGroup], replaced: Sequence[Segment]) -> list[str]:
+    """Swap ``written`` groups in for the ``replaced`` segments (all of them, or none); returns
+    the ``.deleted`` files to remove (step 4)."""
     storage.fsync_dir(partition_dir)
     swaps = []
     for group in sorted(written, key=lambda g: -g.base_offset):
@@ -47,5 +49,4 @@ def commit_partition(partition_dir: str, written: Sequence[WrittenGroup], replac
     for swap in swaps:
         storage.rename(swap, swap.removesuffix(SWAP))
     storage.fsync_dir(partition_dir)
-    for path in deleted:
-        storage.remove(path)
+    return deleted

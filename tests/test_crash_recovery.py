@@ -350,11 +350,13 @@ def is_step(step: str, entry: tuple, partition: str | None = None) -> bool:
 
 def commit_section(entries: list[tuple]) -> list[tuple]:
     """The commit's mutations: from the fsync before the first ``.swap`` rename to the fsync after
-    the last checkpoint rename."""
+    the last checkpoint rename, then the removals of the ``.deleted`` files, which a thread makes
+    once every partition is committed (the job's other mutations may come between them)."""
     first = next(i for i, e in enumerate(entries) if is_step("swap", e))
     last = max(i for i, e in enumerate(entries) if is_step("checkpoint", e))
     assert entries[first - 1][0] == "fsync_dir" and entries[last + 1][0] == "fsync_dir"
-    return entries[first - 1:last + 2]
+    assert not any(is_step("remove", e) for e in entries[:last + 2])
+    return entries[first - 1:last + 2] + [e for e in entries[last + 2:] if is_step("remove", e)]
 
 
 # Kills that need no knowledge of the commit, run beside the uninjected job: in a Spark worker, the

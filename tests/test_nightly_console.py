@@ -276,19 +276,28 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from jobs import spark as js
 
 
-def children(pid):
+def daemons(pid):
+    """PySpark's worker daemons among the JVM's children (it may run other commands too)."""
     tasks = os.listdir(f"/proc/{pid}/task")
-    return [int(c) for t in tasks for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+    children = [c for t in tasks for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+    out = []
+    for child in children:
+        try:
+            if b"pyspark.daemon" in open(f"/proc/{child}/cmdline", "rb").read():
+                out.append(int(child))
+        except OSError:
+            pass
+    return out
 
 
 session = js.session("let-go test")
 session.range(0, 2, 1, 2).mapInArrow(lambda batches: batches, from_arrow_schema(pa.schema([("id", pa.int64())]))).collect()
 jvm = SparkContext._gateway.proc
-workers = children(jvm.pid)  # PySpark's daemon, which forked the workers
+workers = daemons(jvm.pid)  # which forked the workers
 js.let_go()
 js.let_go()  # once is enough
 deadline = time.monotonic() + 30
-while children(jvm.pid) and time.monotonic() < deadline:
+while daemons(jvm.pid) and time.monotonic() < deadline:
     time.sleep(0.1)
 try:
     signal.raise_signal(signal.SIGINT)  # Ctrl-C now: no Spark job to cancel, nothing to say
@@ -296,7 +305,7 @@ try:
 except KeyboardInterrupt:
     interrupted = True
 print(json.dumps({"jvm": jvm.pid, "jvm_alive": jvm.poll() is None, "workers_before": workers,
-                  "workers_after": children(jvm.pid), "interrupted": interrupted}))
+                  "workers_after": daemons(jvm.pid), "interrupted": interrupted}))
 '''
 
 

@@ -318,6 +318,118 @@ def test_abort_stops_the_job_at_the_next_group_and_keeps_old_segments(spark, tmp
     assert kept_offsets(log_dir / "b-0") == [3, 4, 5, 6]
 
 
+def _locked_elsewhere(lock: Path) -> bool:
+    """Another process cannot take the broker lock (a POSIX record lock, so it takes a process to
+    ask: this one's own locks never conflict with it)."""
+    probe = ("import fcntl, os, sys\nfd = os.open(sys.argv[1], os.O_RDWR)\n"
+             "try:\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept OSError:\n    sys.exit(3)")
+    return subprocess.run([sys.executable, "-c", probe, str(lock)]).returncode == 3
+
+
+def test_replaced_files_go_once_every_partition_is_committed_under_the_lock(spark, tmp_path, monkeypatch):
+    """The swap protocol ends with removing the replaced segments' ``.deleted`` files. The job
+    removes them on a thread once every partition is committed (both checkpoint entries written),
+    and the command line waits for it, its report written meanwhile, before the broker ``.lock``
+    goes; none is left."""
+    import storage
+
+    log_dir = tmp_path / "logs"
+    for name in ("a-0", "a-1"):
+        dirty_partition(log_dir / name)
+    replaced = list(log_dir.rglob("0000000000000000000[04].*"))  # segments 0 and 4 of each partition
+    real_rename, real_remove, events = storage.rename, storage.remove, []
+
+    def rename(src, dst):
+        real_rename(src, dst)
+        if dst.endswith("/cleaner-offset-checkpoint"):
+            events.append(("checkpoint",))
+
+    def remove(path):
+        if path.endswith(".deleted"):
+            events.append(("remove", threading.current_thread().name, _locked_elsewhere(log_dir / ".lock")))
+        real_remove(path)
+
+    monkeypatch.setattr(storage, "rename", rename)
+    monkeypatch.setattr(storage, "remove", remove)
+    report = tmp_path / "r.json"
+    assert main(["compact", str(log_dir), "--now", str(NOW), "--report", str(report), *TOPIC_ARGS]) == 0
+    removed = [i for i, e in enumerate(events) if e[0] == "remove"]
+    checkpoints = [i for i, e in enumerate(events) if e[0] == "checkpoint"]
+    assert len(checkpoints) == 2 and len(removed) == len(replaced)
+    assert min(removed) > max(checkpoints)
+    assert {events[i][1:] for i in removed} == {("kcompact-remove-deleted", True)}
+    assert not list(log_dir.rglob("*.deleted")) and report.exists()
+    assert kept_offsets(log_dir / "a-0") == kept_offsets(log_dir / "a-1") == [3, 4, 5, 6]
+
+
+def test_a_job_returns_before_its_removal_ends_when_the_caller_takes_it(spark, tmp_path, monkeypatch):
+    """Given a ``Removal``, ``job.run`` returns with the replaced files still being removed (the
+    command line writes its report meanwhile); ``wait`` ends it."""
+    import storage
+    from compaction import job
+    from operations.deleted import Removal
+
+    part = dirty_partition(tmp_path / "logs" / "a-0")
+    replaced = sorted(p.name for p in part.iterdir() if p.name.startswith(("00000000000000000000.", "00000000000000000004.")))
+    release, real_remove = threading.Event(), storage.remove
+
+    def held_back(path):
+        release.wait(60)
+        real_remove(path)
+
+    monkeypatch.setattr(storage, "remove", held_back)
+    removal = Removal()
+    result = job.run(spark, _plan(spark, tmp_path / "logs"), now=NOW, progress=lambda line: None, removal=removal)
+    assert [p.committed for p in result.report.partitions] == [True]
+    assert sorted(p.name for p in part.glob("*.deleted")) == [f"{name}.deleted" for name in replaced]
+    release.set()
+    assert removal.wait() == [] and not list(part.glob("*.deleted"))
+    assert kept_offsets(part) == [3, 4, 5, 6]
+
+
+def test_a_full_disk_at_the_checkpoint_frees_the_replaced_files_first(spark, tmp_path, monkeypatch):
+    """The replaced files wait for the end of the commit; when the disk has no room left for the
+    checkpoint (ENOSPC), the partition's replaced files go at once and the checkpoint is written."""
+    import errno
+
+    from compaction import job
+
+    part = dirty_partition(tmp_path / "logs" / "a-0")
+    real_set, calls = job.set_cleaner_offset, []
+
+    def full_once(log_dir, topic, partition, offset):
+        calls.append(sorted(p.name for p in part.glob("*.deleted")))
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        real_set(log_dir, topic, partition, offset)
+
+    monkeypatch.setattr(job, "set_cleaner_offset", full_once)
+    result = job.run(spark, _plan(spark, tmp_path / "logs"), now=NOW, progress=lambda line: None)
+    assert [p.committed for p in result.report.partitions] == [True]
+    assert calls[0] and calls[1] == []  # the replaced files were there, then gone before the second try
+    assert "a 0 6" in (tmp_path / "logs" / "cleaner-offset-checkpoint").read_text().splitlines()  # dirty [0, 6)
+    assert kept_offsets(part) == [3, 4, 5, 6] and not list(part.glob("*.deleted"))
+
+
+def test_removal_says_what_it_could_not_remove():
+    """A file someone removed first is as good as removed; one that cannot go is named, with the
+    way out (recovery removes ``.deleted`` files)."""
+    import tempfile
+
+    from operations.deleted import Removal
+
+    with tempfile.TemporaryDirectory() as tmp:
+        there, gone, stuck = Path(tmp, "1.log.deleted"), Path(tmp, "2.log.deleted"), Path(tmp, "3.log.deleted")
+        there.write_bytes(b"x")
+        stuck.mkdir()
+        removal = Removal()
+        assert removal.wait() == []  # never started: nothing to wait for
+        removal.start([str(there), str(gone), str(stuck)])
+        (problem,) = removal.wait()
+        assert not there.exists() and stuck.exists()
+        assert problem.startswith(f"{stuck}: not removed (") and "'kcompact recover' removes it" in problem
+
+
 def test_io_error_during_commit_leaves_old_or_new_and_is_retried_next_run(spark, tmp_path, monkeypatch):
     """A rename fails part way through a swap (EIO): the job finishes or undoes the swap as a broker
     would, reports the partition, does not mark it uncleanable; the next run cleans it."""

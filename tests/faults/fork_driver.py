@@ -5,8 +5,9 @@ A Spark start costs seconds; a fork costs a millisecond. So the sweep over every
 a commit runs the job's driver-side commit here, without Spark, on ``.cleaned`` files a real
 ``kcompact compact`` wrote (it was killed just before its first ``.swap`` rename): per
 partition, in the job's order, ``operations.swap.commit_partition`` with the segments below the
-cleaned range's end, then ``operations.checkpoints.set_cleaner_offset``, as ``compaction.job``
-commits. The ``recover`` action runs the command line's own ``recover``.
+cleaned range's end, then ``operations.checkpoints.set_cleaner_offset``; then the removal of the
+``.deleted`` files (``operations.deleted``), as ``compaction.job`` commits. The ``recover``
+action runs the command line's own ``recover``.
 
     python tests/faults/fork_driver.py TASK.json
 
@@ -36,6 +37,7 @@ from jobs.cli import main as kcompact
 from readers.logdir import scan_partition
 from operations.cleaned import CLEANED, WrittenGroup
 from operations.checkpoints import set_cleaner_offset
+from operations.deleted import Removal
 from operations.swap import commit_partition
 
 KINDS = ("log", "index", "timeindex", "txnindex")  # write_group's order of a group's files
@@ -54,12 +56,15 @@ def cleaned_groups(partition_dir: str) -> list[WrittenGroup]:
 
 
 def commit(log_dir: str, partitions: list[dict]) -> int:
+    deleted = []
     for p in partitions:
         path = posixpath.join(log_dir, p["dir"])
         replaced = [s for s in scan_partition(path, p["topic"], p["partition"]).segments if s.base_offset < p["end"]]
-        commit_partition(path, cleaned_groups(path), replaced)
+        deleted += commit_partition(path, cleaned_groups(path), replaced)
         set_cleaner_offset(log_dir, p["topic"], p["partition"], p["end"])
-    return 0
+    removal = Removal()  # the job's too, once every partition is committed
+    removal.start(deleted)
+    return 1 if removal.wait() else 0
 
 
 def recover(log_dir: str) -> int:

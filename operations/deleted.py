@@ -1,0 +1,43 @@
+"""Removing the ``.deleted`` files a commit leaves, on a thread of its own.
+
+A ``.deleted`` file is garbage from the moment it is renamed: no reader takes it for a segment,
+a broker deletes it on its scheduler (``file.delete.delay.ms`` later) or when it loads the log,
+and ``kcompact recover`` removes any that are left. Removing one is not free: the kernel drops
+the file's pages from the page cache, 16-24 ms for a 64 MiB segment here. So the job commits
+every partition first and removes the files afterwards, while the command writes its report,
+still holding the log dirs' locks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import storage
+
+
+class Removal:
+    """``start`` once with the paths; ``wait`` returns what could not be removed (a file someone
+    removed first is gone, as wanted)."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._problems: list[str] = []
+
+    def start(self, paths: Sequence[str]) -> None:
+        self._thread = threading.Thread(target=self._remove, args=(list(paths),), name="kcompact-remove-deleted")
+        self._thread.start()
+
+    def wait(self) -> list[str]:
+        if self._thread is not None:
+            self._thread.join()
+        return self._problems
+
+    def _remove(self, paths: list[str]) -> None:
+        for path in paths:
+            try:
+                storage.remove(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                self._problems.append(f"{path}: not removed ({exc}); 'kcompact recover' removes it")
