@@ -379,9 +379,11 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
         for row in corrupt_in_plan(plan):
             result.fail(row, cleaning=False)
         if selected.num_rows:
-            _clean(spark, selected, now, dry_run, progress, watch, result, keeper)
-            if result.deleted:
-                removal.start(result.deleted)
+            try:
+                _clean(spark, selected, now, dry_run, progress, watch, result, keeper)
+            finally:  # what was committed before a failure or a Ctrl-C goes too
+                if result.deleted:
+                    removal.start(result.deleted)
             if not dry_run:
                 _done_cleaning(result, progress)
         _give_back(result, keeper, dry_run)

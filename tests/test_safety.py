@@ -387,6 +387,35 @@ def test_a_job_returns_before_its_removal_ends_when_the_caller_takes_it(spark, t
     assert kept_offsets(part) == [3, 4, 5, 6]
 
 
+def test_a_job_stopped_mid_commit_still_removes_what_it_committed(spark, tmp_path, monkeypatch):
+    """An error (or a Ctrl-C) between two partitions' commits: the first partition is committed,
+    its replaced files go all the same; the second keeps its segments (and its ``.cleaned``
+    files, for recovery to remove, as after any interrupted job)."""
+    from compaction import job
+    from operations.deleted import Removal
+
+    log_dir = tmp_path / "logs"
+    parts = [dirty_partition(log_dir / name) for name in ("a-0", "a-1")]
+    before = tree(parts[1])
+    real_changed, seen = job._changed_since_plan, []
+
+    def stop_at_the_second(row):
+        seen.append(row["path"])
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+        return real_changed(row)
+
+    monkeypatch.setattr(job, "_changed_since_plan", stop_at_the_second)
+    removal = Removal()
+    with pytest.raises(KeyboardInterrupt):
+        job.run(spark, _plan(spark, log_dir), now=NOW, progress=lambda line: None, removal=removal)
+    assert removal.wait() == []
+    first, second = (Path(p) for p in seen)
+    assert kept_offsets(first) == [3, 4, 5, 6] and not list(first.glob("*.deleted"))
+    assert {k: v for k, v in tree(second).items() if not k.endswith(".cleaned")} == before  # recovery removes those
+    assert not list(second.glob("*.deleted"))
+
+
 def test_a_full_disk_at_the_checkpoint_frees_the_replaced_files_first(spark, tmp_path, monkeypatch):
     """The replaced files wait for the end of the commit; when the disk has no room left for the
     checkpoint (ENOSPC), the partition's replaced files go at once and the checkpoint is written."""
