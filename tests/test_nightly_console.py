@@ -276,18 +276,18 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from jobs import spark as js
 
 
+def read(path, mode="r"):
+    try:
+        with open(path, mode) as f:
+            return f.read()
+    except OSError:  # a thread or a process that ended meanwhile
+        return "" if mode == "r" else b""
+
+
 def daemons(pid):
     """PySpark's worker daemons among the JVM's children (it may run other commands too)."""
-    tasks = os.listdir(f"/proc/{pid}/task")
-    children = [c for t in tasks for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
-    out = []
-    for child in children:
-        try:
-            if b"pyspark.daemon" in open(f"/proc/{child}/cmdline", "rb").read():
-                out.append(int(child))
-        except OSError:
-            pass
-    return out
+    children = [c for t in os.listdir(f"/proc/{pid}/task") for c in read(f"/proc/{pid}/task/{t}/children").split()]
+    return [int(c) for c in children if b"pyspark.daemon" in read(f"/proc/{c}/cmdline", "rb")]
 
 
 session = js.session("let-go test")
