@@ -14,17 +14,11 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
 from compaction.model import BatchInfo, SegmentInfo, infos_at
-from compaction.transactions import (
-    TransactionSweep,
-    active_producers,
-    collect_aborted,
-    is_last_of_active_producer,
-)
+from compaction.transactions import TransactionSweep, collect_aborted, last_of_active_producers
 from readers.indexes import AbortedTxn
 from writers.cleaned import COPY, DROP, EMPTY, REWRITE, Outcome
 
@@ -161,7 +155,7 @@ def plan_partition(
                 legacy, seg.mtime_ms > legacy_horizon, ~t["has_horizon"][rows] | (now < t["horizon"][rows]))
     rewritten = group >= 0
     flags[:, RETAIN_EMPTY] = rewritten & ((t["last_offset"] + 1 == first_uncleanable)
-                                          | _last_of_active_producers(t, now, producer_expiration_ms))
+                                          | last_of_active_producers(t, now, producer_expiration_ms))
     sweep = TransactionSweep()
     for g, members in enumerate(groups):
         for k, seg in enumerate(members):
@@ -180,29 +174,6 @@ def plan_partition(
 
 PLAN_FLAGS = ("delete", "discard_records", "retain_empty", "retain_deletes", "marker_for_empty_txn")
 DELETE, DISCARD, RETAIN_EMPTY, RETAIN_DELETES, MARKER_FOR_EMPTY_TXN = range(len(PLAN_FLAGS))
-
-
-class _Producing(NamedTuple):
-    """What the producer-state rules read of a batch (``BatchInfo``'s names), cheap to make."""
-
-    producer_id: int
-    max_timestamp: int
-    producer_epoch: int
-    is_control: bool
-    last_offset: int
-    is_transactional: bool
-
-
-def _last_of_active_producers(t: np.ndarray, now: int, expiration_ms: int) -> np.ndarray:
-    """Per batch: it holds an active producer's last sequence (or its last marker): kept even
-    when emptied (``transactions.is_last_of_active_producer``)."""
-    with_pid = np.flatnonzero(t["producer_id"] >= 0)
-    rows = [_Producing(*r) for r in zip(*(t[name][with_pid].tolist() for name in (
-        "producer_id", "max_timestamp", "producer_epoch", "control", "last_offset", "transactional")), strict=True)]
-    active = active_producers(rows, now, expiration_ms)
-    out = np.zeros(len(t), bool)
-    out[with_pid] = [r.producer_id in active and is_last_of_active_producer(r, active) for r in rows]
-    return out
 
 
 def _transaction_flags(b: BatchInfo, sweep: TransactionSweep, now: int, flags: np.ndarray) -> None:

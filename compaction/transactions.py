@@ -1,7 +1,8 @@
 """Transaction state met while a cleaner walks batches in offset order (Kafka's
-CleanedTransactionMetadata), and which producers are still active at the log end.
+CleanedTransactionMetadata), and which batches hold the last state of a producer still active
+at the log end.
 
-Both are sequential over batch headers of one partition; nothing here reads records.
+Both read batch headers of one partition only, never records.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from compaction.model import BatchInfo, SegmentInfo
 from readers.indexes import AbortedTxn
@@ -90,51 +93,36 @@ class TransactionSweep:
         return False
 
 
-@dataclass(frozen=True, slots=True)
-class LastRecord:
-    """What the broker remembers of an active producer: its last data offset and epoch."""
+def last_of_active_producers(t: np.ndarray, now: int, expiration_ms: int) -> np.ndarray:
+    """Per batch of the batch table ``t`` (``compaction.model.BATCH_TABLE``, log order): it holds
+    the last state of a producer still active at the log end, so the cleaner keeps it even when
+    emptied (Kafka's lastRecordsOfActiveProducers, then isBatchLastRecordOfProducer).
 
-    last_data_offset: int | None
-    producer_epoch: int
-
-
-def active_producers(batches: Iterable[BatchInfo], now: int, expiration_ms: int) -> dict[int, LastRecord]:
-    """Producers still active at the log end: an open transaction, or a last batch (data or
-    marker) whose max timestamp is within ``producer.id.expiration.ms`` of ``now``."""
-    last_ts: dict[int, int] = {}
-    last_data: dict[int, int] = {}
-    epoch: dict[int, int] = {}
-    open_txn: set[int] = set()
-    for b in batches:
-        pid = b.producer_id
-        if pid < 0:
-            continue
-        last_ts[pid] = b.max_timestamp
-        if epoch.get(pid, b.producer_epoch) != b.producer_epoch:
-            # ProducerStateEntry.maybeUpdateProducerEpoch: a new epoch (e.g. a marker written by the
-            # coordinator with a bumped epoch) clears the batch metadata: no last data offset
-            last_data.pop(pid, None)
-        epoch[pid] = b.producer_epoch
-        if b.is_control:
-            open_txn.discard(pid)
-        else:
-            last_data[pid] = b.last_offset
-            if b.is_transactional:
-                open_txn.add(pid)
-    return {
-        pid: LastRecord(last_data.get(pid), epoch[pid])
-        for pid, ts in last_ts.items()
-        if pid in open_txn or now - ts < expiration_ms
-    }
-
-
-def is_last_of_active_producer(batch: BatchInfo, active: dict[int, LastRecord]) -> bool:
-    """The batch holding an active producer's last sequence (or, with no data offset
-    known, its last marker of the current epoch): kept even when emptied."""
-    last = active.get(batch.producer_id)
-    if last is None:
-        return False
-    if last.last_data_offset is not None:
-        return batch.last_offset == last.last_data_offset
-    return batch.is_control and batch.producer_epoch == last.producer_epoch
-
+    A producer is active while its transaction is open (its last marker or transactional batch is
+    data) or while ``now`` minus its last batch's max timestamp is below ``producer.id.expiration.ms``.
+    Its last state is the last data batch since its epoch last changed (ProducerStateEntry drops
+    the batch metadata on an epoch change): the batch ending at that offset is kept; with no such
+    batch, its markers of the current epoch are. Columns, not a loop per batch: one sort by
+    producer id, then a reduction per producer."""
+    rows = np.flatnonzero(t["producer_id"] >= 0)
+    order = rows[np.argsort(t["producer_id"][rows], kind="stable")]  # each producer's batches, in log order
+    out = np.zeros(len(t), bool)
+    if not len(order):
+        return out
+    pid, epoch, control = t["producer_id"][order], t["producer_epoch"][order], t["control"][order]
+    last_offset = t["last_offset"][order]
+    at = np.arange(len(order))
+    starts = np.flatnonzero(np.r_[True, pid[1:] != pid[:-1]])
+    ends = np.r_[starts[1:], len(order)] - 1
+    producer = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(order)]))
+    epoch_now = epoch[ends][producer]
+    # where the current epoch began: one past the producer's last batch of another epoch
+    epoch_start = np.maximum.reduceat(np.where(epoch != epoch_now, at + 1, starts[producer]), starts)
+    last_data = np.maximum.reduceat(np.where(~control & (at >= epoch_start[producer]), at, -1), starts)
+    last_txn_state = np.maximum.reduceat(np.where(control | t["transactional"][order], at, -1), starts)
+    open_txn = (last_txn_state >= 0) & ~control[last_txn_state]
+    active = open_txn | (t["max_timestamp"][order][ends] > now - expiration_ms)
+    is_last = np.where((last_data >= 0)[producer], last_offset == last_offset[last_data][producer],
+                       control & (epoch == epoch_now))
+    out[order] = active[producer] & is_last
+    return out

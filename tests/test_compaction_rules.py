@@ -6,9 +6,12 @@ arithmetic in comments, never by calling the code under test for the answer."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compaction.decisions import (
     COPY,
@@ -25,15 +28,11 @@ from compaction.decisions import (
     plan_partition,
 )
 from compaction.model import BatchInfo, SegmentInfo, infos_at, table_of
-from compaction.transactions import (
-    LastRecord,
-    TransactionSweep,
-    active_producers,
-    collect_aborted,
-    is_last_of_active_producer,
-)
+from compaction.transactions import TransactionSweep, collect_aborted, last_of_active_producers
 from readers.indexes import AbortedTxn, OffsetEntry
 from readers.records import ABORT, COMMIT
+from tests.reference.cleaner import LogFilter
+from tests.reference.producers import ProducerState
 
 NOW = 1_720_000_000_000
 DAY = 86_400_000
@@ -216,31 +215,40 @@ def test_sweep_txn_index_collects_each_abort_once():
     assert sweep.index == [a, b]
 
 
-# -- active_producers (ProducerStateManager: expiration, open transactions) ---------------------------
+# -- last_of_active_producers (ProducerStateManager: expiration, open transactions, epochs) --------------
+def last_of_active(batches: list[BatchInfo], exp: int = DAY) -> list[bool]:
+    return last_of_active_producers(table_of(batches), NOW, exp).tolist()
+
+
 def test_active_producers_expiration_boundary():
     exp = 1000
     batches = [
         batch(0, 0, 0, 1, pid=1, epoch=0, max_ts=NOW - exp),  # now - ts = 1000 = expiration: expired
-        batch(0, 1, 2, 3, pid=2, epoch=3, max_ts=NOW - exp + 1),  # now - ts = 999 < 1000: active
-        batch(0, 2, 4, 4, pid=3, epoch=0, txn=True, max_ts=NOW - 10 * exp),  # old, but its txn is open
+        batch(0, 1, 2, 3, pid=2, epoch=3, max_ts=NOW - exp + 1),  # 999 < 1000, but not pid 2's last batch
+        batch(0, 2, 4, 4, pid=3, epoch=0, txn=True, max_ts=NOW - 10 * exp),  # old, but its txn is open: kept
         batch(0, 3, 5, 5, pid=4, epoch=0, txn=True, max_ts=NOW - 10 * exp),
         batch(0, 4, 6, control=COMMIT, pid=4, epoch=0, max_ts=NOW - 10 * exp),  # closed and old: expired
         batch(0, 5, 7, 8, max_ts=NOW),  # no producer id: never a producer
         batch(0, 6, 9, 9, pid=2, epoch=3, max_ts=NOW - 5 * exp),  # pid 2's LAST batch is old: expired
-        batch(0, 7, 10, 10, pid=5, epoch=1, max_ts=NOW - 2 * exp),
-        batch(0, 8, 11, control=COMMIT, pid=5, epoch=1, max_ts=NOW),  # last batch a recent marker: active
+        batch(0, 7, 10, 10, pid=5, epoch=1, max_ts=NOW - 2 * exp),  # pid 5's last data offset: kept
+        batch(0, 8, 11, control=COMMIT, pid=5, epoch=1, max_ts=NOW),  # last batch a recent marker: pid 5 active
     ]
-    active = active_producers(batches, NOW, exp)
-    assert active == {3: LastRecord(4, 0), 5: LastRecord(10, 1)}
+    assert last_of_active(batches, exp) == [False, False, True, False, False, False, False, True, False]
+
+
+def test_non_transactional_data_leaves_a_transaction_open():
+    # pid 7's transaction opened at 0 is never ended: a plain batch after it does not close it
+    batches = [batch(0, 0, 0, 0, pid=7, epoch=0, txn=True, max_ts=NOW - 10 * DAY),
+               batch(0, 1, 1, 1, pid=7, epoch=0, max_ts=NOW - 10 * DAY)]
+    assert last_of_active(batches) == [False, True]
 
 
 def test_active_producer_with_only_markers_keeps_its_marker():
-    batches = [batch(0, 0, 5, control=ABORT, pid=6, epoch=2, max_ts=NOW)]
-    active = active_producers(batches, NOW, DAY)
-    assert active == {6: LastRecord(None, 2)}
-    assert is_last_of_active_producer(batches[0], active)
-    # a marker of another epoch is not its last state
-    assert not is_last_of_active_producer(batch(0, 1, 6, control=ABORT, pid=6, epoch=1), active)
+    marker = batch(0, 0, 5, control=ABORT, pid=6, epoch=2, max_ts=NOW)
+    assert last_of_active([marker]) == [True]
+    # a marker of an earlier epoch is not its last state
+    older = batch(0, 0, 4, control=ABORT, pid=6, epoch=1, max_ts=NOW)
+    assert last_of_active([older, marker]) == [False, True]
 
 
 def test_active_producer_marker_with_bumped_epoch_forgets_last_data():
@@ -249,20 +257,64 @@ def test_active_producer_marker_with_bumped_epoch_forgets_last_data():
     producer's lastDataOffset is gone (-1): Kafka keeps the marker, not the data batch, as its last."""
     data = batch(0, 0, 10, 12, pid=5, epoch=0, txn=True, max_ts=NOW - 10)
     abort = batch(0, 1, 13, control=ABORT, pid=5, epoch=1, max_ts=NOW - 5)
-    active = active_producers([data, abort], NOW, DAY)
-    assert active == {5: LastRecord(None, 1)}
-    assert is_last_of_active_producer(abort, active)
-    assert not is_last_of_active_producer(data, active)
+    assert last_of_active([data, abort]) == [False, True]
+    # back to epoch 0 after it: a change again, so only data written since counts
+    again = batch(0, 2, 14, 15, pid=5, epoch=0, max_ts=NOW - 1)
+    assert last_of_active([data, abort, again]) == [False, False, True]
 
 
 def test_is_last_of_active_producer_by_last_data_offset():
     b1 = batch(0, 0, 0, 2, pid=1, epoch=0, max_ts=NOW)
     b2 = batch(0, 1, 3, 5, pid=1, epoch=0, max_ts=NOW)
     marker = batch(0, 2, 6, control=COMMIT, pid=1, epoch=0, max_ts=NOW)
-    active = active_producers([b1, b2, marker], NOW, DAY)
-    assert active == {1: LastRecord(5, 0)}
-    assert [is_last_of_active_producer(b, active) for b in (b1, b2, marker)] == [False, True, False]
-    assert not is_last_of_active_producer(batch(0, 3, 7, 8, pid=2, epoch=0), active)
+    other = batch(0, 3, 7, 8, pid=2, epoch=0, max_ts=NOW - 2 * DAY)  # expired
+    assert last_of_active([b1, b2, marker, other]) == [False, True, False, False]
+
+
+class _Appended:
+    """A batch as ``tests.reference.producers.ProducerState.append`` reads one: a marker's
+    record timestamp is its batch's max timestamp (one record, as Kafka writes markers)."""
+
+    def __init__(self, b: BatchInfo):
+        self.b, self.magic, self.producer_id, self.producer_epoch = b, b.magic, b.producer_id, b.producer_epoch
+        self.is_control, self.is_transactional = b.is_control, b.is_transactional
+        self.last_offset, self.max_timestamp, self.base_offset_field = b.last_offset, b.max_timestamp, b.base_offset
+
+    def records(self):
+        return [SimpleNamespace(timestamp=self.b.max_timestamp)]
+
+
+@st.composite
+def producer_logs(draw) -> tuple[list[BatchInfo], int]:
+    """Batches of a few producers in log order: plain, transactional and marker batches, epochs
+    that change back and forth, timestamps on both sides of the expiration."""
+    exp = draw(st.sampled_from([1, 1000, DAY]))
+    out, offset = [], 0
+    for i in range(draw(st.integers(0, 30))):
+        pid = draw(st.sampled_from([-1, 0, 1, 2, 3]))
+        kind = draw(st.sampled_from(["plain", "txn", "commit", "abort"])) if pid >= 0 else "plain"
+        count = 1 if kind in ("commit", "abort") else draw(st.integers(1, 3))
+        out.append(batch(0, i, offset, offset + count - 1, pid=pid, epoch=draw(st.integers(0, 2)) if pid >= 0 else -1,
+                         txn=kind == "txn", control={"commit": COMMIT, "abort": ABORT}.get(kind),
+                         max_ts=NOW - draw(st.integers(-2, 2)) * exp + draw(st.sampled_from([-1, 0, 1]))))
+        offset += count + draw(st.integers(0, 1))
+    return out, exp
+
+
+@settings(max_examples=400, deadline=None)
+@given(producer_logs())
+def test_last_of_active_producers_agrees_with_the_reference_model(log):
+    """Every batch's answer against the reference model: ProducerState fed the batches as appended,
+    and its cleaner's isBatchLastRecordOfProducer."""
+    batches, exp = log
+    state = ProducerState()
+    for b in batches:
+        state.append(_Appended(b))
+    active = state.last_records_of_active_producers(NOW, exp)
+    model = SimpleNamespace(last_records_of_active_producers=active)
+    expected = [b.producer_id >= 0 and LogFilter._is_batch_last_record_of_producer(model, _Appended(b))
+                for b in batches]
+    assert last_of_active(batches, exp) == expected
 
 
 # -- keep_record (Cleaner.shouldRetainRecord with the batch's discard decision) -----------------------
