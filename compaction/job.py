@@ -350,7 +350,8 @@ class Batches:
         out = {}
         for base in np.unique(segment).tolist():
             at = lo + np.flatnonzero(segment == base)
-            out[base] = Planned(self.position[at], self.feeds_map[at], self.flags[at, DISCARD], self.gid[at].astype(np.int64))
+            out[base] = Planned(self.position[at], self.feeds_map[at], self.flags[at, DISCARD], self.gid[at].astype(np.int64),
+                                self.records[at])
         return out
 
 

@@ -25,17 +25,21 @@ from readers import walk
 NO_OFFSET, NO_WAIT = -1, np.iinfo(np.int64).max  # a key that feeds nothing / that nothing waits on
 BLOB_BYTES = 8 << 20  # largest blob a task ships
 TABLE_BYTES = 256 << 20  # a map task ships and empties its table beyond this
+_KEY_BYTES = 32  # a key's bytes, as a table is first sized (it grows past them)
+_BYTES_PER_KEY = 2 * (16 + 40) + _KEY_BYTES  # a table sized for n keys: index and rows for up to 2n, and key bytes
 
 
 @dataclass(frozen=True, slots=True)
 class Planned:
     """The batch plans of one segment of a partition, as the map pass reads them: position of
-    each batch, whether it feeds the map, whether its records are discarded, its group's tag."""
+    each batch, whether it feeds the map, whether its records are discarded, its group's tag and
+    how many records it holds."""
 
     position: np.ndarray
     feeds: np.ndarray
     discard: np.ndarray
     tag: np.ndarray  # per batch: the key space its records go to (the group's gid)
+    records: np.ndarray  # per batch: its record count
 
     def rows(self, positions: np.ndarray) -> np.ndarray:
         """The plan row of each batch at ``positions``, -1 for a batch without a plan."""
@@ -49,25 +53,42 @@ def read_keys(path: str, start: int, end: int, plans: Planned, first_dirty: int,
     """Per (group tag, key) of the batches starting in bytes [start, end) of the segment file
     ``path``: the largest offset of a record feeding the map (``NO_OFFSET``: none) and the
     smallest of one whose fate waits on the map (``NO_WAIT``: none). In pieces when many."""
-    table = KeyTable()
+    at = (plans.position >= start) & (plans.position < end)
+    records = int(plans.records[at].sum())
+    table = _table_for(records)
     with storage.open_read(path) as f:
         for chunk in walk.read_chunks(f, path, start, end, check=False):
-            rows = plans.rows(chunk.file_position + chunk.entries[:, walk.POSITION])
-            records = Records.of(chunk, np.flatnonzero(rows >= 0))
-            row, offset, has_key = rows[records.entry], records.offset, records.key_pos >= 0
-            feeds = feeding(plans.feeds[row], records.control, offset, first_dirty) & has_key
-            waits = undecided(plans.discard[row], records.control, offset, latest, has_key)
-            key_pos = np.where(feeds | waits, records.key_pos, -1)
-            high, low = np.where(feeds, offset, NO_OFFSET), np.where(waits, offset, NO_WAIT)
-            bufs = records.bufs(chunk)
-            for which in np.unique(records.which).tolist():  # the buffer holding the keys
-                sel = np.flatnonzero(records.which == which)
-                table.upsert(bufs[which], key_pos[sel], records.key_len[sel], plans.tag[row[sel]], high[sel], low[sel])
+            _add_chunk(table, chunk, plans, first_dirty, latest)
             if table.nbytes > TABLE_BYTES:
-                yield table.entries()
-                table = KeyTable()
+                entries, table = table.entries(), None  # the full table goes before its entries are split
+                yield entries
+                table = _table_for(records)
     if len(table):
-        yield table.entries()
+        entries, table = table.entries(), None
+        yield entries
+
+
+def _add_chunk(table: KeyTable, chunk: walk.Chunk, plans: Planned, first_dirty: int, latest: int) -> None:
+    """A chunk's keys into ``table`` (its record columns are let go on return, before the table
+    is emptied: a capped worker's address space is held to what it needs)."""
+    rows = plans.rows(chunk.file_position + chunk.entries[:, walk.POSITION])
+    records = Records.of(chunk, np.flatnonzero(rows >= 0))
+    row, offset, has_key = rows[records.entry], records.offset, records.key_pos >= 0
+    feeds = feeding(plans.feeds[row], records.control, offset, first_dirty) & has_key
+    waits = undecided(plans.discard[row], records.control, offset, latest, has_key)
+    key_pos = np.where(feeds | waits, records.key_pos, -1)
+    high, low = np.where(feeds, offset, NO_OFFSET), np.where(waits, offset, NO_WAIT)
+    bufs = records.bufs(chunk)
+    for which in np.unique(records.which).tolist():  # the buffer holding the keys
+        sel = np.flatnonzero(records.which == which)
+        table.upsert(bufs[which], key_pos[sel], records.key_len[sel], plans.tag[row[sel]], high[sel], low[sel])
+
+
+def _table_for(records: int) -> KeyTable:
+    """A table sized for the keys of ``records`` (as many as fit ``TABLE_BYTES``), so it does not
+    grow by doubling: each doubling copied the table into fresh memory and rebuilt its index."""
+    keys = min(records, TABLE_BYTES // _BYTES_PER_KEY)
+    return KeyTable.for_keys(keys, keys * _KEY_BYTES)
 
 
 def reduce_bucket(blobs: list[Entries], partition_of: np.ndarray) -> Entries:
@@ -103,7 +124,7 @@ def unpack(blob: bytes) -> Entries:
 
 def select(e: Entries, which: np.ndarray) -> Entries:
     """The entries at the indexes ``which``, keys compacted."""
-    lengths = np.diff(e.offsets)[which]
+    lengths = e.offsets[which + 1] - e.offsets[which]
     offsets = np.zeros(len(which) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     keys = gathered(e.keys, e.offsets[:-1][which], lengths, int(offsets[-1]))

@@ -28,7 +28,9 @@ LOG4J = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
 # The Python workers' environment. spark.executor.pyspark.memory caps a worker's address space,
 # not its memory: Arrow's default allocator (mimalloc) reserves a gigabyte of address space up
 # front, and glibc a 64 MiB heap per thread, so a capped worker would fail with little in use.
-WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2"}
+# OpenBLAS (numpy's; the workers never call it) starts a thread with a buffer per core: 41 MB of
+# address space on two cores, of the 1 GiB a capped worker has (its imports take about 500 MB).
+WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2", "OPENBLAS_NUM_THREADS": "1"}
 _INTERRUPTED = threading.Event()
 _LET_GO = threading.Event()
 _LOG: list[str] = []  # the file this process's JVM writes to, once it started one
