@@ -8,12 +8,17 @@ and buckets."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compaction import map_pass
 from compaction.offset_map import KeyTable
+from readers import walk
+from tests.support import kp_batches, make_batches
 
 facts = st.lists(st.tuples(st.integers(0, 5), st.sampled_from([b"a", b"b", b"", b"key-1", b"key-22"]),
                            st.one_of(st.just(map_pass.NO_OFFSET), st.integers(0, 100)),
@@ -72,3 +77,35 @@ def test_large_sets_travel_in_blobs_of_bounded_size():
     parts = list(map_pass.split_by(e, np.zeros(len(e), np.int64), 1))
     assert len(parts) > 1 and all(len(map_pass.pack(p)) <= 2 * map_pass.BLOB_BYTES for _, p in parts)
     assert sum(len(p) for _, p in parts) == n
+
+
+@pytest.mark.parametrize("table_bytes", [map_pass.TABLE_BYTES, 1])
+def test_read_keys_against_kafka_python(tmp_path, monkeypatch, table_bytes):
+    """A map task's facts of a byte range, per key: the largest offset feeding the map (from the
+    first dirty offset on) and the smallest waiting on it (up to the map's latest offset), as
+    kafka-python decodes the records; the same whether the table ships once or after every chunk."""
+    monkeypatch.setattr(map_pass, "TABLE_BYTES", table_bytes)
+    monkeypatch.setattr(walk, "read_chunks", functools.partial(walk.read_chunks, chunk_size=4096))  # many chunks
+    batches = make_batches(0, 40, per_batch=5, codecs=(0, 2, 3, 4))  # offsets 0..199, keys key-0..key-6
+    data = b"".join(batches)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(data)
+    positions = np.cumsum([0] + [len(b) for b in batches[:-1]]).astype(np.int64)
+    start, end = int(positions[3]), int(positions[30])  # batches 3..29: offsets 15..149
+    plans = map_pass.Planned(positions, np.ones(40, bool), np.zeros(40, bool), np.zeros(40, np.int64),
+                             np.full(40, 5, np.int64))
+    first_dirty, latest = 20, 120
+    pieces = list(map_pass.read_keys(str(path), start, end, plans, first_dirty, latest))
+    got: dict[bytes, tuple[int, int]] = {}
+    for e in pieces:
+        for (_, key), (high, low) in as_dict(e).items():
+            h, w = got.get(key, (map_pass.NO_OFFSET, map_pass.NO_WAIT))
+            got[key] = (max(h, high), min(w, low))
+    expected: dict[bytes, tuple[int, int]] = {}
+    for batch in kp_batches(data)[3:30]:
+        for r in batch:
+            h, w = expected.get(r.key, (map_pass.NO_OFFSET, map_pass.NO_WAIT))
+            expected[r.key] = (max(h, r.offset) if r.offset >= first_dirty else h,
+                               min(w, r.offset) if r.offset <= latest else w)
+    assert got == expected
+    assert (len(pieces) > 1) == (table_bytes == 1)
