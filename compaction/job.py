@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from compaction import partition_scan
 from compaction.leases import LeaseKeeper
-from compaction.map_pass import Planned, bucket_of, pack, read_keys, reduce_bucket, split_by, unpack
+from compaction.map_pass import TABLE_BYTES, Planned, bucket_of, pack, read_keys, reduce_bucket, split_by, unpack
 from compaction.offset_map import KeyTable
 from compaction.report import PartitionReport, Report, group_outcomes
 from compaction.decisions import DISCARD, PLAN_FLAGS
@@ -96,7 +96,8 @@ def _config_values(row: dict) -> dict[str, int]:
 # TASK_BYTES (a failed task's share is read again); shares are balanced by bytes, largest first.
 # Two tasks per core instead cost multi's bench 0.1-0.3 s more at the same balance. The shared
 # path's tasks take SHARED_TASK_BYTES, two per core: a task's key table grows with what it reads
-# (up to map_pass.TABLE_BYTES), and a 1 GiB worker cap holds it only for shares that small.
+# (up to half the map budget, map_pass.TABLE_BYTES at most), and a 1 GiB worker cap holds it
+# only for shares that small.
 TASK_BYTES = 1 << 30
 SHARED_TASK_BYTES = 256 << 20
 WHOLE_BYTES = 256 << 20  # a partition of at most this is read by one task, which makes its map too
@@ -764,6 +765,9 @@ def _shared(spark, pids: list[int], rows: list[dict], batches: Batches, jobs: di
     for b, members in enumerate(rewrite_bins):
         slot_of_gid[[gids[i] for i in members]] = b
     first_dirty, latest = batches.first_dirty, batches.latest_offset
+    # a map task's table is shipped beyond half the map budget: with a 1 GiB worker cap (budget a
+    # quarter of it) a full 256 MiB table, its entries and blobs left a map task 20-60 MB short of the cap
+    table_bytes = min(TABLE_BYTES, budget // 2)
 
     def read(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         planned: dict[int, dict[int, Planned]] = {}  # a partition's, made once for all its splits
@@ -775,7 +779,7 @@ def _shared(spark, pids: list[int], rows: list[dict], batches: Batches, jobs: di
                 if plans is None:
                     continue
                 for entries in read_keys(split.path, split.start, split.end, plans, int(first_dirty[pid]),
-                                         int(latest[pid])):
+                                         int(latest[pid]), table_bytes):
                     for bucket, part in split_by(entries, bucket_of(entries, pid_of_gid, buckets), buckets):
                         yield pa.RecordBatch.from_pydict({"slot": [bucket_slots[bucket]], "blob": [pack(part)]},
                                                          schema=BLOB_SCHEMA)

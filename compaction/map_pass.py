@@ -24,7 +24,7 @@ from readers import walk
 
 NO_OFFSET, NO_WAIT = -1, np.iinfo(np.int64).max  # a key that feeds nothing / that nothing waits on
 BLOB_BYTES = 8 << 20  # largest blob a task ships
-TABLE_BYTES = 256 << 20  # a map task ships and empties its table beyond this
+TABLE_BYTES = 256 << 20  # a map task ships and empties its table beyond this (at most: see compaction.job)
 _KEY_BYTES = 32  # a key's bytes, as a table is first sized (it grows past them)
 _BYTES_PER_KEY = 2 * (16 + 40) + _KEY_BYTES  # a table sized for n keys: index and rows for up to 2n, and key bytes
 
@@ -49,20 +49,22 @@ class Planned:
         return np.where(found, at, -1)
 
 
-def read_keys(path: str, start: int, end: int, plans: Planned, first_dirty: int, latest: int) -> Iterator[Entries]:
+def read_keys(path: str, start: int, end: int, plans: Planned, first_dirty: int, latest: int,
+              table_bytes: int = TABLE_BYTES) -> Iterator[Entries]:
     """Per (group tag, key) of the batches starting in bytes [start, end) of the segment file
     ``path``: the largest offset of a record feeding the map (``NO_OFFSET``: none) and the
-    smallest of one whose fate waits on the map (``NO_WAIT``: none). In pieces when many."""
+    smallest of one whose fate waits on the map (``NO_WAIT``: none). In pieces: the table is shipped
+    and emptied when it holds more than ``table_bytes``."""
     at = (plans.position >= start) & (plans.position < end)
     records = int(plans.records[at].sum())
-    table = _table_for(records)
+    table = _table_for(records, table_bytes)
     with storage.open_read(path) as f:
         for chunk in walk.read_chunks(f, path, start, end, check=False):
             _add_chunk(table, chunk, plans, first_dirty, latest)
-            if table.nbytes > TABLE_BYTES:
+            if table.nbytes > table_bytes:
                 entries, table = table.entries(), None  # the full table goes before its entries are split
                 yield entries
-                table = _table_for(records)
+                table = _table_for(records, table_bytes)
     if len(table):
         entries, table = table.entries(), None
         yield entries
@@ -84,10 +86,10 @@ def _add_chunk(table: KeyTable, chunk: walk.Chunk, plans: Planned, first_dirty: 
         table.upsert(bufs[which], key_pos[sel], records.key_len[sel], plans.tag[row[sel]], high[sel], low[sel])
 
 
-def _table_for(records: int) -> KeyTable:
-    """A table sized for the keys of ``records`` (as many as fit ``TABLE_BYTES``), so it does not
+def _table_for(records: int, table_bytes: int) -> KeyTable:
+    """A table sized for the keys of ``records`` (as many as fit ``table_bytes``), so it does not
     grow by doubling: each doubling copied the table into fresh memory and rebuilt its index."""
-    keys = min(records, TABLE_BYTES // _BYTES_PER_KEY)
+    keys = min(records, table_bytes // _BYTES_PER_KEY)
     return KeyTable.for_keys(keys, keys * _KEY_BYTES)
 
 

@@ -84,7 +84,6 @@ def test_read_keys_against_kafka_python(tmp_path, monkeypatch, table_bytes):
     """A map task's facts of a byte range, per key: the largest offset feeding the map (from the
     first dirty offset on) and the smallest waiting on it (up to the map's latest offset), as
     kafka-python decodes the records; the same whether the table ships once or after every chunk."""
-    monkeypatch.setattr(map_pass, "TABLE_BYTES", table_bytes)
     monkeypatch.setattr(walk, "read_chunks", functools.partial(walk.read_chunks, chunk_size=4096))  # many chunks
     batches = make_batches(0, 40, per_batch=5, codecs=(0, 2, 3, 4))  # offsets 0..199, keys key-0..key-6
     data = b"".join(batches)
@@ -95,7 +94,7 @@ def test_read_keys_against_kafka_python(tmp_path, monkeypatch, table_bytes):
     plans = map_pass.Planned(positions, np.ones(40, bool), np.zeros(40, bool), np.zeros(40, np.int64),
                              np.full(40, 5, np.int64))
     first_dirty, latest = 20, 120
-    pieces = list(map_pass.read_keys(str(path), start, end, plans, first_dirty, latest))
+    pieces = list(map_pass.read_keys(str(path), start, end, plans, first_dirty, latest, table_bytes))
     got: dict[bytes, tuple[int, int]] = {}
     for e in pieces:
         for (_, key), (high, low) in as_dict(e).items():
