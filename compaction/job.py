@@ -766,7 +766,7 @@ def _shared(spark, pids: list[int], rows: list[dict], batches: Batches, jobs: di
         slot_of_gid[[gids[i] for i in members]] = b
     first_dirty, latest = batches.first_dirty, batches.latest_offset
     # a map task's table is shipped beyond half the map budget: with a 1 GiB worker cap (budget a
-    # quarter of it) a full 256 MiB table, its entries and blobs left a map task 20-60 MB short of the cap
+    # quarter of it) a full 256 MiB table, its entries and blobs left a map task 17-83 MB short of the cap
     table_bytes = min(TABLE_BYTES, budget // 2)
 
     def read(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -25,8 +25,6 @@ from readers import walk
 NO_OFFSET, NO_WAIT = -1, np.iinfo(np.int64).max  # a key that feeds nothing / that nothing waits on
 BLOB_BYTES = 8 << 20  # largest blob a task ships
 TABLE_BYTES = 256 << 20  # a map task ships and empties its table beyond this (at most: see compaction.job)
-_KEY_BYTES = 32  # a key's bytes, as a table is first sized (it grows past them)
-_BYTES_PER_KEY = 2 * (16 + 40) + _KEY_BYTES  # a table sized for n keys: index and rows for up to 2n, and key bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +87,7 @@ def _add_chunk(table: KeyTable, chunk: walk.Chunk, plans: Planned, first_dirty: 
 def _table_for(records: int, table_bytes: int) -> KeyTable:
     """A table sized for the keys of ``records`` (as many as fit ``table_bytes``), so it does not
     grow by doubling: each doubling copied the table into fresh memory and rebuilt its index."""
-    keys = min(records, table_bytes // _BYTES_PER_KEY)
-    return KeyTable.for_keys(keys, keys * _KEY_BYTES)
+    return KeyTable.for_keys(min(records, KeyTable.keys_within(table_bytes)))
 
 
 def reduce_bucket(blobs: list[Entries], partition_of: np.ndarray) -> Entries:

@@ -26,6 +26,7 @@ from readers.c_routines import prefetch
 EMPTY = -1  # the value of a key not in the table
 HASH, START, LENGTH_TAG, HIGH, LOW = range(5)  # the columns of an entry's row
 ROW = 5
+KEY_BYTES = 32  # a key's bytes, as a table is first sized for a number of keys (its arena grows past them)
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 _LOW = np.int64(0xFFFFFFFF)
@@ -275,11 +276,17 @@ class KeyTable:
         self.arena_used = 0
 
     @classmethod
-    def for_keys(cls, keys: int, key_bytes: int) -> KeyTable:
-        """A table sized for up to ``keys`` keys of ``key_bytes`` in all, so it need not grow (rows
+    def for_keys(cls, keys: int) -> KeyTable:
+        """A table sized for up to ``keys`` keys of ``KEY_BYTES`` each, so it need not grow (rows
         and arena are touched only as they fill; the index, at most half full, as keys land)."""
         entries = 1 << max(12, (max(keys, 1) - 1).bit_length())
-        return cls(entries, max(key_bytes, 1 << 16))
+        return cls(entries, max(keys * KEY_BYTES, 1 << 16))
+
+    @staticmethod
+    def keys_within(nbytes: int) -> int:
+        """How many keys ``for_keys`` may size a table for within ``nbytes``: an index of two int64
+        slots and a row for each of up to twice as many entries (a power of two), and the keys."""
+        return nbytes // (2 * (2 * 8 + ROW * 8) + KEY_BYTES)
 
     def __len__(self) -> int:
         return self.size

@@ -571,7 +571,7 @@ def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, hel
     a group boundary). A group that fails stops the partition: the groups before it are not
     written. ``threads``: cores to use, the map split in as many key shards; ``keys``: at most
     how many keys the map will hold (the tables are sized for them up front rather than grown)."""
-    tables = [KeyTable.for_keys(-(-keys // threads), -(-keys // threads) * 32) for _ in range(threads)]
+    tables = [KeyTable.for_keys(-(-keys // threads)) for _ in range(threads)]
     results: list[dict] = []
     writing = None  # the group being written while the next one is read
     with _Pools(threads) as pools:
