@@ -34,8 +34,8 @@ import pyarrow as pa
 
 from compaction import partition_scan
 from compaction.leases import LeaseKeeper
-from compaction.map_pass import TABLE_BYTES, Planned, bucket_of, pack, read_keys, reduce_bucket, split_by, unpack
-from compaction.offset_map import KeyTable
+from compaction.map_pass import TABLE_BYTES, Planned, bucket_of, concat, packed, read_keys, reduce_bucket, unpack
+from compaction.offset_map import Entries, KeyTable
 from compaction.report import PartitionReport, Report, group_outcomes
 from compaction.decisions import DISCARD, PLAN_FLAGS
 from compaction.rewrite import (
@@ -752,7 +752,8 @@ def _shared(spark, pids: list[int], rows: list[dict], batches: Batches, jobs: di
     sizes = [split.end - split.start for _, split in splits]
     shared = {"task_bytes": SHARED_TASK_BYTES, "per_core": 2}
     map_bins = _bins(sizes, _task_count(spark, sum(sizes), len(splits), **shared))
-    # a bucket's task holds its keys' map while it grows (twice the rows) and the blobs it came from
+    # a bucket's task holds its blobs twice (as they came, then joined) and a few int64s per entry
+    # to sort them by key hash: about twice its share of the map's bytes
     buckets = max(_task_count(spark, sum(sizes), 1 << 30, **shared),
                   -(-2 * map_bytes // max(budget, MIN_BUCKET_BYTES)))
     bucket_slots = np.array(_slots(buckets), np.int32)
@@ -778,28 +779,33 @@ def _shared(spark, pids: list[int], rows: list[dict], batches: Batches, jobs: di
                 plans = planned[pid].get(split.segment_base)
                 if plans is None:
                     continue
-                for entries in read_keys(split.path, split.start, split.end, plans, int(first_dirty[pid]),
-                                         int(latest[pid]), table_bytes):
-                    for bucket, part in split_by(entries, bucket_of(entries, pid_of_gid, buckets), buckets):
-                        yield pa.RecordBatch.from_pydict({"slot": [bucket_slots[bucket]], "blob": [pack(part)]},
-                                                         schema=BLOB_SCHEMA)
+                for blobs in read_keys(split.path, split.start, split.end, plans, int(first_dirty[pid]),
+                                       int(latest[pid]), ship, table_bytes):
+                    yield from blobs
+
+    def ship(entries: Entries) -> Iterator[pa.RecordBatch]:
+        return (_blob(bucket_slots[t], blob) for t, blob in packed(entries, bucket_of(entries, pid_of_gid, buckets)))
 
     def reduce(found: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        blobs = [unpack(blob) for rb in found for blob in rb.column("blob").to_pylist()]
+        blobs = [unpack(blob) for rb in found for blob in _views(rb.column("blob"))]
         if not blobs:
             return
-        entries = reduce_bucket(blobs, pid_of_gid)
-        for slot, part in split_by(entries, slot_of_gid[entries.tags], len(rewrite_bins)):
-            yield pa.RecordBatch.from_pydict({"slot": [rewrite_slots[slot]], "blob": [pack(part)]}, schema=BLOB_SCHEMA)
+        joined, blobs = concat(blobs), None  # the blobs' memory goes as soon as they are joined
+        entries = reduce_bucket(joined, pid_of_gid)
+        for t, blob in packed(entries, slot_of_gid[entries.tags]):
+            yield _blob(rewrite_slots[t], blob)
 
     def rewrite(found: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        table, mine = KeyTable(), set()
+        mine, blobs = set(), []
         for rb in found:
-            for slot, blob in zip(rb.column("slot").to_pylist(), rb.column("blob").to_pylist(), strict=True):
+            for slot, blob in zip(rb.column("slot").to_pylist(), _views(rb.column("blob")), strict=True):
                 mine.add(bin_of_slot[slot])
-                if blob:
-                    e = unpack(blob)
-                    table.upsert(e.keys, e.offsets[:-1], np.diff(e.offsets), e.tags, e.high)
+                if len(blob):
+                    blobs.append(unpack(blob))
+        table = KeyTable.for_keys(sum(len(e) for e in blobs))  # sized once: it does not grow
+        for e in blobs:
+            table.upsert(e.keys, e.offsets[:-1], np.diff(e.offsets), e.tags, e.high)
+        blobs = None
         for b in sorted(mine):
             for gid in (gids[i] for i in rewrite_bins[b]):
                 yield result(gid, Lookup(table, gid))
@@ -810,6 +816,20 @@ def _shared(spark, pids: list[int], rows: list[dict], batches: Batches, jobs: di
                                                                                             pa.binary())}))
     return (entries.unionByName(marks).repartition(len(rewrite_bins), "slot")
             .mapInArrow(rewrite, from_arrow_schema(RESULT_SCHEMA)))
+
+
+def _blob(slot: int, blob: np.ndarray) -> pa.RecordBatch:
+    """One blob, to ``slot``, as a batch of ``BLOB_SCHEMA`` (its bytes not copied)."""
+    column = pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(np.array([0, len(blob)], np.int32)),
+                                                   pa.py_buffer(blob)])
+    return pa.RecordBatch.from_arrays([pa.array([slot], pa.int32()), column], schema=BLOB_SCHEMA)
+
+
+def _views(blobs: pa.BinaryArray) -> list[np.ndarray]:
+    """Each blob as a view of the column's buffer: no copy (fresh memory costs more than the bytes)."""
+    offsets = np.frombuffer(blobs.buffers()[1], np.int32)[blobs.offset:blobs.offset + len(blobs) + 1].tolist()
+    data = np.frombuffer(blobs.buffers()[2] or b"", np.uint8)  # no buffer: every blob null (a slot's mark)
+    return [data[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
 
 
 def _commit(row: dict, groups: list[dict], owner: str, generation: int | None) -> list[str]:

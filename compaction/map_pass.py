@@ -2,20 +2,22 @@
 
 A partition read whole by one task makes its map while it is rewritten, from its end back
 (``compaction.rewrite.clean_partition``). A partition larger than a task is read by many tasks,
-split by byte ranges (``read_keys``): each
-keeps, per (segment group, key), the largest offset of a record that feeds the map and the smallest
-of one whose fate waits on it, and ships them in blobs by the key's hash bucket. The task of a
-bucket (``reduce_bucket``) takes every blob of its bucket, makes the map's offset of each (partition,
+split by byte ranges (``read_keys``): each keeps, per (segment group, key), the largest offset of
+a record that feeds the map and the smallest of one whose fate waits on it, and ships them in
+blobs by the key's hash bucket (``packed``). The task of a bucket (``reduce_bucket``) joins every
+blob of its bucket, sorts the entries by key hash to make the map's offset of each (partition,
 key), and sends each group only the keys that supersede one of its records. No task ever holds more
 than its share of a key set, and Spark moves a few large blobs instead of a row per key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
+from numba import njit
 
 import storage
 from compaction.offset_map import Entries, KeyTable, gathered, key_hashes
@@ -23,8 +25,9 @@ from compaction.rewrite import Records, feeding, undecided
 from readers import walk
 
 NO_OFFSET, NO_WAIT = -1, np.iinfo(np.int64).max  # a key that feeds nothing / that nothing waits on
+T = TypeVar("T")
 BLOB_BYTES = 8 << 20  # largest blob a task ships
-TABLE_BYTES = 256 << 20  # a map task ships and empties its table beyond this (at most: see compaction.job)
+TABLE_BYTES = 256 << 20  # the largest table a map task fills before it ships it (at most: see compaction.job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,29 +51,37 @@ class Planned:
 
 
 def read_keys(path: str, start: int, end: int, plans: Planned, first_dirty: int, latest: int,
-              table_bytes: int = TABLE_BYTES) -> Iterator[Entries]:
+              ship: Callable[[Entries], T], table_bytes: int = TABLE_BYTES) -> Iterator[T]:
     """Per (group tag, key) of the batches starting in bytes [start, end) of the segment file
     ``path``: the largest offset of a record feeding the map (``NO_OFFSET``: none) and the
-    smallest of one whose fate waits on the map (``NO_WAIT``: none). In pieces: the table is shipped
-    and emptied when it holds more than ``table_bytes``."""
+    smallest of one whose fate waits on the map (``NO_WAIT``: none), as ``ship`` makes them into
+    what travels. In pieces: one table of at most ``table_bytes`` (it never grows: a doubling held
+    both copies), shipped whenever it is full. ``ship`` is called with the table let go, and
+    nothing here holds its entries after: a capped worker's address space holds what it needs."""
     at = (plans.position >= start) & (plans.position < end)
-    records = int(plans.records[at].sum())
-    table = _table_for(records, table_bytes)
+    keys = min(int(plans.records[at].sum()), KeyTable.keys_within(table_bytes))
+    table = KeyTable.for_keys(keys)
+
+    def shipped() -> T:
+        nonlocal table
+        entries, table = table.entries(), None
+        return ship(entries)
+
     with storage.open_read(path) as f:
         for chunk in walk.read_chunks(f, path, start, end, check=False):
-            _add_chunk(table, chunk, plans, first_dirty, latest)
-            if table.nbytes > table_bytes:
-                entries, table = table.entries(), None  # the full table goes before its entries are split
-                yield entries
-                table = _table_for(records, table_bytes)
+            for args in _chunk_keys(chunk, plans, first_dirty, latest):
+                done = table.fill(*args)
+                while done < len(args[1]):
+                    yield shipped()
+                    table = KeyTable.for_keys(keys)
+                    done = table.fill(*args, done)
     if len(table):
-        entries, table = table.entries(), None
-        yield entries
+        yield shipped()
 
 
-def _add_chunk(table: KeyTable, chunk: walk.Chunk, plans: Planned, first_dirty: int, latest: int) -> None:
-    """A chunk's keys into ``table`` (its record columns are let go on return, before the table
-    is emptied: a capped worker's address space is held to what it needs)."""
+def _chunk_keys(chunk: walk.Chunk, plans: Planned, first_dirty: int, latest: int) -> Iterator[tuple]:
+    """A chunk's keys as ``KeyTable.fill`` takes them, a buffer at a time: (buffer, key positions
+    (-1: not for the map), lengths, group tags, feeding offsets, waiting offsets)."""
     rows = plans.rows(chunk.file_position + chunk.entries[:, walk.POSITION])
     records = Records.of(chunk, np.flatnonzero(rows >= 0))
     row, offset, has_key = rows[records.entry], records.offset, records.key_pos >= 0
@@ -81,43 +92,150 @@ def _add_chunk(table: KeyTable, chunk: walk.Chunk, plans: Planned, first_dirty: 
     bufs = records.bufs(chunk)
     for which in np.unique(records.which).tolist():  # the buffer holding the keys
         sel = np.flatnonzero(records.which == which)
-        table.upsert(bufs[which], key_pos[sel], records.key_len[sel], plans.tag[row[sel]], high[sel], low[sel])
+        yield bufs[which], key_pos[sel], records.key_len[sel], plans.tag[row[sel]], high[sel], low[sel]
 
 
-def _table_for(records: int, table_bytes: int) -> KeyTable:
-    """A table sized for the keys of ``records`` (as many as fit ``table_bytes``), so it does not
-    grow by doubling: each doubling copied the table into fresh memory and rebuilt its index."""
-    return KeyTable.for_keys(min(records, KeyTable.keys_within(table_bytes)))
+def reduce_bucket(e: Entries, partition_of: np.ndarray) -> Entries:
+    """Every (group tag, key) of one hash bucket's entries (its blobs joined) whose map offset (the
+    largest feeding offset of the key in its partition, ``partition_of[tag]``) supersedes one of
+    the group's records: those entries with their map offset as ``high`` (a key that came from two
+    map tasks may come twice). The entries are sorted by the hash of their (partition, key), so
+    that those of one key lie side by side: no table, and the bytes of a key are read only where
+    its hash comes more than once (1 M entries: 150 ms, against 380 ms into a hash table, which
+    also took 88 bytes an entry)."""
+    tags = partition_of[e.tags]
+    hashes = key_hashes(e.keys, e.offsets, tags)
+    order = np.argsort(hashes)
+    mapped = np.empty(len(e), np.int64)
+    mapped[order] = _largest_of_each_key(order, hashes[order], e.high[order], e.keys, e.offsets, tags)
+    superseded = np.flatnonzero(e.low < mapped)
+    out = select(e, superseded)
+    return Entries(out.tags, mapped[superseded], out.low, out.offsets, out.keys)
 
 
-def reduce_bucket(blobs: list[Entries], partition_of: np.ndarray) -> Entries:
-    """Every (group tag, key) of one hash bucket whose map offset (the largest feeding offset of
-    the key in its partition, ``partition_of[tag]``) supersedes one of the group's records: those
-    entries with their map offset as ``high``."""
-    table = KeyTable()
-    for b in blobs:
-        feeding = np.where(b.high >= 0, b.offsets[:-1], -1)
-        table.upsert(b.keys, feeding, np.diff(b.offsets), partition_of[b.tags], b.high)
-    out = KeyTable()
-    for b in blobs:
-        mapped = table.lookup(b.keys, b.offsets[:-1], np.diff(b.offsets), partition_of[b.tags])
-        superseded = b.low < mapped
-        out.upsert(b.keys, np.where(superseded, b.offsets[:-1], -1), np.diff(b.offsets), b.tags, mapped)
-    return out.entries()
+@njit(cache=True, nogil=True, boundscheck=False)
+def _largest_of_each_key(order, hashes, high, keys, offsets, tags):
+    """For entries in hash order (``order``; ``hashes`` and ``high`` in that order), the largest
+    ``high`` of the entries of the same (tag, key), in that order. Entries of one hash are almost
+    always one key: each is compared with the first; only where that fails (a collision) are all
+    compared with all."""
+    n = order.shape[0]
+    out = np.empty(n, np.int64)
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and hashes[j] == hashes[i]:
+            j += 1
+        largest, one_key = high[i], True
+        for a in range(i + 1, j):
+            if not _same_key(keys, offsets, tags, order[a], order[i]):
+                one_key = False
+                break
+            largest = max(largest, high[a])
+        for a in range(i, j):
+            if not one_key:
+                largest = -1
+                for b in range(i, j):
+                    if high[b] > largest and _same_key(keys, offsets, tags, order[a], order[b]):
+                        largest = high[b]
+            out[a] = largest
+        i = j
+    return out
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _same_key(keys, offsets, tags, a, b):
+    n = offsets[a + 1] - offsets[a]
+    if tags[a] != tags[b] or offsets[b + 1] - offsets[b] != n:
+        return False
+    for c in range(n):
+        if keys[offsets[a] + c] != keys[offsets[b] + c]:
+            return False
+    return True
 
 
 # -- blobs: entries as bytes, to travel through Spark -----------------------------------------------
-def pack(e: Entries) -> bytes:
-    n = len(e)
-    head = np.array([n, len(e.keys)], np.int64)
-    return b"".join((head.tobytes(), e.tags.tobytes(), e.high.tobytes(), e.low.tobytes(),
-                     e.offsets.tobytes(), e.keys.tobytes()))
+# A blob: int64 words [n, key bytes], then n tags, n high, n low, n + 1 key offsets, then the keys,
+# padded to a multiple of 8 bytes, so that blobs laid end to end (a column's buffer) unpack to
+# aligned int64 arrays, as the compiled kernels take them.
+HEAD_WORDS = 2
+ENTRY_BYTES = 32  # an entry's tag, high, low and key offset (beside its key bytes)
 
 
-def unpack(blob: bytes) -> Entries:
-    n, size = np.frombuffer(blob, np.int64, 2).tolist()
-    ints = np.frombuffer(blob, np.int64, 4 * n + 1, 16)
-    keys = np.frombuffer(blob, np.uint8, size, 16 + 8 * (4 * n + 1))
+def packed(e: Entries, target: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(target, blob) for the entries of each target of ``target`` (one per entry), in blobs of at
+    most ``BLOB_BYTES`` (or one entry), a target's entries in their order. Each blob is made as it
+    is asked for: a few megabytes at a time, which the allocator hands back and out again, where
+    one buffer for them all would be fresh pages every time."""
+    order, cuts, bounds = _cut(e.offsets, target, BLOB_BYTES)
+    for b in range(len(cuts) - 1):
+        words = np.empty((bounds[b + 1] - bounds[b]) // 8, np.int64)
+        _write_blob(words, e.tags, e.high, e.low, e.offsets, e.keys, order[cuts[b]:cuts[b + 1]])
+        yield int(target[order[cuts[b]]]), words.view(np.uint8)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _cut(offsets, target, blob_bytes):
+    """(the entries in target order, a target's in their order; where each blob begins in that
+    order, and where it ends; the byte bounds of the blobs)."""
+    n = target.shape[0]
+    first = np.zeros((target.max() + 2) if n else 1, np.int64)  # a counting sort: targets are few
+    for i in range(n):
+        first[target[i] + 1] += 1
+    first = np.cumsum(first)
+    order = np.empty(n, np.int64)
+    for i in range(n):
+        order[first[target[i]]] = i
+        first[target[i]] += 1
+    fixed = 8 * (HEAD_WORDS + 1) + 7  # the head, the last key offset, the padding at most
+    cuts = np.zeros(n + 1, np.int64)
+    bounds = np.zeros(n + 1, np.int64)
+    blobs, weight, key_bytes = 0, fixed, 0
+    for i in range(n):
+        e = order[i]
+        length = offsets[e + 1] - offsets[e]
+        if i > cuts[blobs] and (target[e] != target[order[i - 1]] or weight + ENTRY_BYTES + length > blob_bytes):
+            bounds[blobs + 1] = bounds[blobs] + 8 * (HEAD_WORDS + 4 * (i - cuts[blobs]) + 1) + (key_bytes + 7) // 8 * 8
+            blobs += 1
+            cuts[blobs] = i
+            weight, key_bytes = fixed, 0
+        weight += ENTRY_BYTES + length
+        key_bytes += length
+    if n:
+        bounds[blobs + 1] = bounds[blobs] + 8 * (HEAD_WORDS + 4 * (n - cuts[blobs]) + 1) + (key_bytes + 7) // 8 * 8
+        blobs += 1
+        cuts[blobs] = n
+    return order, cuts[:blobs + 1], bounds[:blobs + 1]
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _write_blob(words, tags, high, low, offsets, keys, which):
+    """The blob of the entries ``which`` into ``words``."""
+    m = which.shape[0]
+    data = words.view(np.uint8)
+    at = 8 * (HEAD_WORDS + 4 * m + 1)  # where the keys go
+    k = 0
+    for j in range(m):
+        e = which[j]
+        words[HEAD_WORDS + j] = tags[e]
+        words[HEAD_WORDS + m + j] = high[e]
+        words[HEAD_WORDS + 2 * m + j] = low[e]
+        words[HEAD_WORDS + 3 * m + j] = k
+        for c in range(offsets[e], offsets[e + 1]):
+            data[at + k] = keys[c]
+            k += 1
+    words[HEAD_WORDS + 4 * m] = k
+    words[0] = m
+    words[1] = k
+    for c in range(at + k, data.shape[0]):
+        data[c] = 0
+
+
+def unpack(blob) -> Entries:
+    """A blob's entries (views of its bytes)."""
+    n, size = np.frombuffer(blob, np.int64, HEAD_WORDS).tolist()
+    ints = np.frombuffer(blob, np.int64, 4 * n + 1, 8 * HEAD_WORDS)
+    keys = np.frombuffer(blob, np.uint8, size, 8 * (HEAD_WORDS + 4 * n + 1))
     return Entries(ints[:n], ints[n:2 * n], ints[2 * n:3 * n], ints[3 * n:], keys)
 
 
@@ -130,19 +248,13 @@ def select(e: Entries, which: np.ndarray) -> Entries:
     return Entries(e.tags[which], e.high[which], e.low[which], offsets, keys)
 
 
-def split_by(e: Entries, target: np.ndarray, targets: int) -> Iterator[tuple[int, Entries]]:
-    """(target, its entries) for each target of ``target`` (one per entry), in blobs of at most
-    about ``BLOB_BYTES``."""
-    order = np.argsort(target, kind="stable")
-    bounds = np.searchsorted(target[order], np.arange(targets + 1))
-    key_bytes = np.diff(e.offsets)
-    for t in range(targets):
-        mine = order[bounds[t]:bounds[t + 1]]
-        while len(mine):
-            weight = np.cumsum(key_bytes[mine] + 40)  # an entry packs four int64 and its key offset
-            n = max(1, int(np.searchsorted(weight, BLOB_BYTES)))
-            yield t, select(e, mine[:n])
-            mine = mine[n:]
+def concat(parts: list[Entries]) -> Entries:
+    """The entries of ``parts`` (at least one) end to end."""
+    lengths = np.concatenate([np.diff(p.offsets) for p in parts])
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return Entries(np.concatenate([p.tags for p in parts]), np.concatenate([p.high for p in parts]),
+                   np.concatenate([p.low for p in parts]), offsets, np.concatenate([p.keys for p in parts]))
 
 
 def bucket_of(e: Entries, partition_of: np.ndarray, buckets: int) -> np.ndarray:

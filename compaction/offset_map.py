@@ -34,6 +34,7 @@ _LOW = np.int64(0xFFFFFFFF)
 # and its key bytes (each step reads what the one before brought in; measured on 1 M keys)
 _AHEAD_SLOT, _AHEAD_ROW, _AHEAD_KEY = 24, 12, 5
 _AHEAD_HASH = 8  # how many records ahead of the one hashed ``record_hashes`` asks for a key
+_AHEAD_GATHER = 8  # how many ranges ahead of the one copied ``gathered`` asks for one
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
@@ -241,10 +242,15 @@ def _reindex(index, rows, n_entries):
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def gathered(arena, starts, lengths, total):
-    """The byte ranges (starts[i], lengths[i]) of ``arena`` end to end (``total`` bytes in all)."""
+    """The byte ranges (starts[i], lengths[i]) of ``arena`` end to end (``total`` bytes in all).
+    The range ``_AHEAD_GATHER`` on is asked for first: ranges in a random order gather twice as
+    fast (1 M keys of 24 bytes from 24 MB: 56-80 -> 25-39 ns a key)."""
     out = np.empty(total, np.uint8)
     d = 0
-    for e in range(starts.shape[0]):
+    m = starts.shape[0]
+    for e in range(m):
+        if e + _AHEAD_GATHER < m:
+            prefetch(arena, starts[e + _AHEAD_GATHER])
         for j in range(lengths[e]):
             out[d + j] = arena[starts[e] + j]
         d += lengths[e]
@@ -279,7 +285,7 @@ class KeyTable:
     def for_keys(cls, keys: int) -> KeyTable:
         """A table sized for up to ``keys`` keys of ``KEY_BYTES`` each, so it need not grow (rows
         and arena are touched only as they fill; the index, at most half full, as keys land)."""
-        entries = 1 << max(12, (max(keys, 1) - 1).bit_length())
+        entries = 1 << (max(keys, 1) - 1).bit_length()
         return cls(entries, max(keys * KEY_BYTES, 1 << 16))
 
     @staticmethod
@@ -291,23 +297,28 @@ class KeyTable:
     def __len__(self) -> int:
         return self.size
 
-    @property
-    def nbytes(self) -> int:
-        return self.index.nbytes + self.rows.nbytes + self.arena.nbytes
-
     def upsert(self, buf: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray, key_tag: np.ndarray,
                high: np.ndarray, low: np.ndarray | None = None) -> None:
         """Each key (``buf[key_pos[i]:key_pos[i] + key_len[i]]``, tagged ``key_tag[i]``; a negative
         position: no key) keeps the largest of the ``high`` and the smallest of the ``low`` values
-        it is given, across calls (``low`` None: ``high`` for both)."""
-        low = high if low is None else low
-        done = 0
+        it is given, across calls (``low`` None: ``high`` for both); the table grows as needed."""
+        done = self.fill(buf, key_pos, key_len, key_tag, high, low)
         while done < len(key_pos):
-            done, self.size, self.arena_used = _upsert(
-                self.index, self.rows, self.arena, (self.size, self.arena_used), buf, key_pos, key_len, key_tag,
-                high, low, done)
-            if done < len(key_pos):
-                self._grow(int(key_len[done]))
+            self._grow(int(key_len[done]))
+            done = self.fill(buf, key_pos, key_len, key_tag, high, low, done)
+
+    def fill(self, buf: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray, key_tag: np.ndarray,
+             high: np.ndarray, low: np.ndarray | None = None, first: int = 0) -> int:
+        """``upsert`` of keys ``first``.. up to the first that does not fit: the table does not grow
+        (but for a key larger than an empty table's arena). Returns where it stopped."""
+        low = high if low is None else low
+        done, self.size, self.arena_used = _upsert(
+            self.index, self.rows, self.arena, (self.size, self.arena_used), buf, key_pos, key_len, key_tag,
+            high, low, first)
+        if done < len(key_pos) and not self.size:
+            self._grow(int(key_len[done]))
+            return self.fill(buf, key_pos, key_len, key_tag, high, low, done)
+        return done
 
     def lookup(self, buf: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray, key_tag: np.ndarray) -> np.ndarray:
         """The high value of each key, ``EMPTY`` for a key not in the table (and for no key)."""

@@ -48,6 +48,40 @@ def test_upserts_keep_the_largest_offset_of_each_exact_key(calls, probes):
     assert got.tolist() == [EMPTY if k is None else truth.get((t, k), EMPTY) for k, t in zip(asked, tags, strict=True)]
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(keys, st.integers(0, 3), st.integers(0, 10**6)), max_size=200), st.integers(0, 9))
+def test_fill_takes_keys_until_the_table_is_full(call, capacity):
+    """``fill`` never grows a table: it stops at the first key a full one cannot take, and a fresh
+    table goes on from there; each table holds the largest offset of each key it took."""
+    buf, pos, lengths = laid_out([k for k, _, _ in call])
+    tags = np.array([t for _, t, _ in call], np.int64)
+    offsets = np.array([o for _, _, o in call], np.int64)
+    done = 0
+    while True:
+        table = KeyTable.for_keys(capacity)
+        rows = len(table.rows)
+        stop = table.fill(buf, pos, lengths, tags, offsets, None, done)
+        assert stop > done or not call
+        assert len(table.rows) == rows and (stop == len(call) or len(table) == rows)
+        truth = {}
+        for key, tag, offset in call[done:stop]:
+            if key is not None:
+                truth[tag, key] = max(truth.get((tag, key), offset), offset)
+        e = table.entries()
+        assert {(int(e.tags[i]), bytes(e.keys[e.offsets[i]:e.offsets[i + 1]])): int(e.high[i])
+                for i in range(len(e))} == truth
+        if stop == len(call):
+            break
+        done = stop
+
+
+def test_fill_grows_an_empty_table_for_a_key_larger_than_its_arena():
+    table = KeyTable(entries=1, arena=2)
+    buf, pos, lengths = laid_out([b"larger"])
+    assert table.fill(buf, pos, lengths, np.zeros(1, np.int64), np.array([7], np.int64)) == 1
+    assert table.lookup(buf, pos, lengths, np.zeros(1, np.int64)).tolist() == [7]
+
+
 def test_a_million_keys():
     n = 1_000_000
     data = b"".join(b"key-%09d" % i for i in range(n))  # 13 bytes each

@@ -35,6 +35,8 @@ the same topic shape (``TINY`` records), in turn, so that both see the same mach
     costs per partition with no data, and the marginal rate over that one, per byte alone;
   - CPU seconds per role (driver Python, JVM, Python workers), of all of them in the kernel, and
     peak RSS per role, polled from ``/proc`` every ``SAMPLE_S``; the JVM's heap peak is its RSS;
+    and the largest peak address space of a Python worker (VmPeak), which is what
+    ``--memory-cap`` caps (1g: 1074 MB);
   - per-CPU busy fraction during each stage (``/proc/stat``, stage starts taken from the job's
     progress lines as they arrive): one partition must keep both cores busy;
   - seconds per stage from the report;
@@ -174,6 +176,14 @@ def _rss(pid: int) -> int:
     return int(fields[1]) * os.sysconf("SC_PAGE_SIZE") if len(fields) > 1 else 0
 
 
+def _vm_peak(pid: int) -> int:
+    """Peak address space of ``pid`` (VmPeak): what ``spark.executor.pyspark.memory`` caps."""
+    for line in _read(f"/proc/{pid}/status").splitlines():
+        if line.startswith("VmPeak:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def _children(pid: int) -> list[int]:
     """Child processes of every thread of ``pid`` (the JVM starts its children from many)."""
     try:
@@ -215,6 +225,7 @@ class Peaks:
     jvm: int = 0
     workers: int = 0
     worker_max: int = 0
+    worker_vm_max: int = 0  # the largest peak address space of a worker
     cpu: dict[int, float] = field(default_factory=dict)
     kernel: dict[int, float] = field(default_factory=dict)
     roles: dict[int, str] = field(default_factory=dict)
@@ -240,6 +251,7 @@ class Peaks:
             elif comm.startswith("python"):
                 workers.append(_rss(pid))
                 self.roles[pid] = "workers"
+                self.worker_vm_max = max(self.worker_vm_max, _vm_peak(pid))
         for pid in seen:
             user, kernel = _cpu_seconds(pid)
             if user + kernel >= self.cpu.get(pid, 0.0):
@@ -392,6 +404,7 @@ def table(corpus: Corpus, runs: list[Run], tiny: list[Run], shaped: list[Run], b
         ("peak RSS JVM (MB)", [r.peaks.jvm / MB for r in runs], ".0f"),
         ("peak RSS python workers, sum (MB)", [r.peaks.workers / MB for r in runs], ".0f"),
         ("peak RSS largest python worker (MB)", [r.peaks.worker_max / MB for r in runs], ".0f"),
+        ("peak address space largest python worker (MB)", [r.peaks.worker_vm_max / MB for r in runs], ".0f"),
         ("cp -r floor (s)", [r.copy_s for r in runs], ".2f"),
         ("  cp -r MB/s", [corpus_bytes / MB / r.copy_s for r in runs], ".0f"),
     ]
