@@ -41,6 +41,8 @@ from compaction.decisions import DISCARD, PLAN_FLAGS
 from compaction.rewrite import (
     ABORTED_BY_OPERATOR,
     IO_ERROR,
+    OUT_OF_MEMORY,
+    OUTPUT_MEMORY,
     REASON_OF_CODE,
     RESULT_SCHEMA,
     GroupJob,
@@ -48,6 +50,7 @@ from compaction.rewrite import (
     Lookup,
     clean_partition,
     count_group,
+    memory_error,
     rewrite_group,
 )
 from conf.units import spark_size
@@ -110,6 +113,19 @@ MAP_MEMORY = "spark.kcompact.map.memory"
 DEFAULT_MAP_MEMORY = 2 << 30
 MAP_BYTES_PER_KEY = 96
 MIN_BUCKET_BYTES = 64 << 20  # the least map memory a hash bucket of the shared path is given
+# Under a worker cap, a larger partition is read whole only when the cap also holds, beside the
+# worker's imports (WORKER_IMPORTS), what reading it whole holds (``_whole_bytes``): its map tables
+# (sized up front for every feeding record), the output of two segment groups (the one read and
+# the one being written, each spilled past OUTPUT_MEMORY), and the ranges decoded ahead and
+# rendered behind the map, WHOLE_FIXED plus WHOLE_PER_THREAD a thread. Drawn from measured peaks
+# of a worker's address space, read whole: imports alone 535 MiB; single (938 MB, 2.8 M feeding
+# records, 64 MiB segments) 1183 MiB on one thread, 1324 MiB on two; keys (1079 MB, 11.9 M, 256
+# MiB segments) 2682 MiB on two, the largest beside its tables and outputs, which sets
+# WHOLE_FIXED. A partition the cap cannot hold whole takes the shared path, which its map budget
+# bounds: single under a 1 GiB cap peaked at 777 MiB there, after failing whole.
+WORKER_IMPORTS = 560 << 20
+WHOLE_FIXED = 350 << 20
+WHOLE_PER_THREAD = 140 << 20
 # Threads a task of batch plans or of whole partitions uses (rounded down to a power of two: the
 # map's key shards); by default the cores its job leaves idle (one large partition: all of them).
 THREADS = "spark.kcompact.threads"
@@ -208,8 +224,8 @@ def _plan_one(row: dict, now: int, threads: int = 1) -> dict:
             row["path"], row["topic"], row["partition"], log_start=row["log_start_offset"],
             first_dirty=row["first_dirty_offset"], first_uncleanable=row["first_uncleanable_dirty_offset"],
             now=now, config=config, threads=threads)
-    except (FormatError, OSError) as exc:
-        return {**base, "seconds": time.monotonic() - started, "error": str(exc)}
+    except (FormatError, OSError, MemoryError) as exc:
+        return {**base, "seconds": time.monotonic() - started, "error": memory_error(exc) or str(exc)}
     rewritten = decided.group >= 0
     plans = np.zeros(int(rewritten.sum()), BATCH_PLAN)
     for name in ("segment", "position", "size"):
@@ -270,8 +286,8 @@ class JobResult:
     def fail(self, row: dict, transient: bool = False, groups: list[dict] = (), cleaning: bool = True) -> None:
         """A partition this run could not clean: reported (with what became of each segment group:
         ``groups``), and marked uncleanable at the end unless the cause is transient (an I/O
-        error, a log that changed under the job)."""
-        if not transient and not row["error"].startswith(IO_ERROR):
+        error, a log that changed under the job) or the task's memory, no fault of the log's."""
+        if not transient and not row["error"].startswith((IO_ERROR, OUT_OF_MEMORY)):
             self.uncleanable[row["path"]] = row["error"]
         if cleaning and not transient:
             self.done_cleaning.setdefault(row["log_dir"], {})[row["topic"], row["partition"]] = row["first_dirty"]
@@ -661,8 +677,10 @@ def _clean_groups(spark, rows: list[dict], batches: Batches, jobs: dict[int, tup
         return pa.RecordBatch.from_pylist([row], schema=RESULT_SCHEMA)
 
     keys = [batches.map_keys(pid) for pid in range(len(rows))]
-    budget = _map_memory(spark)
-    read_whole = [size <= WHOLE_BYTES or keys[pid] * MAP_BYTES_PER_KEY <= budget for pid, size in enumerate(sizes)]
+    budget, cap, threads = _map_memory(spark), _worker_cap(spark), _threads(spark, 1)
+    largest = {pid: max(int(jobs[gid][1].size.sum()) for gid in gids) for pid, gids in groups_of.items()}
+    read_whole = [_reads_whole(size, keys[pid], largest.get(pid, 0), budget, cap, threads)
+                  for pid, size in enumerate(sizes)]
     whole = [pid for pid in groups_of if read_whole[pid]]
     large = [pid for pid in groups_of if not read_whole[pid]]
     frames = []
@@ -705,8 +723,30 @@ def _map_memory(spark) -> int:
     chosen = spark.conf.get(MAP_MEMORY, None)
     if chosen is not None:
         return spark_size(chosen)
+    cap = _worker_cap(spark)
+    return cap // 4 if cap else DEFAULT_MAP_MEMORY
+
+
+def _worker_cap(spark) -> int | None:
+    """The address space a Python worker may take (spark.executor.pyspark.memory), None: uncapped."""
     cap = spark.sparkContext.getConf().get("spark.executor.pyspark.memory", None)
-    return spark_size(cap) // 4 if cap else DEFAULT_MAP_MEMORY
+    return spark_size(cap) if cap else None
+
+
+def _reads_whole(size: int, keys: int, largest_group: int, budget: int, cap: int | None, threads: int) -> bool:
+    """Whether a task reads a partition of ``size`` bytes whole (its map made as it is rewritten),
+    rather than by the shared path: when it is small, or when its map fits the map ``budget`` and,
+    under a worker ``cap``, the cap holds the worker's imports and all that reading it whole holds."""
+    return size <= WHOLE_BYTES or (keys * MAP_BYTES_PER_KEY <= budget and (
+        cap is None or WORKER_IMPORTS + _whole_bytes(keys, largest_group, threads) <= cap))
+
+
+def _whole_bytes(keys: int, largest_group: int, threads: int) -> int:
+    """What a task holds beside its imports while it reads a partition whole (the comment at
+    WORKER_IMPORTS): the map's tables for ``keys`` keys, one per thread, two groups' output of at
+    most ``OUTPUT_MEMORY`` each, and its ranges in flight."""
+    return (threads * KeyTable.nbytes_for(-(-keys // threads)) + 2 * min(largest_group, OUTPUT_MEMORY)
+            + WHOLE_FIXED + threads * WHOLE_PER_THREAD)
 
 
 def _threads(spark, tasks: int) -> int:

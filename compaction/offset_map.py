@@ -257,6 +257,11 @@ def gathered(arena, starts, lengths, total):
     return out
 
 
+def _entries_for(keys: int) -> int:
+    """The rows of a table sized for ``keys`` keys: a power of two."""
+    return 1 << (max(keys, 1) - 1).bit_length()
+
+
 @dataclass(frozen=True, slots=True)
 class Entries:
     """A table's entries as columns: entry i's key is ``keys[offsets[i]:offsets[i + 1]]``."""
@@ -285,8 +290,12 @@ class KeyTable:
     def for_keys(cls, keys: int) -> KeyTable:
         """A table sized for up to ``keys`` keys of ``KEY_BYTES`` each, so it need not grow (rows
         and arena are touched only as they fill; the index, at most half full, as keys land)."""
-        entries = 1 << (max(keys, 1) - 1).bit_length()
-        return cls(entries, max(keys * KEY_BYTES, 1 << 16))
+        return cls(_entries_for(keys), max(keys * KEY_BYTES, 1 << 16))
+
+    @staticmethod
+    def nbytes_for(keys: int) -> int:
+        """The bytes of the table ``for_keys(keys)`` makes (its index, rows and arena)."""
+        return _entries_for(keys) * (2 * 8 + ROW * 8) + max(keys * KEY_BYTES, 1 << 16)
 
     @staticmethod
     def keys_within(nbytes: int) -> int:

@@ -14,6 +14,7 @@ files are written by ``operations.cleaned``. Nothing is renamed here: the driver
 from __future__ import annotations
 
 import collections
+import errno
 import io
 import tempfile
 import time
@@ -61,6 +62,10 @@ from writers.rebuild import EMPTY_ATTRIBUTES, KEPT_ATTRIBUTES, fill_crcs, frame_
 KEPT, KEPT_TOMBSTONE, SUPERSEDED, TOMBSTONE, ABORTED, KEYLESS, MARKER = range(7)
 REASON_OF_CODE = ("kept", "kept", "superseded", "tombstone", "aborted", "keyless", "marker")
 IO_ERROR = "I/O error (transient, retried next run): "
+# a task that ran out of memory: no fault of the log's (it is not marked uncleanable), but not
+# transient either: the next run fails the same way unless the workers get more
+OUT_OF_MEMORY = ("out of memory (give the Python workers more, spark.executor.pyspark.memory, or lower "
+                 "spark.kcompact.map.memory so that large partitions take the shared path): ")
 ABORTED_BY_OPERATOR = "aborted"
 RESULT_SCHEMA = pa.schema([
     ("gid", pa.int32()), ("path", pa.string()), ("group", pa.int32()), ("base_offset", pa.int64()),
@@ -482,12 +487,13 @@ def _range_starts(segment, size, limit):
     return starts[:n]
 
 
+OUTPUT_MEMORY = 128 << 20  # the most of a group's output the backward pass holds in memory
+
+
 class _Outputs:
     """A group's chunk outputs as the backward pass makes them, last first; given back in file
-    order. Past ``MEMORY`` bytes they go to a temporary file, so a task holds at most that much
-    of a group's output, however large the group."""
-
-    MEMORY = 128 << 20
+    order. Past ``OUTPUT_MEMORY`` bytes they go to a temporary file, so a task holds at most that
+    much of a group's output, however large the group."""
 
     def __init__(self):
         self.made: list[ChunkOut] = []
@@ -497,7 +503,7 @@ class _Outputs:
     def add(self, out: ChunkOut) -> None:
         self.made.append(out)
         self.held += len(out.data)
-        while self.held > self.MEMORY:
+        while self.held > OUTPUT_MEMORY:
             oldest = next(i for i, o in enumerate(self.made) if isinstance(o.data, np.ndarray) and len(o.data))
             self._spill(oldest)
 
@@ -586,7 +592,7 @@ def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, hel
             rewriter, outs = _Rewriter(job, plans, render), _Outputs()
             try:
                 rewriter.backward(tables, outs, pools)
-            except (FormatError, OSError, ValueError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
+            except (FormatError, OSError, ValueError, MemoryError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
                 outs.close()
                 if _written(writing, results):
                     results.append(_failed(job, base, started, rewriter, exc))
@@ -613,7 +619,7 @@ def _written(writing, results: list[dict]) -> bool:
     job, base, started, rewriter, outs, future = writing
     try:
         written = future.result()
-    except (FormatError, OSError, ValueError) as exc:
+    except (FormatError, OSError, ValueError, MemoryError) as exc:
         results.append(_failed(job, base, started, rewriter, exc))
         return False
     finally:
@@ -642,8 +648,19 @@ def _succeeded(base: dict, written: WrittenGroup, started: float, rewriter: _Rew
 def _failed(job: GroupJob, base: dict, started: float, rewriter: _Rewriter, exc: Exception) -> dict:
     """A group's result when reading or writing it failed: whatever it wrote removed, and why."""
     _remove_outputs(job)
-    error = f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc)
-    return base | {"seconds": time.monotonic() - started, "error": error, "codes": rewriter.counts.tolist()}
+    return base | {"seconds": time.monotonic() - started, "error": _reason(exc), "codes": rewriter.counts.tolist()}
+
+
+def _reason(exc: Exception) -> str:
+    return memory_error(exc) or (f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc))
+
+
+def memory_error(exc: Exception) -> str | None:
+    """The error of a task that ran out of memory (a MemoryError, or an allocation the system
+    refused: ENOMEM, a capped address space's mmap); None for any other failure."""
+    if isinstance(exc, MemoryError) or getattr(exc, "errno", None) == errno.ENOMEM:
+        return f"{OUT_OF_MEMORY}{str(exc) or type(exc).__name__}"
+    return None
 
 
 def _remove_outputs(job: GroupJob) -> None:
@@ -667,6 +684,6 @@ def rewrite_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> dict:
     rewriter = _Rewriter(job, plans, render=True, lookup=lookup)
     try:
         written = _write(job, rewriter.outputs())
-    except (FormatError, OSError, ValueError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
+    except (FormatError, OSError, ValueError, MemoryError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
         return _failed(job, base, started, rewriter, exc)
     return _succeeded(base, written, started, rewriter)

@@ -599,6 +599,11 @@ def _main(args: argparse.Namespace) -> int:
             raise
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         log = f"; Spark's log: {spark.log_path()}" if spark.started_jvm() else ""
+        if "MemoryError" in str(exc):  # a Spark task's (Python's MemoryError, the JVM's OutOfMemoryError)
+            _warn("error: a Spark task ran out of memory: give it more (spark.executor.pyspark.memory caps a Python "
+                  "worker's address space, --driver-memory the JVM's heap) or lower spark.kcompact.map.memory, "
+                  f"so that large partitions take the shared path (set KCOMPACT_DEBUG=1 for details{log})")
+            return EXIT_USAGE
         _warn(f"internal error: {type(exc).__name__}: {first[:300]} (set KCOMPACT_DEBUG=1 for details{log})")
         return EXIT_INTERNAL
 

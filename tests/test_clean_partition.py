@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from compaction import job, rewrite
-from compaction.rewrite import IO_ERROR, clean_partition
+from compaction.rewrite import IO_ERROR, OUT_OF_MEMORY, clean_partition
 from conf.resolve import Config
 from tests.support import kp_batches, kp_keyed, seg_path, write_partition
 
@@ -134,10 +134,18 @@ def test_a_corrupt_batch_stops_the_partition_at_its_group(tmp_path, small_ranges
     assert not [p for p in part.glob(f"{0:020d}.*") if p.name.endswith(".cleaned")]
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_a_failed_write_stops_the_partition_before_the_groups_below(tmp_path, small_ranges, monkeypatch, threads):
-    """Group 2's files cannot be written (the disk fails): groups 1 and 0, below it in the log,
-    are not written, whether or not their reading had begun; group 3 was written before."""
+@pytest.mark.parametrize(("threads", "failure", "reason", "says"), [
+    (1, OSError(28, "No space left on device"), IO_ERROR, "No space left"),
+    (2, OSError(28, "No space left on device"), IO_ERROR, "No space left"),
+    (2, OSError(12, "Cannot allocate memory"), OUT_OF_MEMORY, "Cannot allocate memory"),
+    (1, MemoryError("Unable to allocate 10.9 MiB"), OUT_OF_MEMORY, "Unable to allocate"),
+    (2, MemoryError(), OUT_OF_MEMORY, "MemoryError"),
+])
+def test_a_failed_write_stops_the_partition_before_the_groups_below(tmp_path, small_ranges, monkeypatch, threads,
+                                                                    failure, reason, says):
+    """Group 2's files cannot be written (the disk fails, or the worker's memory): groups 1 and 0,
+    below it in the log, are not written, whether or not their reading had begun; group 3 was
+    written before. The error says which: an I/O error is transient, memory the operator's to give."""
     part, _ = _partition(tmp_path)
     groups, keys = _groups(part, segment_bytes=seg_path(part, 0, "log").stat().st_size + 1)
     real = rewrite.write_group
@@ -145,13 +153,13 @@ def test_a_failed_write_stops_the_partition_before_the_groups_below(tmp_path, sm
 
     def write_group(path, base_offset, *args):
         if base_offset == failing_base:
-            raise OSError(28, "No space left on device")
+            raise failure
         return real(path, base_offset, *args)
 
     monkeypatch.setattr(rewrite, "write_group", write_group)
     results = clean_partition(groups, render=True, threads=threads, keys=keys)
     assert [r["group"] for r in results] == [2, 3]
-    assert results[0]["error"].startswith(IO_ERROR) and "No space left" in results[0]["error"]
+    assert results[0]["error"].startswith(reason) and says in results[0]["error"]
     assert results[1]["error"] is None
     bases = {int(p.name[:20]) for p in part.glob("*.cleaned")}
     assert bases == {groups[3][0].base_offset}

@@ -259,7 +259,10 @@ def test_compact_on_standalone_cluster(tmp_path, executor_python, cluster, dist)
     assert app.startswith("app-"), f"the driver ran {app}, not an application of {cluster.url}: --master ignored"
     props = next(e for e in log if e["Event"] == "SparkListenerEnvironmentUpdate")["Spark Properties"]
     assert props["spark.master"] == cluster.url and props["spark.pyspark.python"] == executor_python
-    executor_dirs = {work: [d for d in (work / app).iterdir() if (d / "stderr").is_file()]
+    # the executors that joined the application: as it ends, a master may launch a replacement for
+    # one the driver stopped, killed before it registers (seen in CI: an executor dir with no archive)
+    joined = {e["Executor ID"] for e in log if e["Event"] == "SparkListenerExecutorAdded"}
+    executor_dirs = {work: [d for d in (work / app).iterdir() if (d / "stderr").is_file() and d.name in joined]
                      for work in cluster.work_dirs}
     for work, dirs in executor_dirs.items():
         assert dirs, f"no executor of {app} ran on {work.name}"
