@@ -195,17 +195,23 @@ def _cut(offsets, target, blob_bytes):
         e = order[i]
         length = offsets[e + 1] - offsets[e]
         if i > cuts[blobs] and (target[e] != target[order[i - 1]] or weight + ENTRY_BYTES + length > blob_bytes):
-            bounds[blobs + 1] = bounds[blobs] + 8 * (HEAD_WORDS + 4 * (i - cuts[blobs]) + 1) + (key_bytes + 7) // 8 * 8
+            bounds[blobs + 1] = bounds[blobs] + _blob_bytes(i - cuts[blobs], key_bytes)
             blobs += 1
             cuts[blobs] = i
             weight, key_bytes = fixed, 0
         weight += ENTRY_BYTES + length
         key_bytes += length
     if n:
-        bounds[blobs + 1] = bounds[blobs] + 8 * (HEAD_WORDS + 4 * (n - cuts[blobs]) + 1) + (key_bytes + 7) // 8 * 8
+        bounds[blobs + 1] = bounds[blobs] + _blob_bytes(n - cuts[blobs], key_bytes)
         blobs += 1
         cuts[blobs] = n
     return order, cuts[:blobs + 1], bounds[:blobs + 1]
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _blob_bytes(entries, key_bytes):
+    """The size of a blob of ``entries`` entries and ``key_bytes`` bytes of keys."""
+    return 8 * (HEAD_WORDS + 4 * entries + 1) + (key_bytes + 7) // 8 * 8
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
