@@ -98,9 +98,9 @@ def _config_values(row: dict) -> dict[str, int]:
 # of the work rather than one partition, split or group: one task per core, each at most
 # TASK_BYTES (a failed task's share is read again); shares are balanced by bytes, largest first.
 # Two tasks per core instead cost multi's bench 0.1-0.3 s more at the same balance. The shared
-# path's tasks take SHARED_TASK_BYTES, two per core: a task's key table grows with what it reads
-# (up to half the map budget, map_pass.TABLE_BYTES at most), and a 1 GiB worker cap holds it
-# only for shares that small.
+# path's tasks take SHARED_TASK_BYTES, two per core: a task's key table is sized for the records
+# it reads (up to half the map budget, map_pass.TABLE_BYTES at most, then shipped and begun
+# again), and a 1 GiB worker cap holds it only for shares that small.
 TASK_BYTES = 1 << 30
 SHARED_TASK_BYTES = 256 << 20
 WHOLE_BYTES = 256 << 20  # a partition of at most this is read by one task, which makes its map too
@@ -806,7 +806,7 @@ def _shared(spark, pids: list[int], rows: list[dict], batches: Batches, jobs: di
     for b, members in enumerate(rewrite_bins):
         slot_of_gid[[gids[i] for i in members]] = b
     first_dirty, latest = batches.first_dirty, batches.latest_offset
-    # a map task's table is shipped beyond half the map budget: with a 1 GiB worker cap (budget a
+    # a map task's table holds at most half the map budget: with a 1 GiB worker cap (budget a
     # quarter of it) a full 256 MiB table, its entries and blobs left a map task 17-83 MB short of the cap
     table_bytes = min(TABLE_BYTES, budget // 2)
 

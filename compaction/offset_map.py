@@ -27,6 +27,7 @@ EMPTY = -1  # the value of a key not in the table
 HASH, START, LENGTH_TAG, HIGH, LOW = range(5)  # the columns of an entry's row
 ROW = 5
 KEY_BYTES = 32  # a key's bytes, as a table is first sized for a number of keys (its arena grows past them)
+_ENTRY_BYTES = 2 * 8 + ROW * 8  # a table's bytes per entry beside the key: two index slots and a row
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 _LOW = np.int64(0xFFFFFFFF)
@@ -295,13 +296,13 @@ class KeyTable:
     @staticmethod
     def nbytes_for(keys: int) -> int:
         """The bytes of the table ``for_keys(keys)`` makes (its index, rows and arena)."""
-        return _entries_for(keys) * (2 * 8 + ROW * 8) + max(keys * KEY_BYTES, 1 << 16)
+        return _entries_for(keys) * _ENTRY_BYTES + max(keys * KEY_BYTES, 1 << 16)
 
     @staticmethod
     def keys_within(nbytes: int) -> int:
         """How many keys ``for_keys`` may size a table for within ``nbytes``: an index of two int64
         slots and a row for each of up to twice as many entries (a power of two), and the keys."""
-        return nbytes // (2 * (2 * 8 + ROW * 8) + KEY_BYTES)
+        return nbytes // (2 * _ENTRY_BYTES + KEY_BYTES)
 
     def __len__(self) -> int:
         return self.size
