@@ -64,7 +64,7 @@ test-airflow: $(AIRFLOW_STAMP)
 # spark-submit's inputs: the wheel (for executors' Python environments), the --py-files archive of
 # the same packages, and the entry scripts. Built from a staged copy, so the tree gets no build/.
 DIST ?= dist
-PACKAGES := compaction conf jobs operations planner readers storage writers
+PACKAGES := compaction conf datasource jobs logdir operations planner readers storage tools writers
 ENTRY_SCRIPTS := jobs/plan.py jobs/compact.py jobs/retain.py jobs/run.py jobs/recover.py
 
 dist: $(STAMP)

@@ -59,10 +59,10 @@ from operations.deleted import Removal
 from operations.recover import recover_partition
 from operations.checkpoints import set_cleaner_offset, update_cleaner_offsets
 from operations.swap import commit_partition
-from readers.datasource import DEFAULT_MAX_SPLIT_BYTES, OffsetRange, partition_splits
+from logdir.splits import OffsetRange, partition_ranges
 from readers.errors import FormatError
 from readers.indexes import AbortedTxn
-from readers.logdir import SEGMENT_KINDS, scan_partition, segment_name
+from logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
 from writers.chunks import BufferSizes
 
 CONFIG_KEYS = ("delete.retention.ms", "segment.bytes", "segment.index.bytes", "producer.id.expiration.ms",
@@ -786,9 +786,9 @@ def _shared(spark, pids: list[int], rows: list[dict], batches: Batches, jobs: di
     sends each group's rewrite task the keys that supersede its records."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    splits = [(pid, split) for pid in pids for split in partition_splits(
+    splits = [(pid, split) for pid in pids for split in partition_ranges(
         scan_partition(rows[pid]["path"], rows[pid]["topic"], rows[pid]["partition"]),
-        OffsetRange(None, rows[pid]["latest_offset"] + 1), DEFAULT_MAX_SPLIT_BYTES)]
+        OffsetRange(None, rows[pid]["latest_offset"] + 1))]
     sizes = [split.end - split.start for _, split in splits]
     shared = {"task_bytes": SHARED_TASK_BYTES, "per_core": 2}
     map_bins = _bins(sizes, _task_count(spark, sum(sizes), len(splits), **shared))

@@ -19,7 +19,7 @@ from compaction.model import BATCH_TABLE, BatchInfo, SegmentInfo, table_of
 from readers import walk
 from readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL
 from readers.indexes import parse_offset_index, parse_txn_index
-from readers.logdir import Partition, Segment, scan_partition
+from logdir.listing import Partition, Segment, scan_partition
 from readers.segment import to_torn_tail
 
 

@@ -40,7 +40,7 @@ from compaction.model import BatchInfo
 from compaction.offset_map import EMPTY as NOT_MAPPED
 from compaction.offset_map import KeyTable, record_hashes
 from operations.cleaned import ChunkOut, WrittenGroup, output_path, write_group
-from readers import codecs, compiled_codecs, scan, walk
+from readers import codecs, scan, walk
 from readers.batch import (
     ATTR_CODEC_MASK,
     ATTR_CONTROL,
@@ -52,10 +52,11 @@ from readers.batch import (
 )
 from readers.errors import FormatError
 from readers.indexes import AbortedTxn
-from readers.logdir import segment_name
+from logdir.listing import segment_name
 from writers.chunks import BufferSizes
 from writers.cleaned import output_bytes, records_written
 from writers.rebuild import EMPTY_ATTRIBUTES, KEPT_ATTRIBUTES, fill_crcs, frame_batches, splice_batches
+from writers.compiled_codecs import compress_many
 
 # Each record's fate, one code per record: kept (a tombstone kept apart, since a kept tombstone
 # needs a delete horizon), or removed and why.
@@ -416,7 +417,7 @@ class _Rewriter:
         source[rebuilt], start[rebuilt], length[rebuilt] = 1, at[:-1], np.diff(at)
         compressed = np.flatnonzero(codec != codecs.NONE)
         if len(compressed):
-            sources[2], ends = compiled_codecs.compress_many(spliced, codec[compressed], at[compressed],
+            sources[2], ends = compress_many(spliced, codec[compressed], at[compressed],
                                                              at[compressed + 1])
             sizes = np.diff(ends, prepend=0)
             source[rebuilt[compressed]], length[rebuilt[compressed]] = 2, sizes

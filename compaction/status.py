@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from operations import states
 from readers.errors import FormatError
-from readers.logdir import scan_log_dir
+from logdir.listing import scan_log_dir
 
 
 @dataclass(frozen=True, slots=True)

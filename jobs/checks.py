@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import storage
 from operations.states import utc
-from readers.logdir import not_a_log_dir, parse_partition_dir
+from logdir.listing import not_a_log_dir, parse_partition_dir
 
 # Plausible epoch milliseconds: a --now outside these years is seconds, microseconds or a typo,
 # and retention with such a clock deletes every closed segment (or none).
@@ -59,7 +59,7 @@ def now_ms(value: int | None, forced: bool) -> None:
 
 
 def log_dirs(paths: list[str]) -> None:
-    """Every path is a Kafka log dir (``readers.logdir.not_a_log_dir``)."""
+    """Every path is a Kafka log dir (``logdir.listing.not_a_log_dir``)."""
     for path in paths:
         why = not_a_log_dir(path)
         if why is not None:

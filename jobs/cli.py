@@ -53,13 +53,13 @@ def _warn(message: str) -> None:
 
 # -- the commands ----------------------------------------------------------------------------------
 def _dump(args: argparse.Namespace) -> int:
-    from readers.dump import dump_path
+    from tools.dump import dump_path
 
     return dump_path(args.path, print_data=args.print_data, as_json=args.json, out=sys.stdout)
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from readers.verify import verify_log_dir
+    from tools.verify import verify_log_dir
 
     problems = verify_log_dir(args.logdir)
     for problem in problems:
@@ -72,7 +72,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _gen(args: argparse.Namespace) -> int:
-    from writers import generator
+    from tools import generator
 
     if args.print_spec:
         import json
@@ -96,7 +96,8 @@ def _gen(args: argparse.Namespace) -> int:
 
 def _config(args: argparse.Namespace, paths: list[str]):
     """The configuration every job takes: KRaft metadata < --config files < command line."""
-    from conf import kraft, resolve
+    from conf import resolve
+    from logdir import kraft
 
     return resolve.build(
         files=args.config, topic_args=args.topic_config, broker_args=args.broker_config,

@@ -13,9 +13,22 @@ from collections.abc import Callable
 
 import storage
 from readers import checkpoint
-from readers.logdir import held_partitions
+from logdir.listing import held_partitions
+from writers.checkpoint import render_checkpoint
 
 CAS_ATTEMPTS = 100  # compare-and-swap rounds on a checkpoint before giving up (transient)
+
+
+def raise_log_starts(entries: dict[tuple[str, int], int], starts: dict[tuple[str, int], int]) -> dict:
+    """``log-start-offset-checkpoint`` entries after retention moved the log starts to ``starts``:
+    a log start only ever grows."""
+    return entries | {key: max(entries.get(key, start), start) for key, start in starts.items()}
+
+
+def raise_cleaner_offsets(entries: dict[tuple[str, int], int], starts: dict[tuple[str, int], int]) -> dict:
+    """``cleaner-offset-checkpoint`` entries below a new log start raised to it, as Kafka's cleaner
+    resets them; partitions without an entry get none."""
+    return entries | {key: start for key, start in starts.items() if key in entries and entries[key] < start}
 
 
 def update_checkpoint(log_dir: str, name: str, change: Callable[[dict], dict | None]) -> None:
@@ -28,7 +41,7 @@ def update_checkpoint(log_dir: str, name: str, change: Callable[[dict], dict | N
         wanted = change(dict(entries))
         if wanted is None or wanted == entries:
             return
-        if storage.write_if(path, checkpoint.render(wanted), found[1] if found else None):
+        if storage.write_if(path, render_checkpoint(wanted), found[1] if found else None):
             return
     raise OSError(f"{path}: changed by others {CAS_ATTEMPTS} times while this job set its entries; try again")
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 import storage
-from readers.commits import staged_name
+from logdir.commits import staged_name
 from readers.indexes import AbortedTxn
-from readers.logdir import segment_name
+from logdir.listing import segment_name
 from writers.chunks import BufferSizes, ReadChunks
 from writers.segment import SegmentWriter
 

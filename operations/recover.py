@@ -39,9 +39,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 import storage
-from readers import commits, indexes
+from readers import indexes
+from logdir import commits
 from readers.errors import FormatError
-from readers.logdir import segment_name
+from logdir.listing import segment_name
 from readers.segment import iter_batches, torn_tail
 from operations import s3commit
 from writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentWriter
@@ -320,7 +321,7 @@ def recover_log_dirs(paths: Iterable[str], progress=print, torn_tails: bool = Fa
 
 def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress, torn_tails: bool) -> None:
     from operations import states
-    from readers.logdir import scan_log_dir
+    from logdir.listing import scan_log_dir
 
     locked = storage.is_local_path(log_dir)  # object stores have no .lock
     report.temp_files += remove_root_temp_files(log_dir)

@@ -44,8 +44,10 @@ from operations import states
 from operations.checkpoints import update_cleaner_offsets
 from readers import checkpoint
 from readers.errors import FormatError
-from readers.logdir import SEGMENT_KINDS, scan_partition, segment_name
+from logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
 from operations import s3commit
+from operations.checkpoints import raise_cleaner_offsets, raise_log_starts
+from writers.checkpoint import render_checkpoint
 
 DELETED = ".deleted"
 
@@ -249,10 +251,10 @@ def _move_checkpoints(log_dir: str, new_starts: dict[tuple[str, int], int]) -> N
     """One atomic write of each checkpoint for every partition of ``log_dir`` that changed."""
     path = posixpath.join(log_dir, checkpoint.LOG_START_OFFSET)
     entries = checkpoint.parse(path, storage.read_bytes(path)) if storage.exists(path) else {}
-    storage.write_atomic(path, checkpoint.render(checkpoint.raise_log_starts(entries, new_starts)))
+    storage.write_atomic(path, render_checkpoint(raise_log_starts(entries, new_starts)))
 
     def raised(entries: dict) -> dict | None:
-        wanted = checkpoint.raise_cleaner_offsets(entries, new_starts)
+        wanted = raise_cleaner_offsets(entries, new_starts)
         return wanted if wanted != entries else None
 
     update_cleaner_offsets(log_dir, raised)

@@ -17,7 +17,7 @@ commit record decides instead, created by one conditional PUT that exactly one w
    object, retried: commits of other partitions write it too), delete the staged files, delete
    the record two generations back, then mark the record ``applied``. Whether the copies are
    done is read from the record, never guessed from which staged files exist.
-4. Readers follow the latest record (``readers.logdir.scan_partition``, through ``readers.commits``): the partition's files
+4. Readers follow the latest record (``logdir.listing.scan_partition``, through ``logdir.commits``): the partition's files
    are the listed ones minus staged names and minus the record's replaced names, plus each final
    name read from its staged file while that exists, else from the final object. Staged files
    are deleted only once every copy is done, so from the moment the record exists readers see
@@ -53,7 +53,7 @@ from dataclasses import dataclass, field, replace
 import storage
 from operations.checkpoints import set_cleaner_offset, update_checkpoint, update_cleaner_offsets
 from readers import checkpoint
-from readers.commits import (
+from logdir.commits import (
     CommitRecord,
     latest_generations,
     parse_staged,
@@ -61,6 +61,7 @@ from readers.commits import (
     split_partition_dir,
 )
 from storage import FileInfo
+from operations.checkpoints import raise_cleaner_offsets, raise_log_starts
 
 
 
@@ -114,8 +115,8 @@ def move_checkpoints(log_dir: str, record: CommitRecord) -> None:
     if record.log_start is not None:
         starts = {key: record.log_start}
         update_checkpoint(log_dir, checkpoint.LOG_START_OFFSET,
-                          lambda entries: checkpoint.raise_log_starts(entries, starts))
-        update_cleaner_offsets(log_dir, lambda entries: checkpoint.raise_cleaner_offsets(entries, starts))
+                          lambda entries: raise_log_starts(entries, starts))
+        update_cleaner_offsets(log_dir, lambda entries: raise_cleaner_offsets(entries, starts))
 
 
 def discard(partition_dir: str, staged: Iterable[str]) -> None:

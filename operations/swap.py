@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import storage
-from readers.logdir import Segment
+from logdir.listing import Segment
 from operations.cleaned import CLEANED, WrittenGroup
 
 SWAP, DELETED = ".swap", ".deleted"

@@ -21,12 +21,13 @@ import pyarrow as pa
 
 import storage
 from operations import states
-from conf import kraft, resolve
+from conf import resolve
+from logdir import kraft
 from conf.resolve import Config, TopicConfig
 from planner import retention, rules, scan
 from readers import checkpoint
 from readers.errors import FormatError
-from readers.logdir import METADATA_TOPIC, is_live_partition_dir, parse_partition_dir
+from logdir.listing import METADATA_TOPIC, is_live_partition_dir, parse_partition_dir
 
 SEGMENT_TYPE = pa.struct([
     ("base_offset", pa.int64()), ("size", pa.int64()), ("mtime_ms", pa.int64()),

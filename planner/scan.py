@@ -25,7 +25,7 @@ from readers import snapshot, walk
 from readers.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from readers.errors import FormatError
 from readers.indexes import TIME_ENTRY, parse_time_index
-from readers.logdir import Partition, Segment, scan_partition
+from logdir.listing import Partition, Segment, scan_partition
 from readers.segment import DEFAULT_CHUNK, iter_batches, to_torn_tail
 from planner.rules import SegmentFacts, dirty_non_active, first_dirty_offset
 

@@ -1,13 +1,4 @@
-"""Reading Kafka's on-disk format: record batches of every magic and codec, index
-files, checkpoints, and listings of log dirs. The byte-format modules here take
-bytes or file objects and import neither Spark nor fsspec."""
-
-
-def __getattr__(name: str):
-    """``readers.KafkaLogDataSource``, imported on first use: importing ``readers`` must not start
-    importing Spark."""
-    if name == "KafkaLogDataSource":
-        from readers.datasource import KafkaLogDataSource
-
-        return KafkaLogDataSource
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+"""Decoding Kafka's on-disk format: record batches of every magic and codec, the three index
+files, checkpoint files, producer snapshots, KRaft metadata records. The bottom layer: these
+modules take bytes or file objects and import neither Spark, fsspec nor ``storage``; their
+encoding twins are in ``writers``."""

@@ -69,20 +69,3 @@ def parse(path: str, text: bytes) -> dict[tuple[str, int], int]:
             raise FormatError(path, at, f"line {i + 1} repeats {topic}-{partition}")
         entries[key] = value
     return entries
-
-
-def raise_log_starts(entries: dict[tuple[str, int], int], starts: dict[tuple[str, int], int]) -> dict:
-    """``log-start-offset-checkpoint`` entries after retention moved the log starts to ``starts``:
-    a log start only ever grows."""
-    return entries | {key: max(entries.get(key, start), start) for key, start in starts.items()}
-
-
-def raise_cleaner_offsets(entries: dict[tuple[str, int], int], starts: dict[tuple[str, int], int]) -> dict:
-    """``cleaner-offset-checkpoint`` entries below a new log start raised to it, as Kafka's cleaner
-    resets them; partitions without an entry get none."""
-    return entries | {key: start for key, start in starts.items() if key in entries and entries[key] < start}
-
-
-def render(entries: dict[tuple[str, int], int]) -> bytes:
-    body = "".join(f"{topic} {partition} {offset}\n" for (topic, partition), offset in sorted(entries.items()))
-    return f"{VERSION}\n{len(entries)}\n{body}".encode()

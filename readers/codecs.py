@@ -1,14 +1,12 @@
-"""Kafka's compression codecs, framed the way Kafka's Java client frames them.
+"""Kafka's compression codecs, decoded: the codec numbers and names, and decompression.
 
 Decoders accept whatever a conforming producer may write (several gzip members,
 several lz4 frames, lz4 frames with or without checksums, zstd frames without a
-content size, snappy with or without xerial framing). Encoders write what Kafka's
-Java client writes. Both directions live here so reader and writer share one
-definition; ``writers`` imports it.
+content size, snappy with or without xerial framing). The encoders, which write what
+Kafka's Java client writes, are ``writers.codecs``.
 
-zstd goes through python-zstandard with one compression and one decompression context per
-thread, reused: a context made per call (as one-shot APIs do) costs more than compressing a
-batch of a few KiB. A reused context writes the same frames as a fresh one.
+zstd goes through python-zstandard with one decompression context per thread, reused: a
+context made per call (as one-shot APIs do) costs more than decompressing a batch of a few KiB.
 """
 
 from __future__ import annotations
@@ -27,11 +25,9 @@ NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
 BY_NAME = {name: code for code, name in NAMES.items()}
 
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER = struct.Struct(">8sii")
-_XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size, as Kafka uses it
-_INT32 = struct.Struct(">i")
-ZSTD_LEVEL = 3  # the level Kafka's producer and cleaner use by default
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+XERIAL_HEADER = struct.Struct(">8sii")
+INT32 = struct.Struct(">i")
 _contexts = threading.local()
 
 
@@ -63,46 +59,15 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
     raise CodecError(f"unknown compression codec {codec}")
 
 
-def compress(codec: int, data: bytes) -> bytes:
-    if codec == NONE:
-        return bytes(data)
-    if codec == GZIP:
-        return gzip.compress(data, compresslevel=6, mtime=0)
-    if codec == SNAPPY:
-        return _snappy_encode(data)
-    if codec == LZ4:
-        # Kafka's KafkaLZ4BlockOutputStream: independent 64 KiB blocks, no checksums, no size.
-        return lz4.frame.compress(
-            data,
-            block_size=lz4.frame.BLOCKSIZE_MAX64KB,
-            block_linked=False,
-            content_checksum=False,
-            store_size=False,
-        )
-    if codec == ZSTD:
-        return _zstd_context("compressor").compress(data)
-    raise CodecError(f"unknown compression codec {codec}")
-
-
-def _snappy_encode(data: bytes) -> bytes:
-    out = [_XERIAL_HEADER.pack(_XERIAL_MAGIC, 1, 1)]
-    view = memoryview(data)
-    for start in range(0, len(data), _XERIAL_BLOCK):
-        block = bytes(cramjam.snappy.compress_raw(view[start : start + _XERIAL_BLOCK]))
-        out.append(_INT32.pack(len(block)))
-        out.append(block)
-    return b"".join(out)
-
-
 def _snappy_decode(data: bytes | memoryview) -> bytes:
     view = memoryview(data)
-    if bytes(view[:8]) != _XERIAL_MAGIC:
+    if bytes(view[:8]) != XERIAL_MAGIC:
         return bytes(cramjam.snappy.decompress_raw(view))
-    pos, out = _XERIAL_HEADER.size, []
+    pos, out = XERIAL_HEADER.size, []
     while pos < len(view):
         if pos + 4 > len(view):
             raise CodecError(f"snappy chunk header cut short at byte {pos} of the payload")
-        (size,) = _INT32.unpack_from(view, pos)
+        (size,) = INT32.unpack_from(view, pos)
         pos += 4
         if size < 0 or pos + size > len(view):
             raise CodecError(f"snappy chunk of {size} bytes at byte {pos} runs past the payload")
@@ -111,12 +76,11 @@ def _snappy_decode(data: bytes | memoryview) -> bytes:
     return b"".join(out)
 
 
-def _zstd_context(kind: str):
-    """This thread's zstd compressor or decompressor (made on first use)."""
-    ctx = getattr(_contexts, kind, None)
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    """This thread's zstd decompressor (made on first use)."""
+    ctx = getattr(_contexts, "decompressor", None)
     if ctx is None:
-        ctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL) if kind == "compressor" else zstandard.ZstdDecompressor()
-        setattr(_contexts, kind, ctx)
+        ctx = _contexts.decompressor = zstandard.ZstdDecompressor()
     return ctx
 
 
@@ -124,7 +88,7 @@ def _zstd_decode(data: bytes | memoryview) -> bytes:
     """Every frame, with or without a content size (Kafka's Java producer writes none)."""
     rest, out = data, []
     while True:
-        frame = _zstd_context("decompressor").decompressobj()
+        frame = _zstd_decompressor().decompressobj()
         out.append(frame.decompress(rest))
         if not frame.eof:
             raise CodecError(f"zstd frame at byte {len(data) - len(rest)} of the payload is cut short")
@@ -145,7 +109,7 @@ def _lz4_decode(data: bytes | memoryview) -> bytes:
     return b"".join(out)
 
 
-def _lz4_header_checksum_at(frame: bytes) -> int:
+def lz4_header_checksum_at(frame: bytes) -> int:
     """Where an lz4 frame's header checksum byte lies: after magic, FLG, BD and the
     optional 8-byte content size."""
     return 4 + 2 + (8 if frame[4] & 0x08 else 0)
@@ -156,25 +120,9 @@ def fix_legacy_lz4_header(data: bytes) -> bytes:
     was computed over the magic bytes too (KAFKA-3160). Recompute it the standard way."""
     if len(data) < 7:
         return bytes(data)
-    end = _lz4_header_checksum_at(data)
+    end = lz4_header_checksum_at(data)
     checksum = (xxhash.xxh32(data[4:end]).intdigest() >> 8) & 0xFF
     return data[:end] + bytes([checksum]) + data[end + 1 :]
-
-
-def break_legacy_lz4_header(frame: bytes) -> bytes:
-    """The inverse of ``fix_legacy_lz4_header``: the header checksum computed over the
-    magic bytes too, as KafkaLZ4BlockOutputStream writes it for magic 0
-    (useBrokenFlagDescriptorChecksum), so that magic-0 readers accept the frame."""
-    end = _lz4_header_checksum_at(frame)
-    checksum = (xxhash.xxh32(frame[:end]).intdigest() >> 8) & 0xFF
-    return frame[:end] + bytes([checksum]) + frame[end + 1 :]
-
-
-def compress_legacy(magic: int, codec: int, data: bytes) -> bytes:
-    """The value of a compressed magic-0/1 wrapper message holding ``data`` (its inner
-    message set): ``compress``, with magic 0's lz4 header checksum quirk."""
-    out = compress(codec, data)
-    return break_legacy_lz4_header(out) if magic == 0 and codec == LZ4 else out
 
 
 def decompress_legacy(magic: int, codec: int, data: bytes | memoryview) -> bytes:

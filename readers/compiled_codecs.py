@@ -1,4 +1,5 @@
-"""lz4 and zstd sections of many batches decompressed in one compiled call.
+"""lz4 and zstd sections of many batches decompressed in one compiled call (compressed:
+``writers.compiled_codecs``).
 
 A chunk holds thousands of small compressed batches. One Python call per batch (through
 python-lz4 and python-zstandard) costs about as much as decompressing the batch, and holds the
@@ -53,32 +54,24 @@ def _zstd_library():
     return _cffi
 
 
-_LZ4 = _lz4_library()
-_ZSTD = _zstd_library()
-if _LZ4 is not None:
-    bind({f"kcompact_{name}": ctypes.cast(getattr(_LZ4, name), ctypes.c_void_p).value
-           for name in ("LZ4F_decompress", "LZ4F_isError", "LZ4F_resetDecompressionContext", "LZ4F_compressFrame",
-                        "LZ4F_compressFrameBound")})
-if _ZSTD is not None:
-    bind({f"kcompact_{name}": int(_ZSTD.ffi.cast("uintptr_t", _ZSTD.ffi.addressof(_ZSTD.lib, name)))
-           for name in ("ZSTD_decompressDCtx", "ZSTD_isError", "ZSTD_getErrorCode", "ZSTD_CCtx_reset",
-                        "ZSTD_CCtx_setPledgedSrcSize", "ZSTD_compressStream2", "ZSTD_compressBound")})
+LZ4_LIBRARY = _lz4_library()
+ZSTD_LIBRARY = _zstd_library()
+if LZ4_LIBRARY is not None:
+    bind({f"kcompact_{name}": ctypes.cast(getattr(LZ4_LIBRARY, name), ctypes.c_void_p).value
+           for name in ("LZ4F_decompress", "LZ4F_isError", "LZ4F_resetDecompressionContext")})
+if ZSTD_LIBRARY is not None:
+    bind({f"kcompact_{name}": int(ZSTD_LIBRARY.ffi.cast("uintptr_t", ZSTD_LIBRARY.ffi.addressof(ZSTD_LIBRARY.lib, name)))
+           for name in ("ZSTD_decompressDCtx", "ZSTD_isError", "ZSTD_getErrorCode")})
 # The codecs the compiled call decodes, as a bit mask over codec ids.
-NATIVE = (1 << codecs.LZ4 if _LZ4 is not None else 0) | (1 << codecs.ZSTD if _ZSTD is not None else 0)
+NATIVE = (1 << codecs.LZ4 if LZ4_LIBRARY is not None else 0) | (1 << codecs.ZSTD if ZSTD_LIBRARY is not None else 0)
 
 
 _lz4f_decompress = routine("kcompact_LZ4F_decompress", I64, (POINTER, POINTER, POINTER, POINTER, POINTER, POINTER))
-_lz4f_is_error = routine("kcompact_LZ4F_isError", I32, (I64,))
+lz4f_is_error = routine("kcompact_LZ4F_isError", I32, (I64,))
 _lz4f_reset = routine("kcompact_LZ4F_resetDecompressionContext", VOID, (POINTER,))
-_lz4f_compress = routine("kcompact_LZ4F_compressFrame", I64, (POINTER, I64, POINTER, I64, POINTER))
-_lz4f_bound = routine("kcompact_LZ4F_compressFrameBound", I64, (I64, POINTER))
 _zstd_decompress = routine("kcompact_ZSTD_decompressDCtx", I64, (POINTER, POINTER, I64, POINTER, I64))
-_zstd_is_error = routine("kcompact_ZSTD_isError", I32, (I64,))
+zstd_is_error = routine("kcompact_ZSTD_isError", I32, (I64,))
 _zstd_error_code = routine("kcompact_ZSTD_getErrorCode", I32, (I64,))
-_zstd_reset = routine("kcompact_ZSTD_CCtx_reset", I64, (POINTER, I32))
-_zstd_pledge = routine("kcompact_ZSTD_CCtx_setPledgedSrcSize", I64, (POINTER, I64))
-_zstd_compress = routine("kcompact_ZSTD_compressStream2", I64, (POINTER, POINTER, POINTER, I32))
-_zstd_bound = routine("kcompact_ZSTD_compressBound", I64, (I64,))
 _LZ4_ID, _ZSTD_ID = codecs.LZ4, codecs.ZSTD
 
 
@@ -93,7 +86,7 @@ def _lz4_frames(ctx, src, start, end, arena, pos):
         sizes[0], sizes[1] = arena.shape[0] - pos, end - at
         hint = _lz4f_decompress((ctx, arena.ctypes.data + pos, sizes.ctypes.data, src.ctypes.data + at,
                                  sizes.ctypes.data + 8, 0))
-        if _lz4f_is_error((hint,)):
+        if lz4f_is_error((hint,)):
             return -2
         pos += np.int64(sizes[0])
         at += np.int64(sizes[1])
@@ -114,7 +107,7 @@ def _decompress(src, codec, starts, ends, arena, pos, i, out_end, lz4_ctx, zstd_
         if c == _ZSTD_ID:  # every frame, with or without a content size
             n = _zstd_decompress((zstd_ctx, arena.ctypes.data + pos, arena.shape[0] - pos,
                                   src.ctypes.data + starts[i], ends[i] - starts[i]))
-            if _zstd_is_error((n,)):
+            if zstd_is_error((n,)):
                 return (ROOM if _zstd_error_code((n,)) == _ZSTD_DST_TOO_SMALL else CALLER), i, pos
             new = pos + n
         else:
@@ -128,7 +121,7 @@ def _decompress(src, codec, starts, ends, arena, pos, i, out_end, lz4_ctx, zstd_
 
 
 @contextmanager
-def _reused(pool: queue.SimpleQueue, make: Callable):
+def reused(pool: queue.SimpleQueue, make: Callable):
     """A C context from ``pool`` (``make()`` when none is free), put back after the call: kept for
     the next call, never freed, so there are at most as many as threads ever used them at once."""
     try:
@@ -144,9 +137,9 @@ def _reused(pool: queue.SimpleQueue, make: Callable):
 def _decompressors() -> tuple[int, int]:
     """A pair of decompression contexts: lz4's and zstd's (0 for a library not found)."""
     lz4 = ctypes.c_void_p()
-    if _LZ4 is not None and _LZ4.LZ4F_createDecompressionContext(ctypes.byref(lz4), _LZ4F_VERSION) != 0:
+    if LZ4_LIBRARY is not None and LZ4_LIBRARY.LZ4F_createDecompressionContext(ctypes.byref(lz4), _LZ4F_VERSION) != 0:
         raise MemoryError("lz4: no decompression context") from None
-    zstd = int(_ZSTD.ffi.cast("uintptr_t", _ZSTD.lib.ZSTD_createDCtx())) if _ZSTD is not None else 0
+    zstd = int(ZSTD_LIBRARY.ffi.cast("uintptr_t", ZSTD_LIBRARY.lib.ZSTD_createDCtx())) if ZSTD_LIBRARY is not None else 0
     return lz4.value or 0, zstd
 
 
@@ -159,14 +152,14 @@ def decompress_many(src: np.ndarray, codec: np.ndarray, starts: np.ndarray, ends
     another: (the arena, where each ends in it). ``section(i)`` decompresses section i in Python
     (the compiled call leaves it gzip, snappy and whatever its C library refuses)."""
     arena = np.empty(int((ends - starts).sum()) * _GUESS + (64 << 10), np.uint8)
-    with _reused(_DECOMPRESSORS, _decompressors) as (lz4_ctx, zstd_ctx):
-        return _sections(arena, len(starts), _MAX_ARENA, section, lambda out, pos, i, out_end: _decompress(
+    with reused(_DECOMPRESSORS, _decompressors) as (lz4_ctx, zstd_ctx):
+        return sections(arena, len(starts), _MAX_ARENA, section, lambda out, pos, i, out_end: _decompress(
             src, codec, starts, ends, out, pos, i, out_end, lz4_ctx, zstd_ctx, NATIVE))
 
 
-def _sections(out: np.ndarray, n: int, limit: int, python: Callable[[int], bytes],
+def sections(out: np.ndarray, n: int, limit: int, python: Callable[[int], bytes],
               compiled: Callable) -> tuple[np.ndarray, np.ndarray]:
-    """What both directions share: ``compiled(out, pos, i, out_end)`` goes on from section i; when
+    """What decompression and ``writers.compiled_codecs``'s compression share: ``compiled(out, pos, i, out_end)`` goes on from section i; when
     ``out`` is full it is doubled (up to ``limit``: past it the section is the caller's), and a
     section it leaves is made by ``python(i)`` and put in its place. (``out`` up to its end, where
     each section ends.)"""
@@ -175,11 +168,11 @@ def _sections(out: np.ndarray, n: int, limit: int, python: Callable[[int], bytes
     while i < n:
         status, i, pos = compiled(out, pos, i, out_end)
         if status == ROOM and len(out) < limit:
-            out = _grown(out, pos, 2 * len(out))
+            out = grown(out, pos, 2 * len(out))
         elif status != DONE:  # a section for the caller, or one that claims more than ``limit``
             data = np.frombuffer(python(i), np.uint8)
             if pos + len(data) > len(out):
-                out = _grown(out, pos, 2 * (pos + len(data)))
+                out = grown(out, pos, 2 * (pos + len(data)))
             out[pos:pos + len(data)] = data
             pos += len(data)
             out_end[i] = pos
@@ -187,69 +180,7 @@ def _sections(out: np.ndarray, n: int, limit: int, python: Callable[[int], bytes
     return out[:pos], out_end
 
 
-def _grown(arena: np.ndarray, used: int, size: int) -> np.ndarray:
+def grown(arena: np.ndarray, used: int, size: int) -> np.ndarray:
     bigger = np.empty(size, np.uint8)
     bigger[:used] = arena[:used]
     return bigger
-
-
-# How Kafka's Java client frames lz4 (``readers.codecs.compress``), as an LZ4F_preferences_t: 64 KiB
-# independent blocks, no checksums, no content size, level 0, no auto-flush (fourteen 32-bit fields).
-_LZ4_PREFERENCES = np.array([4, 1] + [0] * 12, np.int32)
-_ZSTD_RESET_SESSION, _ZSTD_END = 1, 2
-
-
-@njit(cache=True, nogil=True, boundscheck=False)
-def _compress(src, codec, starts, ends, out, pos, i, out_end, cctx, lz4_preferences):
-    """Sections ``i``, ``i + 1``, ... compressed into ``out`` from ``pos`` (as _decompress)."""
-    buffers = np.empty(6, np.uint64)  # ZSTD_inBuffer then ZSTD_outBuffer: pointer, size, position
-    while i < starts.shape[0]:
-        c, size = codec[i], ends[i] - starts[i]
-        if c == _ZSTD_ID:
-            if pos + _zstd_bound((size,)) > out.shape[0]:
-                return ROOM, i, pos
-            # python-zstandard's ZstdCompressor.compress: a new session, its size pledged, one end call
-            _zstd_reset((cctx, _ZSTD_RESET_SESSION))
-            if _zstd_is_error((_zstd_pledge((cctx, size)),)):
-                return CALLER, i, pos
-            buffers[0], buffers[1], buffers[2] = src.ctypes.data + starts[i], size, 0
-            buffers[3], buffers[4], buffers[5] = out.ctypes.data + pos, out.shape[0] - pos, 0
-            left = _zstd_compress((cctx, buffers.ctypes.data + 24, buffers.ctypes.data, _ZSTD_END))
-            if _zstd_is_error((left,)) or left != 0:
-                return CALLER, i, pos
-            n = np.int64(buffers[5])
-        elif c == _LZ4_ID:
-            if pos + _lz4f_bound((size, lz4_preferences.ctypes.data)) > out.shape[0]:
-                return ROOM, i, pos
-            n = _lz4f_compress((out.ctypes.data + pos, out.shape[0] - pos, src.ctypes.data + starts[i], size,
-                                lz4_preferences.ctypes.data))
-            if _lz4f_is_error((n,)):
-                return CALLER, i, pos
-        else:
-            return CALLER, i, pos
-        pos += n
-        out_end[i] = pos
-        i += 1
-    return DONE, i, pos
-
-
-def _compressor() -> int:
-    """A zstd compression context at Kafka's level (``readers.codecs``); 0 without the library."""
-    if _ZSTD is None:
-        return 0
-    made = _ZSTD.lib.ZSTD_createCCtx()
-    _ZSTD.lib.ZSTD_CCtx_setParameter(made, _ZSTD.lib.ZSTD_c_compressionLevel, codecs.ZSTD_LEVEL)
-    return int(_ZSTD.ffi.cast("uintptr_t", made))
-
-
-_COMPRESSORS: queue.SimpleQueue = queue.SimpleQueue()
-
-
-def compress_many(src: np.ndarray, codec: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sections ``src[starts[i]:ends[i]]`` compressed by ``codec[i]`` as ``readers.codecs.compress``
-    compresses them (the same bytes), one after another: (the output, where each ends in it)."""
-    out = np.empty(int((ends - starts).sum()) + len(starts) * 64 + (64 << 10), np.uint8)
-    with _reused(_COMPRESSORS, _compressor) as cctx:
-        return _sections(out, len(starts), 1 << 62, lambda i: codecs.compress(int(codec[i]), src[starts[i]:ends[i]]),
-                         lambda out, pos, i, out_end: _compress(src, codec, starts, ends, out, pos, i, out_end, cctx,
-                                                                _LZ4_PREFERENCES))

@@ -18,7 +18,7 @@ from readers.errors import FormatError
 
 VERSION = 1
 _HEADER = struct.Struct(">hIi")  # version, crc, entry count
-_ENTRY = struct.Struct(">qhiqiqiq")
+ENTRY = struct.Struct(">qhiqiqiq")
 _CRC_START = 6
 
 
@@ -43,15 +43,6 @@ def parse(path: str, data: bytes) -> list[ProducerEntry]:
     computed = crc32c.crc32c(memoryview(data)[_CRC_START:])
     if computed != crc:
         raise FormatError(path, 2, f"producer snapshot CRC mismatch: stored {crc:#010x}, computed {computed:#010x}")
-    if count < 0 or _HEADER.size + count * _ENTRY.size != len(data):
+    if count < 0 or _HEADER.size + count * ENTRY.size != len(data):
         raise FormatError(path, 10, f"{count} producer entries do not fill the {len(data)}-byte snapshot")
-    return [ProducerEntry(*fields) for fields in _ENTRY.iter_unpack(memoryview(data)[_HEADER.size:])]
-
-
-def render(entries: list[ProducerEntry]) -> bytes:
-    body = struct.pack(">i", len(entries)) + b"".join(
-        _ENTRY.pack(e.producer_id, e.producer_epoch, e.last_sequence, e.last_offset, e.offset_delta,
-                    e.timestamp, e.coordinator_epoch, e.current_txn_first_offset)
-        for e in entries
-    )
-    return struct.pack(">hI", VERSION, crc32c.crc32c(body)) + body
+    return [ProducerEntry(*fields) for fields in ENTRY.iter_unpack(memoryview(data)[_HEADER.size:])]

@@ -23,11 +23,12 @@ from pathlib import Path
 from jobs.cli import main
 from operations import states
 from readers import checkpoint
-from readers.logdir import CHECKPOINTS, METADATA_DIR
+from logdir.listing import CHECKPOINTS, METADATA_DIR
 from readers.segment import iter_batches
 from tests.reference.config import Config
 from tests.reference.manager import Broker, RoundResult
-from writers import generator
+from tools import generator
+from writers.checkpoint import render_checkpoint
 
 KAFKA_FILE = re.compile(r"^\d{20}\.(log|index|timeindex|txnindex|snapshot)$")
 MTIME_KINDS = (".log", ".index", ".timeindex")
@@ -62,7 +63,7 @@ class Rounds:
         generator.generate(str(root / "ours"), spec, seed=seed)
         if stray_entries:
             path = root / "ours" / "cleaner-offset-checkpoint"
-            path.write_bytes(checkpoint.render(checkpoint.parse(str(path), path.read_bytes()) | stray_entries))
+            path.write_bytes(render_checkpoint(checkpoint.parse(str(path), path.read_bytes()) | stray_entries))
         shutil.copytree(root / "ours", root / "model")  # copy2: modification times come along
         config = Config({t["name"]: dict(t["config"]) for t in spec["topics"]})
         rounds = cls(root, spec, seed, config)

@@ -18,11 +18,11 @@ import pytest
 
 from jobs import cli
 from readers import checkpoint
-from readers.dump import dump_path
+from tools.dump import dump_path
 from readers.errors import FormatError
 from readers.records import Record
 from readers.segment import iter_batches
-from readers.verify import verify_log_dir
+from tools.verify import verify_log_dir
 from tests.support import hand_v2_batch, hand_varint, kp_build, recompute_crc32c
 from tests.support import TS0, make_batches, write_partition
 

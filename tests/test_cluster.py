@@ -35,7 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 PYTHON = sys.executable  # the project's venv: the driver's Python
 KCOMPACT = str(Path(PYTHON).parent / "kcompact")
-PACKAGES = ("compaction", "conf", "jobs", "operations", "planner", "readers", "storage", "writers")
+PACKAGES = ("compaction", "conf", "datasource", "jobs", "logdir", "operations", "planner", "readers", "storage", "tools",
+            "writers")
 NOW = "1720001000000"
 # Short-lived JVMs on two shared cores: C1 only and one GC thread save most of the JIT's CPU.
 JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"

@@ -22,7 +22,7 @@ from kafka.record.memory_records import MemoryRecords
 from jobs.cli import main
 from readers import codecs
 from readers.records import Record
-from readers.verify import verify_log_dir
+from tools.verify import verify_log_dir
 from tests.support import TIME_ENTRY, checkpoint_text, kp_keyed, seg_path, write_partition
 from tests.test_legacy import legacy_message_set
 

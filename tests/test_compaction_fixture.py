@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from jobs.cli import main
-from readers.verify import verify_log_dir
+from tools.verify import verify_log_dir
 from tests.support import (
     FIXTURE_DIR,
     FIXTURE_INPUT,

@@ -28,7 +28,7 @@ from kafka.record.memory_records import MemoryRecords
 from jobs.cli import main
 from readers import codecs
 from readers.records import Record
-from readers.verify import verify_log_dir
+from tools.verify import verify_log_dir
 from tests.support import (
     JOB_PATHS,
     TIME_ENTRY,

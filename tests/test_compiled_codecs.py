@@ -15,6 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from readers import codecs, compiled_codecs
+from writers.codecs import compress
+from writers.compiled_codecs import compress_many
 
 
 def _kafka_lz4(data: bytes) -> bytes:
@@ -74,7 +76,7 @@ def test_a_section_far_larger_than_its_compressed_bytes_grows_the_arena():
 
 
 def test_gzip_snappy_and_what_the_c_libraries_refuse_go_to_the_callers_decoder():
-    packed = [gzip.compress(TEXT[:100]), _kafka_lz4(TEXT[:200]), codecs.compress(codecs.SNAPPY, TEXT[:300]),
+    packed = [gzip.compress(TEXT[:100]), _kafka_lz4(TEXT[:200]), compress(codecs.SNAPPY, TEXT[:300]),
               _kafka_lz4(TEXT[:400])[:-7], b"", _zstd_stream(TEXT[:500])]
     codec = [codecs.GZIP, codecs.LZ4, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD, codecs.ZSTD]
     asked = []
@@ -110,7 +112,7 @@ def _expected(codec: int, data: bytes) -> bytes:
 
 def _compressed(raw: list[bytes], codec: list[int]) -> list[bytes]:
     src, starts, ends = _sections(raw)
-    out, out_end = compiled_codecs.compress_many(src, np.array(codec, np.int64), starts, ends)
+    out, out_end = compress_many(src, np.array(codec, np.int64), starts, ends)
     out_start = np.concatenate(([0], out_end))[:-1]
     return [out[s:e].tobytes() for s, e in zip(out_start, out_end, strict=True)]
 

@@ -21,7 +21,7 @@ from pyspark.sql.datasource import EqualTo, GreaterThan, In, InputPartition, IsN
 
 import storage
 from readers import codecs
-from readers.datasource import KafkaLogDataSource, Split, plan_splits, read_split
+from datasource.kafka_log import KafkaLogDataSource, Split, plan_splits, read_split
 from readers.records import ABORT, COMMIT, Record
 from tests.support import (
     FIXTURE_DIR,

@@ -18,7 +18,7 @@ from kafka.record.memory_records import MemoryRecords
 
 import storage
 from jobs import cli
-from readers.dump import dump_path
+from tools.dump import dump_path
 from readers.records import COMMIT, Record
 from tests.support import FIXTURE_DIR, FIXTURE_INPUT, hand_control_batch, kp_build
 from tests.support import TS0

@@ -28,6 +28,7 @@ from tests.support import (
 )
 from writers.batch import encode_like
 from writers.segment import SegmentWriter
+from writers.checkpoint import render_checkpoint
 
 SEGMENTS = log_segments(FIXTURE_INPUT)
 
@@ -96,7 +97,7 @@ def test_cleaner_offset_checkpoint_parses():
     path = FIXTURE_INPUT / "cleaner-offset-checkpoint"
     text = path.read_bytes()
     assert checkpoint.parse(str(path), text) == {("accounts", 1): 2080}
-    assert checkpoint.render(checkpoint.parse(str(path), text)) == text
+    assert render_checkpoint(checkpoint.parse(str(path), text)) == text
 
 
 @pytest.mark.parametrize("name", ["after-round1.cleaner-offset-checkpoint", "after-round2.cleaner-offset-checkpoint"])

@@ -21,8 +21,8 @@ from jobs.cli import main
 from readers import checkpoint
 from readers.indexes import AbortedTxn, parse_offset_index, parse_time_index, parse_txn_index
 from tests.support import FIXTURE_DIR
-from readers.logdir import METADATA_DIR
-from writers import generator
+from logdir.listing import METADATA_DIR
+from tools import generator
 
 FIXTURE_SPEC = FIXTURE_DIR / "generator-spec.json"
 COMPACTED = {"orders", "users"}

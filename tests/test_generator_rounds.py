@@ -16,7 +16,7 @@ from kafka.record.memory_records import MemoryRecords
 from readers import checkpoint
 from readers.indexes import parse_offset_index, parse_time_index
 from tests.test_generator import expected_indexes, read_segment
-from writers import generator
+from tools import generator
 
 T0 = 1_720_000_000_000
 HOUR = 3_600_000

@@ -31,7 +31,7 @@ from jsonpointer import JsonPointer, resolve_pointer
 from matplotlib import image
 
 from jobs.cli import main
-from writers import generator
+from tools import generator
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -14,13 +14,12 @@ from readers.indexes import (
     AbortedTxn,
     OffsetEntry,
     TimeEntry,
-    encode_offset_index,
-    encode_time_index,
-    encode_txn_index,
     parse_offset_index,
     parse_time_index,
     parse_txn_index,
 )
+from writers.indexes import encode_offset_index, encode_time_index, encode_txn_index
+from writers.checkpoint import render_checkpoint
 
 OFFSETS = [(17, 4102), (35, 8230), (61, 12400)]
 TIMES = [(1_720_000_000_500, 17), (1_720_000_001_000, 35), (1_720_000_002_750, 64)]
@@ -116,9 +115,9 @@ def test_checkpoint_parses_kafka_text():
 
 def test_checkpoint_empty_and_round_trip():
     assert checkpoint.parse("c", b"0\n0\n") == {}
-    assert checkpoint.render({}) == b"0\n0\n"
+    assert render_checkpoint({}) == b"0\n0\n"
     entries = {("b-topic", 3): 9, ("a.topic", 10): 1, ("a.topic", 2): 1 << 40}
-    rendered = checkpoint.render(entries)
+    rendered = render_checkpoint(entries)
     assert rendered == b"0\n3\na.topic 2 1099511627776\na.topic 10 1\nb-topic 3 9\n"
     assert checkpoint.parse("c", rendered) == entries
 
@@ -174,7 +173,7 @@ def test_write_atomic_goes_through_tmp_and_rename(tmp_path, monkeypatch):
 
 def test_write_atomic_creates_and_replaces(tmp_path):
     target = str(tmp_path / "log-start-offset-checkpoint")
-    storage.write_atomic(target, checkpoint.render({("t", 0): 1}))
-    storage.write_atomic(target, checkpoint.render({("t", 0): 2}))
+    storage.write_atomic(target, render_checkpoint({("t", 0): 1}))
+    storage.write_atomic(target, render_checkpoint({("t", 0): 2}))
     assert checkpoint.parse(target, open(target, "rb").read()) == {("t", 0): 2}
     assert os.listdir(tmp_path) == ["log-start-offset-checkpoint"]

@@ -1,5 +1,5 @@
 """KRaft metadata: record values decoded by readers.metadata, logs and snapshots replayed by
-conf.kraft, and the result fed to conf.resolve.build.
+logdir.kraft, and the result fed to conf.resolve.build.
 
 The values are written by a small encoder here, field by field after Kafka's schemas
 (metadata/src/main/resources/common/metadata/{TopicRecord,ConfigRecord,RemoveTopicRecord}.json:
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conf.kraft import metadata_sources, read_metadata
+from logdir.kraft import metadata_sources, read_metadata
 from conf.resolve import build
 from readers.errors import FormatError
 from readers.metadata import (

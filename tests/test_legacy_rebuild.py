@@ -33,10 +33,11 @@ from compaction.model import BatchInfo
 from jobs.cli import main
 from readers import codecs
 from readers.records import Record
-from readers.verify import verify_log_dir
+from tools.verify import verify_log_dir
 from tests.support import TIME_ENTRY, broker_indexes, checkpoint_text, kp_keyed, read_one, seg_path
 from tests.test_legacy import legacy_message_set
 from writers.legacy import rebuild_wrapper
+from writers.codecs import compress_legacy
 
 DAY = 86_400_000
 RET = 600_000  # delete.retention.ms of the lg-* topics
@@ -469,7 +470,7 @@ def test_legacy_last_batch_of_the_round_losing_everything_fails_like_kafka(lg):
 @pytest.mark.parametrize("magic", [0, 1])
 def test_legacy_codec_framing_read_by_kafka_python(magic, codec):
     data = b"an inner message set " * 50
-    value = codecs.compress_legacy(magic, codec, data)
+    value = compress_legacy(magic, codec, data)
     decode = {codecs.GZIP: gzip_decode, codecs.SNAPPY: snappy_decode,
               codecs.LZ4: lz4_decode_old_kafka if magic == 0 else lz4_decode}[codec]
     assert decode(value) == data

@@ -1,4 +1,4 @@
-"""readers.logdir.scan_log_dir over hand-made log dirs and the Kafka-written fixture."""
+"""logdir.listing.scan_log_dir over hand-made log dirs and the Kafka-written fixture."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from readers.logdir import parse_partition_dir, scan_log_dir
+from logdir.listing import parse_partition_dir, scan_log_dir
 from tests.support import FIXTURE_INPUT, MTIME_MS, make_log_dir
 
 

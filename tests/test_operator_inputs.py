@@ -81,7 +81,7 @@ def test_state_command_on_a_path_that_is_not_a_log_dir(tmp_path, capsys):
 
 
 def test_a_log_dir_is_known_by_its_root_files_or_a_partition_dir():
-    from readers.logdir import not_a_log_dir
+    from logdir.listing import not_a_log_dir
 
     assert not_a_log_dir(str(Path(__file__).parent / "fixtures" / "kafka-written" / "input")) is None
 

@@ -23,7 +23,8 @@ import crc32c
 import pytest
 from chispa import assert_df_equality
 
-from conf import kraft, resolve
+from conf import resolve
+from logdir import kraft
 from jobs import cli
 from planner import output, plan
 from readers.records import Record

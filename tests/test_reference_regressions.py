@@ -20,7 +20,7 @@ from tests.reference.log import CleanedSegment, LogSegment
 from tests.reference.producers import LastRecord
 from tests.reference.manager import Broker
 from tests.reference_rounds import Rounds
-from writers import generator
+from tools import generator
 
 T0 = 1_720_000_000_000
 MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000

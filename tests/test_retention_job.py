@@ -339,7 +339,7 @@ def x_row(log_dir: str) -> pa.Table:
 
 
 def seen_bases(log_dir: str) -> list[int]:
-    from readers.logdir import scan_partition
+    from logdir.listing import scan_partition
 
     return [s.base_offset for s in scan_partition(f"{log_dir}/x-0", "x", 0).segments]
 
@@ -349,7 +349,7 @@ def test_object_store_deletes_through_a_commit_record(store):
     0's files and snapshot replaced, log start 10; applied, it left those files gone and both
     checkpoints moved by compare-and-swap (the cleaner entry 3 below the new log start raised, y-1's
     entry dropped: no such partition in the log dir)."""
-    from readers import commits
+    from logdir import commits
 
     log_dir = uploaded(store, "plain")
     report = execute(x_row(log_dir), now=NOW)
@@ -372,7 +372,7 @@ def test_object_store_every_write_failure_is_old_or_new(store):
     ``kcompact recover`` then ends where the record decides: untouched byte for byte without
     one, segment 0 gone and both checkpoints moved with one."""
     from tests.support import FAULTY, failing_s3
-    from readers import commits
+    from logdir import commits
 
     failing = failing_s3()
     failing.calls, failing.fail_at = 0, 0
@@ -407,7 +407,7 @@ def test_object_store_waits_for_an_unapplied_commit(store):
     """A commit record not yet applied (a compaction committing, or interrupted) blocks retention
     of its partition: nothing touched. Once ``kcompact recover`` applied it, retention takes the
     next generation."""
-    from readers import commits
+    from logdir import commits
 
     log_dir = uploaded(store, "unapplied")
     pending = commits.CommitRecord("x", 0, 1, "kcompact-other", {}, (), 3)
@@ -429,7 +429,7 @@ def test_object_store_loses_the_generation_to_a_compaction(store, monkeypatch):
     compaction's record has generation 1, retention's PUT of generation 1 fails, the partition is
     reported failed and nothing of retention's is applied."""
     from operations import retention
-    from readers import commits
+    from logdir import commits
 
     log_dir = uploaded(store, "race")
     winner = commits.CommitRecord("x", 0, 1, "kcompact-other", {}, (), 3, copied=True, applied=True)
@@ -450,8 +450,8 @@ def test_object_store_loses_the_generation_to_a_compaction(store, monkeypatch):
 def test_run_on_object_store(spark_s3, store, tmp_path):
     """``kcompact run`` on s3://: Q's compact,delete partition retained (generation 1) then
     compacted (generation 2) with the result worked out for the local run above."""
-    from readers.logdir import scan_partition
-    from readers import commits
+    from logdir.listing import scan_partition
+    from logdir import commits
 
     build_q(tmp_path / "q")
     store.fs.put(f"{tmp_path / 'q'}/", f"{BUCKET}/q/", recursive=True)

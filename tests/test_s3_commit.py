@@ -30,11 +30,11 @@ import pytest
 
 from jobs import cli
 from readers.checkpoint import parse as parse_checkpoint
-from readers.dump import dump_path
-from readers.logdir import SEGMENT_KINDS, scan_partition, segment_name
+from tools.dump import dump_path
+from logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
 from tests.support import FAULTY, failing_s3, kp_batches, kp_record
 from operations import last_run, s3commit
-from readers import commits
+from logdir import commits
 
 NOW = "1720001000000"
 BUCKET = "kc-commit"
@@ -258,7 +258,7 @@ def commit_fixture(s3, gen: Path, merged_truth: Path):
 COMMIT_ONE = """
 import json, sys
 from operations import last_run, s3commit
-from readers import commits
+from logdir import commits
 args = json.loads(sys.argv[1])
 record = s3commit.plan_record("orders", 0, 1, args["owner"], args["staged"], args["replaced"], args["checkpoint"])
 s3commit.commit_partition(args["log_dir"], args["partition_dir"], record)

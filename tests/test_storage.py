@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 import storage
-from readers.logdir import scan_log_dir
+from logdir.listing import scan_log_dir
 from readers.segment import iter_batches
 from tests.support import FIXTURE_INPUT
 from tests.support import TREE, make_log_dir, pages_in_cache
@@ -249,12 +249,12 @@ def test_direct_file_raises_other_errors_and_gives_its_buffer_back(tmp_path, mon
     path = str(tmp_path / "a.log")
     with storage.create_durable(path, direct=True) as f:  # at least one buffer in the pool
         f.write(b"y")
-    pooled, fds = storage._DIRECT_BUFFERS.qsize(), len(os.listdir("/proc/self/fd"))
+    pooled, fds = storage.direct._DIRECT_BUFFERS.qsize(), len(os.listdir("/proc/self/fd"))
     monkeypatch.setattr(os, "write", disk_full)
     with pytest.raises(OSError, match="No space left"):
         _write_in_pieces(path, bytes(storage.DIRECT_BUFFER), seed=4)
     monkeypatch.undo()
-    assert storage._DIRECT_BUFFERS.qsize() == pooled and len(os.listdir("/proc/self/fd")) == fds
+    assert storage.direct._DIRECT_BUFFERS.qsize() == pooled and len(os.listdir("/proc/self/fd")) == fds
     with storage.create_durable(path, direct=True) as f:  # a buffer from the pool, still usable
         f.write(b"x" * 5000)
     assert open(path, "rb").read() == b"x" * 5000

@@ -20,7 +20,7 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from jobs.cli import main
-from readers.verify import verify_log_dir
+from tools.verify import verify_log_dir
 from tests.support import (
     TIME_ENTRY,
     TXN_ENTRY,

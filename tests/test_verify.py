@@ -13,7 +13,7 @@ import storage
 from jobs import cli
 from readers.records import ABORT
 from readers.errors import Problem
-from readers.verify import verify_log_dir
+from tools.verify import verify_log_dir
 from tests.support import (
     FIXTURE_INPUT,
     OFFSET_ENTRY,

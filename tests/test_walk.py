@@ -23,6 +23,7 @@ from readers.segment import iter_batches
 from tests.support import kp_batches, kp_build, recompute_crc32c
 from tests.test_legacy import legacy_message_set
 from tests.test_segment_reader import LOG, SPECS, batch_specs_log
+from writers.codecs import compress
 
 T0 = 1_720_000_000_000
 
@@ -195,7 +196,7 @@ def corrupt_record(codec: int) -> bytes:
         return bytes(recompute_crc32c(body))
     section = bytearray(codecs.decompress(codec, good[61:]))
     section[1 + (section[0] >> 1)] = 0x7E
-    body = bytearray(good[:61]) + codecs.compress(codec, bytes(section))
+    body = bytearray(good[:61]) + compress(codec, bytes(section))
     struct.pack_into(">i", body, 8, len(body) - 12)
     return bytes(recompute_crc32c(body))
 

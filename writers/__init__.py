@@ -1,2 +1,4 @@
-"""Writing Kafka's on-disk format: record batches, segments with their indexes,
-checkpoints, and sample log dirs for tests and demos."""
+"""Encoding Kafka's on-disk format: v2 and legacy batches, rebuilt and emptied batches, segments
+with their indexes by the broker's rules, index files, checkpoints, producer snapshots,
+compression. The bottom layer beside ``readers`` (whose decoders they may use): no Spark,
+fsspec or ``storage``."""

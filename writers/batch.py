@@ -25,6 +25,7 @@ from readers.batch import (
     Batch,
 )
 from readers.records import Record
+from writers.codecs import compress
 
 
 def uvarint(value: int) -> bytes:
@@ -104,7 +105,7 @@ def encode_batch(
     if delete_horizon_ms is not None:
         attributes |= ATTR_DELETE_HORIZON
     body = b"".join(encode_record(r, base_offset, base_timestamp) for r in records)
-    body = codecs.compress(codec, body)
+    body = compress(codec, body)
     header = V2_HEADER.pack(
         base_offset, V2_HEADER.size - LOG_OVERHEAD + len(body), partition_leader_epoch, 2, 0,
         attributes, last_offset_delta, base_timestamp, max_timestamp,

@@ -31,6 +31,7 @@ import numpy as np
 from readers import codecs
 from readers.batch import ATTR_TIMESTAMP_TYPE, LOG_APPEND_TIME, NO_TIMESTAMP, Batch
 from readers.records import Record
+from writers.codecs import compress_legacy
 
 _ENTRY_HEADER = struct.Struct(">qi")  # offset, message size
 _MAGIC_ATTRIBUTES = struct.Struct(">bb")
@@ -100,7 +101,7 @@ def encode_wrapper(magic: int, codec: int, timestamp_type: int, records: Sequenc
         parts.append(encode_entry(inner_offset, encode_message(magic, inner_attrs, ts, r.key, r.value)))
         if magic > 0 and ts > max_ts:
             max_ts = ts
-    value = codecs.compress_legacy(magic, codec, b"".join(parts))
+    value = compress_legacy(magic, codec, b"".join(parts))
     wrapper_ts = log_append_time if append_time else max_ts
     wrapper = encode_message(magic, attributes(magic, codec, timestamp_type), wrapper_ts, None, value)
     return encode_entry(records[-1].offset, wrapper)

@@ -38,6 +38,7 @@ from readers.batch import (
 )
 from readers.scan import RECORD_POS
 from readers.scan import _varint as read_varint
+from writers.codecs import compress
 
 KEPT_ATTRIBUTES = ATTR_CODEC_MASK | ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL  # a rebuilt batch's
 EMPTY_ATTRIBUTES = ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL  # an empty header's (writeEmptyHeader)
@@ -260,7 +261,7 @@ def rebuild(batch: Batch, keep: np.ndarray, delete_horizon_ms: int | None = None
     if size < 0:
         raise ValueError(f"batch at offset {batch.base_offset_field}: records section does not match its scan")
     codec = batch.attributes & ATTR_CODEC_MASK
-    body = section[:size] if codec == codecs.NONE else np.frombuffer(codecs.compress(codec, section[:size]), np.uint8)
+    body = section[:size] if codec == codecs.NONE else np.frombuffer(compress(codec, section[:size]), np.uint8)
     attributes = batch.attributes & KEPT_ATTRIBUTES | (ATTR_DELETE_HORIZON if has_horizon else 0)
     return _framed(batch, attributes, int(base_ts), int(max_ts), kept, body)
 

@@ -17,10 +17,8 @@ from readers.indexes import (
     AbortedTxn,
     OffsetEntry,
     TimeEntry,
-    encode_offset_index,
-    encode_time_index,
-    encode_txn_index,
 )
+from writers.indexes import encode_offset_index, encode_time_index, encode_txn_index
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
 

@@ -34,7 +34,7 @@ import crash_points
 
 import operations.recover  # noqa: F401  (imported before forking: the children start warm)
 from jobs.cli import main as kcompact
-from readers.logdir import scan_partition
+from logdir.listing import scan_partition
 from operations.cleaned import CLEANED, WrittenGroup
 from operations.checkpoints import set_cleaner_offset
 from operations.deleted import Removal

@@ -22,6 +22,8 @@ import crc32c
 from readers import codecs
 from readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TIMESTAMP_TYPE, ATTR_TRANSACTIONAL, LOG_APPEND_TIME
 from readers.records import Record
+from writers.codecs import compress
+from writers.codecs import compress_legacy
 
 NO_TIMESTAMP = -1
 _AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. recordsCount
@@ -94,7 +96,7 @@ def v2_batch(h: V2Header, codec: int, first_timestamp: int, max_timestamp: int, 
         attributes |= ATTR_CONTROL
     if delete_horizon:
         attributes |= ATTR_DELETE_HORIZON
-    payload = codecs.compress(codec, records_section) if codec != codecs.NONE else records_section
+    payload = compress(codec, records_section) if codec != codecs.NONE else records_section
     after = _AFTER_CRC.pack(attributes, h.last_offset - h.base_offset, first_timestamp, max_timestamp,
                             h.producer_id, h.producer_epoch, h.base_sequence, count) + payload
     return _BEFORE_CRC.pack(h.base_offset, len(after) + 9, h.leader_epoch, 2, crc32c.crc32c(after)) + after
@@ -168,7 +170,7 @@ def rebuild_legacy_wrapper(magic: int, codec: int, timestamp_type: int, log_appe
         message = legacy_message(magic, inner_attributes, ts, r.key, r.value)
         inner += struct.pack(">qi", r.offset - base if magic > 0 else r.offset, len(message)) + message
         max_timestamp = max(max_timestamp, ts)
-    value = codecs.compress_legacy(magic, codec, bytes(inner))
+    value = compress_legacy(magic, codec, bytes(inner))
     wrapper_ts = log_append_time if append_time else max_timestamp
     attributes = (codec & 0x07) | (ATTR_TIMESTAMP_TYPE if append_time else 0)
     message = legacy_message(magic, attributes, wrapper_ts, None, value)

@@ -17,6 +17,7 @@ from readers import checkpoint
 from tests.reference.cleaner import Cleaner
 from tests.reference.config import Config
 from tests.reference.log import CleaningFailed, Log
+from writers.checkpoint import render_checkpoint
 
 LONG_MAX = 2**63 - 1
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
@@ -100,7 +101,7 @@ class Broker:
         current[tp] = offset
         path = os.path.join(self.log_dir, checkpoint.CLEANER_OFFSET)
         with open(path + ".tmp", "wb") as f:
-            f.write(checkpoint.render(current))
+            f.write(render_checkpoint(current))
         os.replace(path + ".tmp", path)
 
     # -- LogCleanerManager ------------------------------------------------------------------------

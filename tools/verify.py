@@ -27,7 +27,7 @@ from readers.indexes import (
     parse_time_index,
     parse_txn_index,
 )
-from readers.logdir import LogDir, Partition, Segment, scan_log_dir, segment_name
+from logdir.listing import LogDir, Partition, Segment, scan_log_dir, segment_name
 from readers.records import Record
 from readers.segment import iter_batches, problems, torn_tail
 

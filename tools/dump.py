@@ -19,7 +19,7 @@ from readers import codecs
 from readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Batch
 from readers.errors import FormatError, Problem
 from readers.indexes import parse_offset_index, parse_time_index, parse_txn_index
-from readers.logdir import (
+from logdir.listing import (
     LEFTOVER_SUFFIXES,
     SEGMENT_KINDS,
     Partition,

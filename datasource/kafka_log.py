@@ -49,8 +49,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import NamedTuple
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import pyarrow as pa
@@ -86,14 +85,12 @@ import storage
 from readers import codecs
 from readers.batch import Batch
 from readers.columns import batch_columns
-from readers.errors import FormatError
-from readers.indexes import OffsetEntry, parse_offset_index
-from readers.logdir import Partition, Segment, parse_partition_dir, scan_log_dir, scan_partition
+from logdir.listing import Partition, parse_partition_dir, scan_log_dir, scan_partition
+from logdir.splits import DEFAULT_MAX_SPLIT_BYTES, ByteRange, OffsetRange, partition_ranges
 from readers.records import CONTROL_TYPES
 from readers.segment import DEFAULT_CHUNK, iter_batches
 
 MODES = ("records", "compaction", "batches")
-DEFAULT_MAX_SPLIT_BYTES = 128 << 20
 GROUP_BYTES = 4 << 20  # stored bytes of batches turned into one Arrow batch
 GROUP_RECORDS = 1 << 16
 
@@ -177,34 +174,6 @@ _RENAMED = {
 
 # -- what to read ----------------------------------------------------------------------------
 PartitionKey = tuple[str | None, int]  # (None, n): partition n of every topic
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetRange:
-    """Offsets [start, end); None is unbounded."""
-
-    start: int | None = None
-    end: int | None = None
-
-    def meets(self, first: int, end: int | None) -> bool:
-        """Whether offsets [first, end) can hold one in this range."""
-        return (self.end is None or first < self.end) and (end is None or self.start is None or end > self.start)
-
-    def narrowed(self, start: int | None, end: int | None) -> OffsetRange:
-        return OffsetRange(_bound(max, self.start, start), _bound(min, self.end, end))
-
-    def mask(self, low: np.ndarray, high: np.ndarray) -> np.ndarray | None:
-        """Rows whose offsets [low, high] meet the range; None when all do."""
-        keep = np.ones(len(low), np.bool_)
-        if self.start is not None:
-            keep &= high >= self.start
-        if self.end is not None:
-            keep &= low < self.end
-        return None if keep.all() else keep
-
-
-def _bound(pick: Callable[[int, int], int], a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else pick(a, b)
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,16 +301,12 @@ def _offset_bound(text: str) -> OffsetBound:
 
 # -- planning (driver) ------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Split(InputPartition):
-    """One task: the entries that start in bytes [start, end) of one segment file."""
+class Split(ByteRange, InputPartition):
+    """One task: a ``ByteRange`` of one segment, as Spark's input partition."""
 
-    path: str
-    topic: str
-    partition: int
-    segment_base: int
-    start: int
-    end: int
-    offsets: OffsetRange
+    @classmethod
+    def of(cls, byte_range: ByteRange) -> Split:
+        return cls(**{f.name: getattr(byte_range, f.name) for f in fields(ByteRange)})
 
 
 def plan_splits(settings: Settings) -> list[Split]:
@@ -350,12 +315,12 @@ def plan_splits(settings: Settings) -> list[Split]:
         part = scan_partition(path, *parse_partition_dir(path.rsplit("/", 1)[-1]))
         if settings.selection.selects(part.topic, part.partition):
             offsets = settings.selection.offsets(part.topic, part.partition).narrowed(None, end)
-            splits += partition_splits(part, offsets, settings.max_split_bytes)
+            splits += [Split.of(r) for r in partition_ranges(part, offsets, settings.max_split_bytes)]
     for root in settings.paths:
         for part in _partitions(root):
             if settings.selection.selects(part.topic, part.partition):
                 offsets = settings.selection.offsets(part.topic, part.partition)
-                splits += partition_splits(part, offsets, settings.max_split_bytes)
+                splits += [Split.of(r) for r in partition_ranges(part, offsets, settings.max_split_bytes)]
     return splits
 
 
@@ -366,74 +331,6 @@ def _partitions(root: str) -> list[Partition]:
         return logdir.partitions
     parsed = parse_partition_dir(root.rstrip("/").rsplit("/", 1)[-1])
     return [scan_partition(logdir.path, *parsed)] if parsed else []
-
-
-def partition_splits(part: Partition, offsets: OffsetRange, max_bytes: int) -> list[Split]:
-    """Splits of the segments that can hold offsets in range (a segment's offsets lie below the next base)."""
-    bases = [seg.base_offset for seg in part.segments]
-    splits = []
-    for seg, next_base in zip(part.segments, bases[1:] + [None]):
-        if seg.size == 0 or not offsets.meets(seg.base_offset, next_base):
-            continue
-        for start, end in _ranges(_positions(seg, next_base, offsets, max_bytes), max_bytes):
-            splits.append(Split(seg.log.path, part.topic, part.partition, seg.base_offset, start, end, offsets))
-    return splits
-
-
-class Cut(NamedTuple):
-    """A batch-start position; offsets of the batches before it are < ``below``, from it on >= ``above``."""
-
-    position: int
-    below: int
-    above: int
-
-
-def _positions(seg: Segment, next_base: int | None, offsets: OffsetRange, max_bytes: int) -> list[int]:
-    """Batch-start positions to cut the segment at, from the first byte the range needs to the last.
-
-    Index entry (O, P) marks a chunk appended at P whose largest offset is O: batches before P
-    hold offsets < O, and batches after that chunk offsets > O."""
-    cuts_inside = offsets.start is not None and offsets.start > seg.base_offset
-    cuts_inside |= offsets.end is not None and (next_base is None or offsets.end < next_base)
-    entries = _index(seg, next_base) if seg.size > max_bytes or cuts_inside else []
-    cuts, above = [Cut(0, seg.base_offset, seg.base_offset)], seg.base_offset
-    for entry in entries:
-        offset = seg.base_offset + entry.relative_offset
-        cuts.append(Cut(entry.position, offset, above))
-        above = offset + 1
-    first = max((i for i, c in enumerate(cuts) if offsets.start is not None and c.below <= offsets.start), default=0)
-    last = min((i for i, c in enumerate(cuts) if i > first and offsets.end is not None and c.above >= offsets.end),
-               default=len(cuts))
-    end = seg.size if last == len(cuts) else cuts[last].position
-    return [c.position for c in cuts[first:last]] + [end]
-
-
-def _index(seg: Segment, next_base: int | None) -> list[OffsetEntry]:
-    """The segment's offset index, or nothing when absent or inconsistent (then the segment is one
-    split: a bad index only costs parallelism, never rows)."""
-    if seg.index is None or seg.index.size < 8:
-        return []
-    try:
-        entries = parse_offset_index(seg.index.path, storage.read_bytes(seg.index.path))
-    except FormatError:
-        return []
-    positions = [0] + [e.position for e in entries] + [seg.size]
-    offsets = [-1] + [e.relative_offset for e in entries]
-    ordered = all(a < b for a, b in zip(positions, positions[1:])) and all(a < b for a, b in zip(offsets, offsets[1:]))
-    fits = next_base is None or not entries or seg.base_offset + entries[-1].relative_offset < next_base
-    return entries if ordered and fits else []
-
-
-def _ranges(positions: list[int], max_bytes: int) -> list[tuple[int, int]]:
-    """Consecutive ranges over the cut positions, each at most ``max_bytes`` unless one gap is larger."""
-    out, start, prev = [], positions[0], positions[0]
-    for pos in positions[1:]:
-        if pos - start > max_bytes and prev > start:
-            out.append((start, prev))
-            start = prev
-        prev = pos
-    out.append((start, prev))
-    return out
 
 
 # -- reading (executors) -----------------------------------------------------------------------

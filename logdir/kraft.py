@@ -17,7 +17,7 @@ import storage
 from readers import metadata
 from readers.batch import Batch
 from readers.errors import FormatError
-from readers.logdir import METADATA_DIR
+from logdir.listing import METADATA_DIR
 from readers.records import Record
 from readers.segment import iter_batches
 

@@ -32,15 +32,17 @@ from itertools import accumulate
 from typing import Any
 
 import storage
-from readers.logdir import METADATA_DIR
+from logdir.listing import METADATA_DIR
 from readers import checkpoint, codecs, snapshot
 from readers.indexes import AbortedTxn
-from readers.logdir import segment_name
+from logdir.listing import segment_name
 from readers.records import ABORT, COMMIT, Header, Record, control_key, control_value
 from readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP
 from writers import legacy, metadata
 from writers.batch import encode_batch
 from writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentFiles, SegmentWriter
+from writers.checkpoint import render_checkpoint
+from writers.snapshot import render_snapshot
 
 IDEMPOTENT_PID_BASE = 598000
 TRANSACTIONAL_PID_BASE = 598500
@@ -848,7 +850,7 @@ def _producer_snapshots(encoded: list[_Encoded], offsets: list[int]) -> dict[int
     out, pending = {}, sorted(offsets)
     for item in [*encoded, None]:
         while pending and (item is None or item.batch.last_offset >= pending[0]):
-            out[pending.pop(0)] = snapshot.render([state[pid] for pid in sorted(state)])
+            out[pending.pop(0)] = render_snapshot([state[pid] for pid in sorted(state)])
         if item is None or item.batch.producer_id < 0:
             continue
         b, prev = item.batch, state.get(item.batch.producer_id)
@@ -1065,7 +1067,7 @@ def generate(out: str, spec: dict[str, Any], seed: int, keep_records: bool = Tru
     written += _write_metadata_log(out, spec, ids)
     files = _checkpoints(spec["topics"], parts)
     for name in ROOT_CHECKPOINTS:
-        data = checkpoint.render(files[name])
+        data = render_checkpoint(files[name])
         storage.write_atomic(storage.join(out, name), data)
         written += len(data)
     return GenResult(
@@ -1094,5 +1096,5 @@ def append(out: str, spec: dict[str, Any], seed: int) -> dict[tuple[str, int], P
         path = storage.join(out, name)
         entries = checkpoint.parse(path, storage.read_bytes(path))
         entries.update({tp: truth.log_end_offset for tp, truth in parts.items()})
-        storage.write_atomic(path, checkpoint.render(entries))
+        storage.write_atomic(path, render_checkpoint(entries))
     return parts

@@ -1,7 +1,7 @@
 """How a partition dir on an object store reads under kcompact's commit protocol
 (``operations.s3commit``): the names of staged files and commit records, the record itself,
 and the view a reader takes of a listing. Writing and applying records is in ``operations``;
-this half only reads, so ``readers.logdir`` can follow a record without importing upward.
+this half only reads, so ``logdir.listing`` can follow a record without importing upward.
 """
 
 from __future__ import annotations

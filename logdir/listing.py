@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import storage
 from readers import checkpoint
-from readers.commits import CommitRecord, follow, latest_generations
+from logdir.commits import CommitRecord, follow, latest_generations
 from readers.errors import Problem
 from storage import FileInfo
 
@@ -57,7 +57,7 @@ class Partition:
     segments: list[Segment] = field(default_factory=list)
     leftovers: list[FileInfo] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
-    # object stores (readers.commits): the latest commit record, the staged files no reader sees,
+    # object stores (logdir.commits): the latest commit record, the staged files no reader sees,
     # and why the records could not be followed (also in ``problems``)
     commit: CommitRecord | None = None
     staged: list[FileInfo] = field(default_factory=list)
@@ -98,7 +98,7 @@ def is_live_partition_dir(name: str) -> bool:
 def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] | None = None,
                    commits: dict[tuple[str, int], int] | None = None) -> Partition:
     """Group a partition dir's files into segments; ``files`` skips the listing when known. On an
-    object store the files are those the latest commit record makes them (``readers.commits``);
+    object store the files are those the latest commit record makes them (``logdir.commits``);
     ``commits``: the latest record generations of a listing of the log dir root made before."""
     if files is None:
         files, _ = storage.list_dir(path)

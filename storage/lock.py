@@ -1,0 +1,104 @@
+"""Kafka's log-dir lock: the ``.lock`` file a broker holds while it runs."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import posixpath
+import struct
+import threading
+
+from storage.paths import is_local, resolve
+
+
+BROKER_LOCK = ".lock"
+
+
+class LogDirBusy(OSError):
+    """Another process (a Kafka broker, or another kcompact job) holds the log dir's ``.lock``."""
+
+    def __str__(self) -> str:  # the sentence alone: no errno, no repeated path
+        return self.strerror or super().__str__()
+
+
+def _lock_holder(fd: int) -> int | None:
+    """The pid holding a conflicting POSIX lock on ``fd`` (F_GETLK), None if unknown."""
+    request = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    try:
+        l_type, _, _, _, pid = struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_GETLK, request))
+    except OSError:
+        return None
+    return pid if l_type != fcntl.F_UNLCK and pid > 0 else None
+
+
+def _describe_pid(pid: int | None) -> str:
+    """``process 1234 (command line: java ... kafka.Kafka ...)``: cut with an ellipsis when long, so
+    no cut-off bracket of the command reads as the end of the sentence."""
+    if pid is None:
+        return "another process"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            command = " ".join(f.read().replace(b"\0", b" ").decode(errors="replace").split())
+    except OSError:
+        command = ""
+    if len(command) > 120:
+        command = command[:119] + "\u2026"
+    return f"process {pid}" + (f" (command line: {command})" if command else "")
+
+
+# POSIX record locks belong to the process, and closing any descriptor of the file drops them
+# all: one descriptor per locked file, shared by every holder in this process.
+_HELD: dict[str, list] = {}  # lock file -> [fd, holders]
+_HELD_GUARD = threading.Lock()
+
+
+class LogDirLock:
+    """The OS lock a Kafka broker takes on ``<log dir>/.lock`` (Java's FileChannel.tryLock: a
+    POSIX record lock), held by a job for as long as it may change the log dir, so a broker
+    cannot start on it meanwhile and a second job cannot touch it. Re-entrant within a process
+    (the command line and the job it runs both hold it). A no-op on object stores, where no
+    broker runs and leases alone keep jobs apart."""
+
+    def __init__(self, log_dir: str, create: bool = True):
+        self.log_dir = log_dir
+        self.create = create  # False (a dry run): a missing .lock is not created, nothing is held
+        self._path: str | None = None
+
+    def __enter__(self) -> LogDirLock:
+        fs, fs_path = resolve(self.log_dir)
+        if not is_local(fs):
+            return self
+        path = os.path.realpath(posixpath.join(fs_path, BROKER_LOCK))
+        with _HELD_GUARD:
+            if path in _HELD:
+                _HELD[path][1] += 1
+                self._path = path
+                return self
+            if not self.create and not os.path.exists(path):
+                return self
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if self.create else 0), 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = _lock_holder(fd)
+                os.close(fd)
+                if exc.errno in (errno.EACCES, errno.EAGAIN):
+                    raise LogDirBusy(errno.EBUSY, f"log dir in use: {path} is locked by {_describe_pid(holder)}; "
+                                     "a Kafka broker or another kcompact job is using it (stop the broker, or "
+                                     "wait for the job and see 'kcompact status')", self.log_dir) from None
+                raise
+            _HELD[path] = [fd, 1]
+            self._path = path
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._path is None:
+            return
+        with _HELD_GUARD:
+            entry = _HELD[self._path]
+            entry[1] -= 1
+            if entry[1] == 0:
+                os.close(entry[0])  # closing releases the lock
+                del _HELD[self._path]
+        self._path = None
