@@ -3,6 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(abspath $(VENV)/bin)
 STAMP := $(VENV)/.installed
+KERNELS := readers/kernels/target.json
 
 # Spark's Python workers must start the venv's interpreter, not the system one.
 export PYSPARK_PYTHON := $(BIN)/python
@@ -11,9 +12,9 @@ export PYSPARK_DRIVER_PYTHON := $(BIN)/python
 DEMO_DIR := demo-logs
 BENCH_DIR := bench-data
 
-.PHONY: install demo test test-deep dist bench-format bench-plan bench-rebuild bench-compact clean
+.PHONY: install demo test test-fast test-deep dist bench-format bench-plan bench-rebuild bench-compact clean
 
-install: $(STAMP)
+install: $(STAMP) $(KERNELS)
 
 $(STAMP): setup.cfg constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,14 +35,19 @@ demo: $(STAMP)
 	du -sh --apparent-size $(DEMO_DIR)
 	$(BIN)/kcompact verify $(DEMO_DIR)
 
-test: $(STAMP)
+test: $(STAMP) $(KERNELS)
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
+
+# The unit tier alone, its tests marked slow left out (tests/unit: no Spark, no whole command; under 2 minutes).
+test-fast: $(STAMP) $(KERNELS)
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q -m "not slow" tests/unit
 
 # The property tests against the reference model of Kafka's cleaner, with many more generated
 # log dirs than make test's fixed set (200 examples, deterministic too: 8 to 13 minutes on 2 cores).
 test-deep: $(STAMP)
-	KCOMPACT_REFERENCE_PROFILE=deep $(BIN)/pytest -q tests/test_reference_properties.py
+	KCOMPACT_REFERENCE_PROFILE=deep $(BIN)/pytest -q tests/e2e/test_reference_properties.py
 
 # The Airflow example DAG (jobs/airflow_dag.py), run end to end by a real Airflow in a venv of its own:
 # Airflow's install step under its constraints file, then this project under ours (Airflow kept at its pin).
@@ -64,10 +70,15 @@ test-airflow: $(AIRFLOW_STAMP)
 # spark-submit's inputs: the wheel (for executors' Python environments), the --py-files archive of
 # the same packages, and the entry scripts. Built from a staged copy, so the tree gets no build/.
 DIST ?= dist
-PACKAGES := compaction conf datasource jobs logdir operations planner readers storage tools writers
+PACKAGES := compaction conf datasource jobs kcompact logdir operations planner readers storage tools writers
 ENTRY_SCRIPTS := jobs/plan.py jobs/compact.py jobs/retain.py jobs/run.py jobs/recover.py
 
-dist: $(STAMP)
+# The compiled kernels shipped in the package, so that a fresh process compiles none
+# (readers/kernel_cache.py, jobs/kernels.py): built again when a module with kernels changed.
+$(KERNELS): $(STAMP) jobs/kernels.py readers/kernel_cache.py $(shell grep -rl --include='*.py' 'cache=True' $(PACKAGES))
+	$(BIN)/python -m jobs.kernels
+
+dist: $(STAMP) $(KERNELS)
 	rm -rf $(DIST)
 	mkdir -p $(DIST)
 	stage=$$(mktemp -d) && trap 'rm -rf "$$stage"' EXIT && \

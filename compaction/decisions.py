@@ -4,9 +4,10 @@
 the dirty range to learn which batches feed the offset map (not aborted, not control)
 and where the map ends, once over every segment to be rewritten to decide, batch by
 batch, what may be dropped, what must stay even if emptied, and whether tombstones
-may still go. What is left per record (``keep_record``) needs only the offset map,
-which the Spark pipeline builds with a shuffle; ``batch_outcome`` turns a batch's
-kept records into copy / rewrite / empty header / drop.
+may still go. What is left per record (Kafka's shouldRetainRecord, decided for a chunk's
+records at once by ``compaction.rewrite.fate_codes``) needs only the offset map;
+``batch_outcome`` turns a batch's kept records into copy / rewrite / empty header / drop
+(``compaction.rewrite`` runs it on legacy entries, and its vectorised form on v2 batches).
 """
 
 from __future__ import annotations
@@ -187,19 +188,6 @@ def _transaction_flags(b: BatchInfo, sweep: TransactionSweep, now: int, flags: n
     flags[DISCARD] = discard
     flags[DELETE] = discard and not flags[RETAIN_EMPTY]
     flags[MARKER_FOR_EMPTY_TXN] = can_discard and b.is_control
-
-
-def keep_record(plan: BatchPlan, latest_offset: int, offset: int, has_key: bool, tombstone: bool,
-                mapped_offset: int | None) -> bool:
-    """Kafka's shouldRetainRecord (with the batch's discard decision first)."""
-    if plan.discard_records:
-        return False
-    if plan.batch.is_control or offset > latest_offset:
-        return True
-    if not has_key:
-        return False
-    latest_for_key = offset >= (mapped_offset if mapped_offset is not None else -1)
-    return latest_for_key and (not tombstone or plan.retain_deletes)
 
 
 def batch_outcome(plan: BatchPlan, kept: int, kept_tombstone: bool, now: int, delete_retention_ms: int,

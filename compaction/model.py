@@ -36,8 +36,11 @@ class BatchInfo:
 
     @classmethod
     def of(cls, batch: Batch, segment: int) -> BatchInfo:
-        if batch.magic == 2:
-            return cls._of_v2(batch, segment)
+        return cls._of_v2(batch, segment) if batch.magic == 2 else cls._of_properties(batch, segment)
+
+    @classmethod
+    def _of_properties(cls, batch: Batch, segment: int) -> BatchInfo:
+        """``of`` through the batch's properties, which read any magic (legacy entries take this way)."""
         return cls(
             segment=segment, position=batch.position, size=batch.size, magic=batch.magic,
             base_offset=batch.base_offset, last_offset=batch.last_offset, producer_id=batch.producer_id,
@@ -51,7 +54,8 @@ class BatchInfo:
     @classmethod
     def _of_v2(cls, batch: Batch, segment: int) -> BatchInfo:
         """``of`` for a v2 batch, from the header fields directly (the properties' v2 branches):
-        the cleaner builds one per batch, twice."""
+        the cleaner builds one per batch, twice. The same values as ``_of_properties`` (a property
+        test holds them together, as it holds ``compaction.partition_scan``'s batch table to ``of``)."""
         attributes = batch.attributes
         control = bool(attributes & ATTR_CONTROL)
         return cls(

@@ -1,7 +1,7 @@
 """Every job's report as one self-contained HTML page: tables and plots, nothing fetched.
 
 ``render(doc)`` takes a report's JSON document (``compaction.report.Report.to_json()``,
-``operations.retention.RetentionReport.to_json()`` or ``jobs.run.NightlyReport.to_json()``), so the
+``operations.retention.RetentionReport.to_json()`` or ``kcompact.NightlyReport.to_json()``), so the
 page shows exactly the numbers the JSON file holds. Every table cell carries the place of its
 value in that document as a JSON pointer (``data-path``) and the value itself as JSON
 (``data-value``); the cell's text shows integers and strings as they are, decimals rounded to

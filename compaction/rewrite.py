@@ -9,22 +9,17 @@ fate by Kafka's shouldRetainRecord (one vectorised expression over the chunk, th
 looked up by one compiled call), each batch its outcome by filterTo's rules, and then each batch is
 copied, rebuilt (a compiled splice of its kept records), emptied or dropped. The ``.cleaned``
 files are written by ``operations.cleaned``. Nothing is renamed here: the driver alone commits.
+A partition read whole makes its map while it reads its groups from the end back
+(``compaction.backward``), with the same per-chunk steps.
 """
 
 from __future__ import annotations
 
-import collections
-import errno
-import io
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
-from numba import njit
 
 import storage
 from compaction.decisions import (
@@ -38,7 +33,18 @@ from compaction.decisions import (
 )
 from compaction.model import BatchInfo
 from compaction.offset_map import EMPTY as NOT_MAPPED
-from compaction.offset_map import KeyTable, record_hashes
+from compaction.offset_map import KeyTable
+from compaction.results import (
+    ABORTED,
+    KEPT,
+    KEPT_TOMBSTONE,
+    KEYLESS,
+    MARKER,
+    REASON_OF_CODE,
+    SUPERSEDED,
+    TOMBSTONE,
+    reason,
+)
 from operations.cleaned import ChunkOut, WrittenGroup, output_path, write_group
 from readers import codecs, scan, walk
 from readers.batch import (
@@ -58,25 +64,9 @@ from writers.cleaned import output_bytes, records_written
 from writers.rebuild import EMPTY_ATTRIBUTES, KEPT_ATTRIBUTES, fill_crcs, frame_batches, splice_batches
 from writers.compiled_codecs import compress_many
 
-# Each record's fate, one code per record: kept (a tombstone kept apart, since a kept tombstone
-# needs a delete horizon), or removed and why.
-KEPT, KEPT_TOMBSTONE, SUPERSEDED, TOMBSTONE, ABORTED, KEYLESS, MARKER = range(7)
-REASON_OF_CODE = ("kept", "kept", "superseded", "tombstone", "aborted", "keyless", "marker")
-IO_ERROR = "I/O error (transient, retried next run): "
-# a task that ran out of memory: no fault of the log's (it is not marked uncleanable), but not
-# transient either: the next run fails the same way unless the workers get more
-OUT_OF_MEMORY = ("out of memory (give the Python workers more, spark.executor.pyspark.memory, or lower "
-                 "spark.kcompact.map.memory so that large partitions take the shared path): ")
-ABORTED_BY_OPERATOR = "aborted"
-RESULT_SCHEMA = pa.schema([
-    ("gid", pa.int32()), ("path", pa.string()), ("group", pa.int32()), ("base_offset", pa.int64()),
-    ("size", pa.int64()), ("batches", pa.int64()), ("records", pa.int64()), ("files", pa.list_(pa.string())),
-    ("seconds", pa.float64()), ("error", pa.string()), ("codes", pa.list_(pa.int64())),
-])
 # What becomes of a v2 batch (filterTo), by code.
 DROP, COPY, REBUILD, EMPTY_HEADER = range(4)
 _NONE = np.empty(0, np.uint8)
-
 
 @dataclass(frozen=True, slots=True)
 class GroupJob:
@@ -225,7 +215,7 @@ class Records:
 
 
 @dataclass(frozen=True, slots=True)
-class _Decoded:
+class Decoded:
     """A chunk's records located, and which of them wait on the offset map."""
 
     chunk: walk.Chunk
@@ -234,10 +224,10 @@ class _Decoded:
     waits: np.ndarray
 
 
-class _Rewriter:
+class Rewriter:
     """A group's batches, chunk by chunk: fates, counts, and (when ``render``) what they become.
-    The map's offsets come from ``lookup`` (a map made before, ``outputs``) or are made while
-    reading the partition from its end (``backward``)."""
+    The map's offsets come from ``lookup`` (a map made before, ``outputs``), or are made while
+    the partition is read from its end (``compaction.backward``)."""
 
     def __init__(self, job: GroupJob, plans: GroupPlans, render: bool, lookup: Lookup | None = None):
         self.job, self.plans, self.lookup, self.render = job, plans, lookup, render
@@ -261,69 +251,9 @@ class _Rewriter:
             if i < len(self.plans.segment) and self.plans.segment[i] == base:
                 raise FormatError(path, int(self.plans.position[i]), "batch not in the file (the segment changed)")
 
-    def backward(self, tables: list[KeyTable], outs: _Outputs, pools: _Pools) -> None:
-        """The group read from its end back, a range of batches at a time, the map made on the way
-        (``KeyTable.backward`` into ``tables``, one per key shard: the partition's groups after
-        this one were read before); what its batches become goes to ``outs``, last first. Ranges
-        are read and decoded ahead, and rendered behind, by ``pools.work``; the map, which must
-        see the records in order, is made by the calling thread and ``pools.maps``, a shard each."""
-        ranges = _ranges(self.plans.segment, self.plans.size)[::-1]
-        ahead = collections.deque(pools.work.submit(self._decoded_range, lo, hi) for lo, hi in ranges[:AHEAD])
-        behind: collections.deque = collections.deque()
-        for r in range(len(ranges)):
-            decoded = ahead.popleft().result()
-            if r + AHEAD < len(ranges):
-                ahead.append(pools.work.submit(self._decoded_range, *ranges[r + AHEAD]))
-            for d, i in reversed(decoded):
-                mapped = self._mapped_backward(tables, pools, d, i)
-                behind.append(pools.work.submit(self._finish, d, mapped))
-                while len(behind) > AHEAD:
-                    self._take(behind.popleft().result(), outs)
-        while behind:
-            self._take(behind.popleft().result(), outs)
 
-    def _take(self, done: tuple[ChunkOut | None, np.ndarray], outs: _Outputs) -> None:
-        out, counts = done
-        self.counts += counts
-        if out is not None:
-            outs.add(out)
 
-    def _decoded_range(self, lo: int, hi: int) -> list[tuple[_Decoded, int]]:
-        """Batches [lo, hi) of the plans (one segment) read into one buffer and decoded; with the
-        plan row of each chunk's first batch."""
-        plans, sizes = self.plans, self.plans.size
-        base = int(plans.segment[lo])
-        path = storage.join(self.job.path, segment_name(base, "log"))
-        start, end = int(plans.position[lo]), int(plans.position[hi - 1] + sizes[hi - 1])
-        with storage.open_read(path) as f:  # the range in one buffer: the chunks are kept
-            chunks = list(walk.read_chunks(f, path, start, end, chunk_size=end - start))
-        i, found = lo, []
-        for chunk in chunks:
-            self._check_plan(chunk, base, i)
-            n = len(chunk.entries)
-            found.append((self._decode(chunk, plans.flags[i:i + n]), i))
-            i += n
-        if i != hi:
-            raise FormatError(path, end, "batch not in the file (the segment changed)")
-        return found
-
-    def _mapped_backward(self, tables: list[KeyTable], pools: _Pools, d: _Decoded, i: int) -> np.ndarray:
-        """The map's offset for each waiting record of a chunk, its records put in the map."""
-        records = d.records
-        feeds = feeding(self.plans.feeds[i + records.entry], records.control, records.offset, self.job.first_dirty)
-        bufs = records.bufs(d.chunk)
-        hashes = record_hashes(bufs, records.which, records.key_pos, records.key_len, 0)
-        mapped = np.full(len(records.offset), NOT_MAPPED, np.int64)
-        args = (bufs, records.which, records.key_pos, records.key_len, hashes, 0, records.offset, feeds, d.waits,
-                mapped)
-        shards = len(tables)
-        others = [pools.maps.submit(tables[s].backward, *args, s, shards) for s in range(1, shards)]
-        tables[0].backward(*args, 0, shards)
-        for other in others:
-            other.result()
-        return mapped
-
-    def _looked_up(self, d: _Decoded) -> np.ndarray:
+    def _looked_up(self, d: Decoded) -> np.ndarray:
         records = d.records
         mapped = np.full(len(records.offset), NOT_MAPPED, np.int64)
         bufs = records.bufs(d.chunk)
@@ -342,15 +272,15 @@ class _Rewriter:
             at = int(positions[wrong[0] if len(wrong) else n])
             raise FormatError(chunk.path, at, "batch not in the plan (the segment changed)")
 
-    def _decode(self, chunk: walk.Chunk, flags: np.ndarray) -> _Decoded:
+    def _decode(self, chunk: walk.Chunk, flags: np.ndarray) -> Decoded:
         """The records of every batch not dropped whole (those are not decoded: every record of
         one is discarded, aborted or a marker), and which wait on the map."""
         records = Records.of(chunk, np.flatnonzero(~flags[:, DELETE]))
         waits = undecided(flags[records.entry, DISCARD], records.control, records.offset, self.job.latest_offset,
                           records.key_pos >= 0)
-        return _Decoded(chunk, flags, records, waits)
+        return Decoded(chunk, flags, records, waits)
 
-    def _finish(self, d: _Decoded, mapped: np.ndarray) -> tuple[ChunkOut | None, np.ndarray]:
+    def _finish(self, d: Decoded, mapped: np.ndarray) -> tuple[ChunkOut | None, np.ndarray]:
         """Every record's fate (``mapped``: the map's offsets), then (rendering) what every batch
         becomes; with the fate counts."""
         job, e, flags, records = self.job, d.chunk.entries, d.flags, d.records
@@ -466,202 +396,28 @@ class _Rewriter:
                             records_written(batch, outcome, keep, made))
 
 
-RANGE_BYTES = 16 << 20  # a partition read from its end back is read in ranges of about this
 
-
-def _ranges(segment: np.ndarray, size: np.ndarray) -> list[tuple[int, int]]:
-    """Batch plans cut into ranges [lo, hi) of one segment each and about ``RANGE_BYTES``."""
-    starts = _range_starts(segment, size, RANGE_BYTES)
-    return list(zip(starts.tolist(), starts[1:].tolist() + [len(segment)])) if len(segment) else []
-
-
-@njit(cache=True, nogil=True)
-def _range_starts(segment, size, limit):
-    """Where each range starts: a new segment, or a batch that would take the range past ``limit``."""
-    starts = np.zeros(len(segment), np.int64)
-    n, total = 1, 0
-    for i in range(len(segment)):
-        if i > starts[n - 1] and (segment[i] != segment[starts[n - 1]] or total + size[i] > limit):
-            starts[n] = i
-            n, total = n + 1, 0
-        total += size[i]
-    return starts[:n]
-
-
-OUTPUT_MEMORY = 128 << 20  # the most of a group's output the backward pass holds in memory
-
-
-class _Outputs:
-    """A group's chunk outputs as the backward pass makes them, last first; given back in file
-    order. Past ``OUTPUT_MEMORY`` bytes they go to a temporary file, so a task holds at most that
-    much of a group's output, however large the group."""
-
-    def __init__(self):
-        self.made: list[ChunkOut] = []
-        self.held = 0
-        self.spill = None
-
-    def add(self, out: ChunkOut) -> None:
-        self.made.append(out)
-        self.held += len(out.data)
-        while self.held > OUTPUT_MEMORY:
-            oldest = next(i for i, o in enumerate(self.made) if isinstance(o.data, np.ndarray) and len(o.data))
-            self._spill(oldest)
-
-    def _spill(self, i: int) -> None:
-        if self.spill is None:
-            self.spill = tempfile.TemporaryFile()
-        out = self.made[i]
-        at = self.spill.seek(0, io.SEEK_END)
-        self.spill.write(memoryview(out.data))
-        self.held -= len(out.data)
-        self.made[i] = replace(out, data=(at, len(out.data)))
-
-    def in_order(self) -> Iterator[ChunkOut]:
-        for out in reversed(self.made):
-            if isinstance(out.data, tuple):
-                at, size = out.data
-                self.spill.seek(at)
-                out = replace(out, data=np.frombuffer(self.spill.read(size), np.uint8))
-            yield out
-
-    def close(self) -> None:
-        if self.spill is not None:
-            self.spill.close()
-
-
-AHEAD = 2  # ranges decoded ahead of the map, and chunks rendered behind it, per partition
-
-
-class _Inline:
-    """An executor that runs each task as it is submitted (one thread: nothing to overlap)."""
-
-    @staticmethod
-    def submit(fn, *args) -> Future:
-        done = Future()
-        try:
-            done.set_result(fn(*args))
-        except BaseException as exc:  # handed to whoever takes the result, as a pool would
-            done.set_exception(exc)
-        return done
-
-    def shutdown(self, cancel_futures: bool = False) -> None:
-        pass
-
-
-class _Pools:
-    """The threads one partition is cleaned with: ``work`` reads, decodes and renders chunks,
-    ``maps`` runs the key shards past the first (the calling thread runs that one), ``writes``
-    writes a group's files. The compiled kernels, the codecs and file I/O release the GIL, so
-    ``threads`` cores share the work."""
-
-    def __init__(self, threads: int):
-        self.work = ThreadPoolExecutor(threads, "kcompact-work") if threads > 1 else _Inline()
-        self.maps = ThreadPoolExecutor(threads - 1, "kcompact-map") if threads > 1 else _Inline()
-        self.writes = ThreadPoolExecutor(1, "kcompact-write") if threads > 1 else _Inline()
-
-    def __enter__(self) -> _Pools:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for pool in (self.work, self.maps, self.writes):
-            pool.shutdown(cancel_futures=True)
-
-
-def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, held=lambda path: True,
-                    threads: int = 1, keys: int = 0) -> list[dict]:
-    """Every group of one partition read once, from the last record back, the offset map made on
-    the way (``KeyTable.backward``): each record's fate is known when it is read, since every
-    record that could supersede it was read before. Then each group's ``.cleaned`` files (or,
-    not ``render``ing, its fate counts), written while the group before it is read. ``held(path)``:
-    the job still holds the partition's lease (checked before each group, so an abort stops it at
-    a group boundary). A group that fails stops the partition: the groups before it are not
-    written. ``threads``: cores to use, the map split in as many key shards; ``keys``: at most
-    how many keys the map will hold (the tables are sized for them up front rather than grown)."""
-    tables = [KeyTable.for_keys(-(-keys // threads)) for _ in range(threads)]
-    results: list[dict] = []
-    writing = None  # the group being written while the next one is read
-    with _Pools(threads) as pools:
-        for job, plans in reversed(groups):
-            started, base = time.monotonic(), _unwritten(job)
-            if render and not held(job.path):
-                if _written(writing, results):
-                    results.append(base | {"seconds": 0.0, "error": ABORTED_BY_OPERATOR,
-                                           "codes": [0] * len(REASON_OF_CODE)})
-                writing = None
-                break
-            rewriter, outs = _Rewriter(job, plans, render), _Outputs()
-            try:
-                rewriter.backward(tables, outs, pools)
-            except (FormatError, OSError, ValueError, MemoryError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
-                outs.close()
-                if _written(writing, results):
-                    results.append(_failed(job, base, started, rewriter, exc))
-                writing = None
-                break
-            if not _written(writing, results):
-                outs.close()
-                writing = None
-                break
-            writing = None
-            if render:
-                writing = (job, base, started, rewriter, outs, pools.writes.submit(_write, job, outs.in_order()))
-            else:
-                results.append(base | {"seconds": time.monotonic() - started, "error": None,
-                                       "codes": rewriter.counts.tolist()})
-        _written(writing, results)
-    return results[::-1]
-
-
-def _written(writing, results: list[dict]) -> bool:
-    """Wait for the group being written (if any) and add its result; False when it failed."""
-    if writing is None:
-        return True
-    job, base, started, rewriter, outs, future = writing
-    try:
-        written = future.result()
-    except (FormatError, OSError, ValueError, MemoryError) as exc:
-        results.append(_failed(job, base, started, rewriter, exc))
-        return False
-    finally:
-        outs.close()
-    results.append(_succeeded(base, written, started, rewriter))
-    return True
-
-
-def _unwritten(job: GroupJob) -> dict:
+def unwritten(job: GroupJob) -> dict:
     """A group's result before anything of it is written."""
     return {"path": job.path, "group": job.group, "base_offset": job.base_offset, "size": 0, "batches": 0,
             "records": 0, "files": []}
 
 
-def _write(job: GroupJob, outputs: Iterable) -> WrittenGroup:
+def write_outputs(job: GroupJob, outputs: Iterable) -> WrittenGroup:
     return write_group(job.path, job.base_offset, outputs, list(job.aborted), job.mtime_ms, job.index_interval_bytes,
                        job.buffers, job.max_index_bytes, job.owner, job.direct)
 
 
-def _succeeded(base: dict, written: WrittenGroup, started: float, rewriter: _Rewriter) -> dict:
+def succeeded(base: dict, written: WrittenGroup, started: float, rewriter: Rewriter) -> dict:
     return base | {"size": written.size, "batches": written.batches, "records": written.records,
                    "files": list(written.files), "seconds": time.monotonic() - started, "error": None,
                    "codes": rewriter.counts.tolist()}
 
 
-def _failed(job: GroupJob, base: dict, started: float, rewriter: _Rewriter, exc: Exception) -> dict:
+def failed(job: GroupJob, base: dict, started: float, rewriter: Rewriter, exc: Exception) -> dict:
     """A group's result when reading or writing it failed: whatever it wrote removed, and why."""
     _remove_outputs(job)
-    return base | {"seconds": time.monotonic() - started, "error": _reason(exc), "codes": rewriter.counts.tolist()}
-
-
-def _reason(exc: Exception) -> str:
-    return memory_error(exc) or (f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc))
-
-
-def memory_error(exc: Exception) -> str | None:
-    """The error of a task that ran out of memory (a MemoryError, or an allocation the system
-    refused: ENOMEM, a capped address space's mmap); None for any other failure."""
-    if isinstance(exc, MemoryError) or getattr(exc, "errno", None) == errno.ENOMEM:
-        return f"{OUT_OF_MEMORY}{str(exc) or type(exc).__name__}"
-    return None
+    return base | {"seconds": time.monotonic() - started, "error": reason(exc), "codes": rewriter.counts.tolist()}
 
 
 def _remove_outputs(job: GroupJob) -> None:
@@ -673,7 +429,7 @@ def _remove_outputs(job: GroupJob) -> None:
 
 def count_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> list[int]:
     """Records per fate code, nothing written (a dry run)."""
-    rewriter = _Rewriter(job, plans, render=False, lookup=lookup)
+    rewriter = Rewriter(job, plans, render=False, lookup=lookup)
     for _ in rewriter.outputs():
         pass
     return rewriter.counts.tolist()
@@ -681,10 +437,10 @@ def count_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> list[int]:
 
 def rewrite_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> dict:
     """Write the group's ``.cleaned`` files; on bad input, remove what was written and say why."""
-    started, base = time.monotonic(), _unwritten(job)
-    rewriter = _Rewriter(job, plans, render=True, lookup=lookup)
+    started, base = time.monotonic(), unwritten(job)
+    rewriter = Rewriter(job, plans, render=True, lookup=lookup)
     try:
-        written = _write(job, rewriter.outputs())
+        written = write_outputs(job, rewriter.outputs())
     except (FormatError, OSError, ValueError, MemoryError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
-        return _failed(job, base, started, rewriter, exc)
-    return _succeeded(base, written, started, rewriter)
+        return failed(job, base, started, rewriter, exc)
+    return succeeded(base, written, started, rewriter)

@@ -3,7 +3,7 @@
 A kcompact command's JVM lives seconds, and finding, parsing and verifying Spark's classes is a
 large share of them. A dynamic CDS archive (JEP 350) holds the classes a representative run
 loaded, already parsed and verified; a JVM started with it maps them instead (bench-compact:
-session start and the first Spark jobs take seconds less, see the README). ``make install``
+session start and the first Spark jobs take seconds less, see docs/benchmarks.md). ``make install``
 runs ``python -m jobs.cds``: one ``kcompact run`` of a small generated log dir with
 ``-XX:ArchiveClassesAtExit``, whose archive then moves into place in one rename, so a job never
 sees half an archive. A JVM that finds the archive made by another Java or for another class

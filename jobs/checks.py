@@ -88,6 +88,16 @@ def output(path: str | None, option: str, suffixes: tuple[str, ...] = ()) -> Non
         raise BadArgument(f"{option} {path}: bucket {bucket!r} does not exist")
 
 
+def writable(paths: list[str]) -> None:
+    """Log dirs this process may write into as their owner's (``storage.ownership.refusal``): a
+    broker must be able to open what a command leaves there read-write."""
+    for path in paths:
+        fs, fs_path = storage.resolve(path)
+        why = storage.ownership.refusal(fs_path) if storage.is_local(fs) else None
+        if why is not None:
+            raise BadArgument(why)
+
+
 def suffix(path: str, option: str, suffixes: tuple[str, ...]) -> None:
     """A file named for its format: the format is chosen by its suffix."""
     if not path.endswith(suffixes):

@@ -1,7 +1,8 @@
-"""The ``kcompact`` command line: argument parsing, checks before work, exit codes, nothing else.
+"""The ``kcompact`` command line: each subcommand's call of the API, its console output, exit codes.
 
-Every subcommand calls one library function. Before it does, every input is checked (log dirs,
-files to write, numbers, ``--now``), so a command refused for its input has written nothing.
+Every job subcommand calls one function of ``kcompact`` (the API notebooks use too) and prints its
+report. Before it does, every input is checked (``jobs.arguments``: log dirs, files to write,
+numbers, ``--now``), so a command refused for its input has written nothing.
 Errors about the input (bad bytes, missing files, bad options) end with a one-line message
 naming the file and byte position and a non-zero exit; no traceback reaches the user unless
 ``KCOMPACT_DEBUG`` is set. A job ends 0 only when it did all it was asked: partitions left
@@ -20,23 +21,15 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
+import kcompact
 from conf.settings import ConfigError
-from jobs import checks
+from jobs.arguments import build_parser, check, version
 from jobs.checks import BadArgument
 from operations.states import wall_ms
 from readers.errors import FormatError
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERNAL, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2, 3, 4, 5
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
-
-
-def version() -> str:
-    from importlib.metadata import PackageNotFoundError, version as installed
-
-    try:
-        return installed("kcompact")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 # -- output ----------------------------------------------------------------------------------------
@@ -59,16 +52,9 @@ def _dump(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from tools.verify import verify_log_dir
+    from tools.verify import run_verify
 
-    problems = verify_log_dir(args.logdir)
-    for problem in problems:
-        print(problem)
-    if problems:
-        print(f"{len(problems)} problem(s) found in {args.logdir}", file=sys.stderr)
-        return EXIT_PROBLEMS
-    print(f"{args.logdir}: OK")
-    return EXIT_OK
+    return run_verify(args.logdir, strict=args.strict, out=sys.stdout, err=sys.stderr)
 
 
 def _gen(args: argparse.Namespace) -> int:
@@ -145,14 +131,9 @@ def _removing():
             _warn(problem)
 
 
-def _recover_first(paths: list[str], say: Callable[[str], None]):
-    """Interrupted swaps of an earlier run finished or undone, as a broker would on start."""
-    from operations.recover import recover_log_dirs
-
-    report = recover_log_dirs(paths, progress=say)
-    if any(p.changed for p in report.partitions) or report.skipped or report.temp_files:
-        print(report.text(), flush=True)  # what was repaired: a summary, kept by --quiet
-    return report
+def _summary(text: str) -> None:
+    """A step's summary (what recovery repaired, what retention did): kept by --quiet."""
+    print(text, flush=True)
 
 
 def _recover(args: argparse.Namespace) -> int:
@@ -162,9 +143,7 @@ def _recover(args: argparse.Namespace) -> int:
     with _log_dirs_held(args.paths) as (free, busy):
         report = None
         if free:
-            from operations.recover import recover_log_dirs
-
-            report = recover_log_dirs(free, progress=say, torn_tails=True)
+            report = kcompact.recover(free, torn_tails=True, progress=say)
             print(report.text())
             if args.report:
                 _write_report(args, report.to_json(), page=False)  # no page layout for recovery
@@ -206,11 +185,12 @@ def _state_command(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from compaction.report import blocked_rows
-    from planner import output, plan
+    from planner import output
 
     config = _config(args, args.paths)
     spark = _session(args)
-    table = plan(spark, args.paths, conf=config, now=args.now, top=args.top, max_bytes=args.max_bytes).toArrow()
+    table = kcompact.plan(spark, args.paths, config=config, now=args.now, top=args.top,
+                          max_bytes=args.max_bytes).toArrow()
     print(output.describe(table))
     print(output.describe_retention(table))
     if args.output:
@@ -245,8 +225,6 @@ def _empty(paths: list[str], table) -> list[str]:
 def _compact(args: argparse.Namespace) -> int:
     """Recover, plan (or take --plan), clean every selected partition, report; exit 0 when all
     were cleaned, 4 when some failed, were blocked or their log dir was in use, 5 when none could be."""
-    from jobs.run import compact
-
     say = _say(args)
     now = args.now if args.now is not None else wall_ms()
     table = args.plan_table if args.plan else None
@@ -257,17 +235,15 @@ def _compact(args: argparse.Namespace) -> int:
     with _log_dirs_held(paths, args.dry_run) as (free, busy), _removing() as removal:
         if not free:
             return EXIT_FAILED
-        if not args.dry_run:
-            _recover_first(free, say)
         if table is not None:
             import pyarrow as pa
             import pyarrow.compute as pc
 
             table = table.filter(pc.is_in(table.column("log_dir"), value_set=pa.array(free)))
-        report, table = compact(spark, free, now=now, dry_run=args.dry_run, progress=say, ready=ready,
-                                lease_ms=args.lease_ms, conf=config, top=args.max_partitions, table=table,
-                                watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes),
-                                removal=removal)
+        report, table = kcompact.compact(spark, free, plan=table, now=now, dry_run=args.dry_run,
+                                         max_partitions=args.max_partitions, lease_ms=args.lease_ms, config=config,
+                                         progress=say, summary=_summary, ready=ready, removal=removal,
+                                         watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
         empty = _empty(free, table)
         print(report.text())
         if args.report:
@@ -325,18 +301,15 @@ def _exit_status(failed: int, attempted: int, incomplete: int = 0) -> int:
 
 def _retain(args: argparse.Namespace) -> int:
     """Plan retention, delete each partition's due prefix, move the checkpoints, report."""
-    from jobs.run import retain
-
     say = _say(args)
     config = _config(args, args.paths)  # a bad setting ends here, before Spark starts
     spark = _session(args)
     with _log_dirs_held(args.paths, args.dry_run) as (free, busy):
         if not free:
             return EXIT_FAILED
-        if not args.dry_run:
-            _recover_first(free, say)
         with _ticker(spark, say, "retention"):
-            report, table = retain(spark, free, conf=config, now=args.now, dry_run=args.dry_run, progress=say)
+            report, table = kcompact.retain(spark, free, config=config, now=args.now, dry_run=args.dry_run,
+                                            progress=say, summary=_summary)
     empty = _empty(free, table)
     print(report.text())
     if args.report:
@@ -347,8 +320,6 @@ def _retain(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """The nightly job: recovery, retention, then a fresh plan, then compaction; one report."""
-    from jobs.run import nightly
-
     say = _say(args)
     config = _config(args, args.paths)
     spark = _session(args)
@@ -356,10 +327,9 @@ def _run(args: argparse.Namespace) -> int:
         if not free:
             return EXIT_FAILED
         with _ticker(spark, say, "run"):
-            result = nightly(spark, free, conf=config, now=args.now, dry_run=args.dry_run, lease_ms=args.lease_ms,
-                             max_partitions=args.max_partitions, progress=say,
-                             summary=lambda text: print(text, flush=True),  # kept by --quiet
-                             removal=removal)
+            result = kcompact.run(spark, free, config=config, now=args.now, dry_run=args.dry_run,
+                                  lease_ms=args.lease_ms, max_partitions=args.max_partitions, progress=say,
+                                  summary=_summary, removal=removal)
         empty = _empty(free, result.plan)
         print(result.text())
         if args.report:
@@ -368,176 +338,9 @@ def _run(args: argparse.Namespace) -> int:
                         incomplete=result.blocked + len(empty))
 
 
-# -- the parser ------------------------------------------------------------------------------------
-def add_config_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", action="append", default=[], metavar="FILE",
-                   help="properties file: broker-level keys, topic overrides as topic[NAME].KEY=VALUE")
-    p.add_argument("--topic-config", action="append", default=[], metavar="TOPIC:KEY=VALUE[,KEY=VALUE...]",
-                   help="topic override, as kafka-configs --add-config (lists in brackets); repeatable")
-    p.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE...]",
-                   help="broker-level default by its broker name; repeatable")
-    p.add_argument("--now", type=int, metavar="MS",
-                   help="the current time in epoch milliseconds (default: the clock); values outside 2000-2100 "
-                        "are refused unless --force-now")
-    p.add_argument("--force-now", action="store_true", help="take --now as given, however implausible")
-
-
-def add_spark_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("embedded Spark (ignored under spark-submit, which sizes Spark itself)")
-    g.add_argument("--cores", type=checks.positive(), metavar="N",
-                   help="local[N]: cores for Spark (default: all; env KCOMPACT_CORES)")
-    g.add_argument("--driver-memory", metavar="SIZE",
-                   help="the JVM's heap, as spark.driver.memory: 2g, 512m (default: Spark's 1g; env KCOMPACT_DRIVER_MEMORY)")
-    g.add_argument("--spark-conf", action="append", default=[], type=_spark_conf, metavar="KEY=VALUE",
-                   help="any Spark setting, repeatable (env KCOMPACT_SPARK_CONF: space-separated KEY=VALUE)")
-    g.add_argument("--spark-ui", action="store_true", help="start Spark's web UI (default: off)")
-
-
-def _spark_conf(text: str) -> tuple[str, str]:
-    from jobs.spark import parse_conf
-
-    try:
-        return parse_conf(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _output_options() -> argparse.ArgumentParser:
-    """--quiet and --verbose, taken by every subcommand."""
-    p = argparse.ArgumentParser(add_help=False)
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("-q", "--quiet", action="store_true", help="no progress lines: the summary, warnings and errors only")
-    g.add_argument("-v", "--verbose", action="store_true",
-                   help="Spark's own log on the console too (by default it goes to a file, see the README)")
-    return p
-
-
-def _job_parser(sub, name: str, help: str, common: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """A job's subcommand: log dirs, then the configuration options every job takes."""
-    p = sub.add_parser(name, help=help, parents=[common])
-    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
-    add_config_options(p)
-    add_spark_options(p)
-    return p
-
-
-def _lease_option(p: argparse.ArgumentParser) -> None:
-    from operations.states import LEASE_MS
-
-    p.add_argument("--lease-ms", type=checks.positive(checks.MIN_LEASE_MS, " ms"), default=LEASE_MS, metavar="MS",
-                   help=f"lease on each partition being cleaned, renewed every quarter of it; a job silent for "
-                        f"that long is taken for dead and its partitions taken over (default {LEASE_MS}, "
-                        f"at least {checks.MIN_LEASE_MS})")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kcompact", description="Spark-native compaction for Kafka log dirs.")
-    parser.add_argument("--version", action="version", version=f"kcompact {version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    common = _output_options()
-
-    p = sub.add_parser("dump", help="print batches (and records) of a segment, partition dir or log dir", parents=[common])
-    p.add_argument("path", help=".log/.index/.timeindex/.txnindex file, partition dir or log dir (local or s3://)")
-    p.add_argument("--print-data", action="store_true", help="print every record too")
-    p.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
-    p.set_defaults(func=_dump)
-
-    p = sub.add_parser("verify", help="check CRCs, offsets, names, indexes and checkpoints of a log dir", parents=[common])
-    p.add_argument("logdir")
-    p.set_defaults(func=_verify)
-
-    p = _job_parser(sub, "plan", "Kafka's choice of what to clean, for every partition of the log dirs", common)
-    p.add_argument("--top", type=checks.positive(), metavar="N", help="select at most N partitions (highest ratio first)")
-    p.add_argument("--max-bytes", type=checks.positive(), metavar="N",
-                   help="select partitions in rank order while their dirty bytes fit in N (a larger one is passed over)")
-    p.add_argument("--output", metavar="FILE", help="write the plan as plan.parquet or plan.json")
-    p.add_argument("--plot", metavar="PNG", help="draw the ratio distribution and the top partitions")
-    p.set_defaults(func=_plan)
-
-    p = _job_parser(sub, "compact", "clean every selected partition as Kafka's cleaner would", common)
-    p.add_argument("--plan", metavar="FILE", help="a plan written by 'kcompact plan --output' (default: plan now)")
-    p.add_argument("--max-partitions", type=checks.positive(), metavar="N",
-                   help="clean at most N partitions (highest ratio first)")
-    p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
-    p.add_argument("--report", metavar="FILE", help="write the report as JSON (and an HTML page beside it)")
-    _lease_option(p)
-    p.set_defaults(func=_compact)
-
-    p = _job_parser(sub, "retain", "delete the segments Kafka's retention would delete, move the log start", common)
-    p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
-    p.add_argument("--report", metavar="FILE", help="write the report as JSON (and an HTML page beside it)")
-    p.set_defaults(func=_retain)
-
-    p = sub.add_parser("recover", help="do what a broker does on load after a crash: finish or undo interrupted "
-                                       "swaps, truncate torn tails of active segments, rebuild broken indexes",
-                       parents=[common])
-    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
-    p.add_argument("--report", metavar="FILE", help="write the report as JSON")
-    p.set_defaults(func=_recover)
-
-    p = sub.add_parser("status", help="every partition's cleaning state, why a job skips it, the way out",
-                       parents=[common])
-    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
-    p.add_argument("--all", action="store_true", help="list idle partitions too")
-    p.add_argument("--json", action="store_true", help="JSON instead of a table")
-    p.set_defaults(func=_status)
-
-    for name, what in (("pause", "pause cleaning (nested; a running job is aborted)"),
-                       ("resume", "undo one pause"),
-                       ("abort", "stop the job cleaning it at its next segment group; old segments kept"),
-                       ("reset-uncleanable", "clean again a partition marked uncleanable")):
-        p = sub.add_parser(name, help=f"{what}", parents=[common])
-        p.add_argument("logdir", metavar="LOGDIR")
-        p.add_argument("partitions", nargs="+", metavar="TOPIC-PARTITION", help="e.g. orders-0")
-        p.set_defaults(func=_state_command)
-
-    p = _job_parser(sub, "run", "the nightly job: recovery, retention, then plan, then compaction", common)
-    p.add_argument("--max-partitions", type=checks.positive(), metavar="N",
-                   help="clean at most N partitions (highest ratio first)")
-    p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
-    p.add_argument("--report", metavar="FILE", help="write the report as JSON (and an HTML page beside it)")
-    _lease_option(p)
-    p.set_defaults(func=_run)
-
-    p = sub.add_parser("gen", help="generate a realistic sample log dir", parents=[common])
-    p.add_argument("--out", help="directory to create (must not exist or be empty)")
-    p.add_argument("--seed", type=int, default=1, help="random seed: same seed, same bytes")
-    p.add_argument("--spec", help="JSON spec of the topics to generate (format: README, 'The sample-data generator'; "
-                                  "--print-spec prints the built-in one to start from)")
-    p.add_argument("--print-spec", action="store_true", help="print the built-in spec (what gen uses without --spec)")
-    p.add_argument("--records", type=checks.positive(), help="records per partition, for every topic")
-    p.add_argument("--partitions", type=checks.positive(), help="partitions per topic")
-    p.add_argument("--segment-bytes", type=checks.positive(14), help="segment.bytes for every topic")
-    p.add_argument("--start-ms", type=checks.positive(0), help="timestamp of the first record")
-    p.set_defaults(func=_gen)
-    return parser
-
-
-# -- checks before work ----------------------------------------------------------------------------
-def check(args: argparse.Namespace) -> None:
-    """Everything about the command's input that can be known before it starts: a ``BadArgument``
-    (or ``ConfigError``) here means nothing was written."""
-    checks.now_ms(getattr(args, "now", None), getattr(args, "force_now", False))
-    if getattr(args, "plan", None):
-        from planner import output
-
-        checks.suffix(args.plan, "--plan", (".parquet", ".json"))
-        args.plan_table = output.read(args.plan)  # read once: the command takes it from here
-        planned = sorted(set(args.plan_table.column("log_dir").to_pylist()))
-        given = sorted(path.rstrip("/") for path in args.paths)
-        if planned != given:
-            raise BadArgument(f"--plan {args.plan} was made for {', '.join(planned) or 'no log dir'}, "
-                              f"not {', '.join(given)}")
-    for attr in ("paths", "logdir"):
-        value = getattr(args, attr, None)
-        if value is not None:
-            checks.log_dirs(value if isinstance(value, list) else [value])
-    if getattr(args, "partitions", None) and args.command in ("pause", "resume", "abort", "reset-uncleanable"):
-        checks.partitions(args.logdir, args.partitions)
-    if args.command == "plan":
-        checks.output(args.output, "--output", (".parquet", ".json"))
-        checks.output(args.plot, "--plot", (".png",))
-    checks.output(getattr(args, "report", None), "--report", (".json",))
+COMMANDS = {"dump": _dump, "verify": _verify, "gen": _gen, "plan": _plan, "compact": _compact, "retain": _retain,
+            "run": _run, "recover": _recover, "status": _status, "pause": _state_command,
+            "resume": _state_command, "abort": _state_command, "reset-uncleanable": _state_command}
 
 
 def main(argv: list[str] | None = None, own_process: bool = False) -> int:
@@ -569,7 +372,7 @@ def _main(args: argparse.Namespace) -> int:
 
     try:
         check(args)
-        return args.func(args)
+        return COMMANDS[args.command](args)
     except BrokenPipeError:
         # The reader went away (``kcompact dump ... | head``): stop quietly.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

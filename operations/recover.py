@@ -143,7 +143,7 @@ def recover_partition(partition_dir: str, index_interval_bytes: int = DEFAULT_IN
     out = PartitionRecovery(partition_dir)
     files, _ = storage.list_dir(partition_dir)
     for f in files:  # an index rebuild of ours cut short (write_atomic's temp file)
-        if f.path.endswith((".index" + storage.TMP, ".timeindex" + storage.TMP)):
+        if f.path.endswith((".index" + storage.TMP, ".timeindex" + storage.TMP, ".txnindex" + storage.TMP)):
             storage.remove(f.path)
             out.deleted.append(posixpath.basename(f.path))
     if not storage.is_local_path(partition_dir):

@@ -1,6 +1,6 @@
 """Retention executed: each partition's planned prefix deleted, then the log dir's checkpoints moved.
 
-The plan (``planner.build.plan``, columns ``retention_*``; ``jobs.run.retain`` makes it and calls
+The plan (``planner.build.plan``, columns ``retention_*``; ``kcompact.retain`` makes it and calls
 ``execute``) says which oldest segments Kafka's
 UnifiedLog.deleteOldSegments removes and why; the driver alone then, per partition:
 1. lists the partition again and checks that the planned segments are still its oldest ones, with
@@ -20,7 +20,8 @@ A crash at any instant leaves a log dir a broker loads as the old or the new log
 ``.deleted`` files on load, takes max(checkpoint, first base offset) as the log start, and its
 cleaner resets a checkpoint below the log start.
 
-On object stores (``s3://``) a rename is a copy and a delete, so steps 2-5 are one commit record
+Steps 2-3 are the commit step's (``operations.commit``, which chooses for compaction too). On
+object stores (``s3://``) a rename is a copy and a delete, so steps 2-5 are one commit record
 of ``operations.s3commit`` instead (no staged files; the deleted files as replaced; the new log
 start), created by a conditional PUT on the partition's next generation: from that instant
 readers see the new log start, and the apply (or ``kcompact recover`` after a crash) deletes the
@@ -40,16 +41,13 @@ import pyarrow as pa
 
 import storage
 from conf.units import MB, UNIT_NOTE
-from operations import states
+from operations import commit, s3commit, states
 from operations.checkpoints import update_cleaner_offsets
 from readers import checkpoint
 from readers.errors import FormatError
 from logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
-from operations import s3commit
 from operations.checkpoints import raise_cleaner_offsets, raise_log_starts
 from writers.checkpoint import render_checkpoint
-
-DELETED = ".deleted"
 
 
 class Changed(Exception):
@@ -161,7 +159,6 @@ def execute(plan: pa.Table, now: int, dry_run: bool = False,
     for row in sorted(rows, key=lambda r: (r["log_dir"], r["topic"] or "", r["partition"] or 0, r["path"])):
         by_dir.setdefault(row["log_dir"], []).append(row)
     for log_dir, dir_rows in by_dir.items():
-        local = storage.is_local_path(log_dir)
         done: list[PartitionRetention] = []
         for row in dir_rows:
             entry = PartitionRetention.of(row)
@@ -177,7 +174,7 @@ def execute(plan: pa.Table, now: int, dry_run: bool = False,
                 entry.deleted = True
                 done.append(entry)
                 progress(f"  {entry.summary(dry_run)}")
-        if done and local:  # an object store's commit records moved them already
+        if done and not commit.by_record(log_dir):  # a commit record moved them already
             try:
                 _move_checkpoints(log_dir, {(p.topic, p.partition): p.new_log_start for p in done})
             except (FormatError, OSError) as exc:
@@ -210,20 +207,8 @@ def _delete_prefix(row: dict, owner: str) -> str | None:
         victims += [segment_name(seg.base_offset, kind) for kind in SEGMENT_KINDS if getattr(seg, kind) is not None]
         if segment_name(seg.base_offset, "snapshot") in names:
             victims.append(segment_name(seg.base_offset, "snapshot"))
-    if not storage.is_local_path(path):
-        generation = part.commit.generation + 1 if part.commit else 1
-        record = s3commit.retention_record(row["topic"], row["partition"], generation, owner, victims,
-                                           row["retention_log_start"])
-        s3commit.commit_partition(row["log_dir"], path, record)
-        return None
-    victims = [storage.join(path, name) for name in victims]
-    renamed = []
-    for victim in victims:
-        storage.rename(victim, victim + DELETED)
-        renamed.append(victim + DELETED)
-    storage.fsync_dir(path)
-    for gone in renamed:
-        storage.remove(gone)
+    commit.commit_deletion(row["log_dir"], path, row["topic"], row["partition"], victims, row["retention_log_start"],
+                           owner, part.commit.generation if part.commit else 0)
     return None
 
 

@@ -1,4 +1,7 @@
-"""Replace a partition's cleaned segments with Kafka's swap protocol, then move its checkpoint.
+"""Replace a partition's segments by its cleaned ones with Kafka's swap protocol, by renames alone.
+
+The cleaner checkpoint is not moved here: the commit step (``operations.commit``), which chooses this
+swap on a local disk, moves it after.
 
 Steps, each made durable (directory fsync) before the next:
 1. every ``.cleaned`` file becomes ``.swap``, the highest base offset first;

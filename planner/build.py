@@ -259,9 +259,9 @@ def plan(spark, paths: Sequence[str], conf: Config | None = None, now: int | Non
 
 def _planned(spark, tasks: list[Task], now: int, retention_only: bool) -> pa.Table:
     """The plan rows of ``tasks``, one Spark task per core, each planning every n-th partition (so
-    a topic's partitions spread over the cores). A partition's plan takes milliseconds and a
-    Python task about 0.1 s of Spark's time, so more tasks would only cost. The partitions travel
-    with the tasks: spreading them by a shuffle cost a Spark job of its own (about 0.2 s)."""
+    a topic's partitions spread over the cores). A partition's plan is quick next to what a
+    Python task costs Spark, so more tasks would only cost. The partitions travel with the
+    tasks: spreading them by a shuffle cost a Spark job of its own."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     n = max(1, min(len(tasks), spark.sparkContext.defaultParallelism))

@@ -1,4 +1,5 @@
-"""Kafka's offset checkpoint files (cleaner-offset, log-start-offset, recovery-point, ...).
+"""Kafka's offset checkpoint files (cleaner-offset, log-start-offset, recovery-point, ...), parsed
+(rendered by ``writers.checkpoint``).
 
 Text: version ``0``, the entry count, then ``topic partition offset`` lines. A
 file that breaks any of that is reported with the byte position of the bad

@@ -1,4 +1,4 @@
-"""The three per-segment index files, parsed from their bytes.
+"""The three per-segment index files, parsed from their bytes (encoded by ``writers.indexes``).
 
 Active segments have zero-filled preallocated index files; a trailing run of
 all-zero entries is that preallocation, not data (a real offset-index entry

@@ -1,5 +1,5 @@
 """Values of KRaft metadata records (the ``__cluster_metadata`` log), the few that carry
-topic configuration.
+topic configuration, decoded (encoded by ``writers.metadata``).
 
 A value is framed as unsigned varints ``frameVersion`` (1), ``apiKey``, ``version``, then
 the message in Kafka's generated-message encoding. Kafka's schemas mark these records

@@ -1,4 +1,6 @@
-"""Records as values, and the decoding of a v2 records section into them."""
+"""Records as values, and the decoding of a v2 records section into them; also a control
+record's key and value, read (``control_type``) and built (``control_key``, ``control_value``:
+for the generator and tests, which write transaction markers)."""
 
 from __future__ import annotations
 

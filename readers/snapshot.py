@@ -1,4 +1,5 @@
-"""Kafka's producer-state snapshots (``<offset>.snapshot`` in a partition dir).
+"""Kafka's producer-state snapshots (``<offset>.snapshot`` in a partition dir), parsed (rendered
+by ``writers.snapshot``).
 
 A broker writes one at each segment roll and at shutdown: the producers known
 at that offset and, for each, the first offset of its open transaction. With

@@ -1,8 +1,8 @@
 """A segment's entries a chunk at a time, each chunk's headers parsed by one compiled call.
 
-``readers.segment.iter_batches`` builds a ``Batch`` per entry (a few microseconds of Python
-each), which bounds what the cleaner can do per core. Here a chunk of the file (16 MiB by
-default) is read into one numpy buffer and ``walk_entries`` parses the framing and every v2
+``readers.segment.iter_batches`` builds a ``Batch`` per entry (Python work for each), which
+bounds what the cleaner can do per core. Here a chunk of the file (``readers.segment.DEFAULT_CHUNK``
+by default) is read into one numpy buffer and ``walk_entries`` parses the framing and every v2
 header field of all its entries at once into an int64 matrix (one row per entry, columns
 below); the CRCs of a chunk are one call too (``readers.crc``).
 Framing problems end the walk with the same ``FormatError`` messages ``iter_batches`` gives, after

@@ -23,6 +23,7 @@ import fsspec
 from storage.cas import read_versioned, remove_if, write_if
 from storage.direct import DIRECT_BLOCK, DIRECT_BUFFER, DirectFile
 from storage.lock import BROKER_LOCK, LogDirBusy, LogDirLock
+from storage import ownership
 from storage.paths import FileInfo, is_local, is_local_path, join, resolve, url
 
 __all__ = [
@@ -67,7 +68,7 @@ def list_dir(path: str) -> tuple[list[FileInfo], list[str]]:
 
 def _list_local(fs_path: str) -> tuple[list[FileInfo], list[str]]:
     """LocalFileSystem.ls(detail=True) as list_dir reads it, without building its dict per entry
-    (half the cost of listing a partition dir). Same rules: a symlink is a file of its target's
+    (much of the cost of listing a partition dir). Same rules: a symlink is a file of its target's
     size (0 if dangling) and its own mtime; an entry gone since the scan is left out."""
     files, dirs = [], []
     with os.scandir(fs_path) as entries:
@@ -146,7 +147,7 @@ def open_read(path: str):
     """A seekable binary file object; callers read it in bounded chunks."""
     fs, fs_path = resolve(path)
     if is_local(fs):
-        return open(fs_path, "rb")  # fsspec's LocalFileOpener only wraps this, at twice the cost
+        return open(fs_path, "rb")  # fsspec's LocalFileOpener only wraps this, and costs more
     # Callers read large chunks themselves; a read-ahead cache would fetch twice.
     return fs.open(fs_path, "rb", cache_type="none")
 
@@ -163,15 +164,29 @@ def read_range(path: str, start: int, end: int) -> bytes:
 
 
 def makedirs(path: str) -> None:
+    """The directory and its missing parents; local ones get their parent's owner and bits."""
     fs, fs_path = resolve(path)
-    fs.makedirs(fs_path, exist_ok=True)
+    if not is_local(fs):
+        fs.makedirs(fs_path, exist_ok=True)
+        return
+    missing = []
+    at = fs_path.rstrip("/")
+    while at and not os.path.isdir(at):
+        missing.append(at)
+        at = posixpath.dirname(at)
+    for directory in reversed(missing):
+        owner = ownership.for_dir(directory)
+        os.makedirs(directory, exist_ok=True)
+        ownership.give_path(directory, owner)
 
 
 def write_durable(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` and make it durable before returning (fsync locally)."""
     fs, fs_path = resolve(path)
     if is_local(fs):
+        owner = ownership.for_file(fs_path)
         with open(fs_path, "wb") as f:
+            ownership.give(f.fileno(), owner)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -185,6 +200,7 @@ def create_durable(path: str, direct: bool = False) -> Iterator[BinaryIO]:
     completed (object stores). A failure leaves a partial file for the caller to remove.
     ``direct``: a local file goes past the page cache where its file system allows (``DirectFile``)."""
     fs, fs_path = resolve(path)
+    owner = ownership.for_file(fs_path) if is_local(fs) else None
     if is_local(fs) and direct:
         try:
             fd = os.open(fs_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o666)
@@ -192,6 +208,7 @@ def create_durable(path: str, direct: bool = False) -> Iterator[BinaryIO]:
             if exc.errno != errno.EINVAL:  # EINVAL: this file system takes no O_DIRECT
                 raise
         else:
+            ownership.give(fd, owner)
             with DirectFile(fd) as f:
                 yield f
                 f.flush()
@@ -199,6 +216,7 @@ def create_durable(path: str, direct: bool = False) -> Iterator[BinaryIO]:
             return
     if is_local(fs):
         with open(fs_path, "wb", buffering=DIRECT_BUFFER) as f:  # as DirectFile: few large writes
+            ownership.give(f.fileno(), owner)
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -233,6 +251,11 @@ def copy(src: str, dst: str) -> None:
     """Copy one file; on object stores a server-side copy (no bytes through this process)."""
     fs, src_path = resolve(src)
     _, dst_path = resolve(dst)
+    if is_local(fs):
+        owner = ownership.for_file(dst_path)
+        fs.copy(src_path, dst_path)
+        ownership.give_path(dst_path, owner)
+        return
     fs.copy(src_path, dst_path)
 
 

@@ -9,6 +9,7 @@ import posixpath
 import struct
 import threading
 
+from storage import ownership
 from storage.paths import is_local, resolve
 
 
@@ -77,7 +78,10 @@ class LogDirLock:
                 return self
             if not self.create and not os.path.exists(path):
                 return self
+            owner = ownership.for_file(path) if self.create and not os.path.exists(path) else None
             fd = os.open(path, os.O_RDWR | (os.O_CREAT if self.create else 0), 0o644)
+            if owner is not None:
+                ownership.give(fd, owner)
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:

@@ -22,8 +22,8 @@ class FileInfo:
 def resolve(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem serving ``path`` and the path as that filesystem names it."""
     if isinstance(path, str) and ":" not in path:
-        # A plain local path: what url_to_fs returns, without parsing a URL chain (a third of
-        # the cost; the planner resolves ~20 paths per partition).
+        # A plain local path: what url_to_fs returns, without parsing a URL chain (a good part of
+        # the cost, and the planner resolves many paths per partition).
         fs = LocalFileSystem()
         return fs, fs._strip_protocol(path)
     # No listing cache: other processes (executors, other jobs, the broker) change these dirs, and

@@ -3,8 +3,23 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+
+# -- tiers: the folder a test file is in marks its tests ------------------------------------------
+# tests/unit (no Spark, no whole command: make test-fast), tests/spark (the session's Spark),
+# tests/e2e (whole commands, subprocesses, faults, cluster, notebook, Chromium); see setup.cfg.
+TIERS = {"spark": pytest.mark.spark, "e2e": pytest.mark.e2e}
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        folders = item.path.resolve().parents
+        for tier, mark in TIERS.items():
+            if HERE / tier in folders:
+                item.add_marker(mark)
 
 
 # -- S3 through moto's server mode --------------------------------------------------------

@@ -8,7 +8,7 @@ which partitions were left uncleanable. A .log that differs is described by its 
 batch (every header field) or record (offset, timestamp, key, value, headers).
 
 Every divergence the model found is fixed; each has a named regression test
-(tests/test_reference_regressions.py).
+(tests/e2e/test_reference_regressions.py).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def _mtime(path: Path) -> int:
 def differences(ours: Path, model: Path, before: Path, result: RoundResult) -> list[str]:
     """Everything a broker could tell apart between the product's and the model's log dirs. A
     partition the model's Kafka failed on (an exception inside the round) is expected as the
-    product leaves it: untouched (README, issue 14 item 3) and marked uncleanable."""
+    product leaves it: untouched (issue 14 item 3) and marked uncleanable."""
     found = []
     parts = sorted(p.name for p in ours.iterdir() if p.is_dir() and p.name != METADATA_DIR)
     model_parts = sorted(p.name for p in model.iterdir() if p.is_dir() and p.name != METADATA_DIR)

@@ -438,15 +438,15 @@ def use_job_path(request, spark) -> None:
     "threads" (the same by four threads: four key shards), "shared" (every partition treated as larger
     than a task and its map as larger than a task's memory: the map made by many tasks and a shuffle),
     "page cache" (the .log files written through the page cache, ``spark.kcompact.write.direct=false``)."""
-    from compaction import job
+    from compaction import job, routing
 
     if request.param == "shared":
-        saved, job.WHOLE_BYTES = job.WHOLE_BYTES, 0
-        spark.conf.set(job.MAP_MEMORY, "0")
-        request.addfinalizer(lambda: (setattr(job, "WHOLE_BYTES", saved), spark.conf.unset(job.MAP_MEMORY)))
+        saved, routing.WHOLE_BYTES = routing.WHOLE_BYTES, 0
+        spark.conf.set(routing.MAP_MEMORY, "0")
+        request.addfinalizer(lambda: (setattr(routing, "WHOLE_BYTES", saved), spark.conf.unset(routing.MAP_MEMORY)))
     if request.param == "threads":
-        spark.conf.set(job.THREADS, "4")
-        request.addfinalizer(lambda: spark.conf.unset(job.THREADS))
+        spark.conf.set(routing.THREADS, "4")
+        request.addfinalizer(lambda: spark.conf.unset(routing.THREADS))
     if request.param == "page cache":
         spark.conf.set(job.DIRECT_WRITES, "false")
         request.addfinalizer(lambda: spark.conf.unset(job.DIRECT_WRITES))

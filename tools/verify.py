@@ -1,10 +1,19 @@
 """``kcompact verify``: check a log dir against every invariant a broker relies on.
 
-Nothing is repaired and nothing stops at the first fault: each problem is listed
+Nothing is repaired and nothing stops at the first fault: each finding is listed
 with its file and, wherever one exists, the byte position, so a bad segment can
 be found with a hex editor. Framing errors end the reading of one ``.log`` (its
 entries cannot be located past them); CRC and codec errors do not, since the
 framing around them is intact.
+
+A finding is a ``Problem`` when a Kafka 3.x broker would refuse it, truncate it or
+lose data on it (a bad CRC, a torn batch outside the active tail, an index entry
+outside its segment, a malformed checkpoint); it is a ``Note`` when a broker
+accepts the state and repairs it on its own: its cleaner resets a checkpoint entry
+outside the log (LogCleanerManager.cleanableOffsets), its load completes or deletes
+swap leftovers and orphaned index files and rebuilds a missing offset index
+(LogLoader), its recovery after a crash truncates the torn tail of the active
+segment (LogSegment.recover). Notes never fail ``verify`` unless ``--strict``.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TextIO
 
 import storage
 from readers import checkpoint, codecs
@@ -31,12 +41,50 @@ from logdir.listing import LogDir, Partition, Segment, scan_log_dir, segment_nam
 from readers.records import Record
 from readers.segment import iter_batches, problems, torn_tail
 
+EXIT_OK, EXIT_PROBLEMS = 0, 1
 MAX_RELATIVE_OFFSET = 0x7FFFFFFF  # index entries store offset - base offset as an int32
+CLEAN_SHUTDOWN = ".kafka_cleanshutdown"  # a broker that finds it in a log dir skips recovery (LogLoader.recoverLog)
 LEFTOVER_MEANING = {
     ".cleaned": "leftover of an unfinished segment rewrite (.cleaned): a broker deletes it on load",
     ".swap": "leftover of an unfinished segment replacement (.swap): a broker completes or drops it on load",
     ".deleted": "leftover of a replaced segment (.deleted): a broker deletes it on load",
 }
+# names a broker parses a base offset out of on load (LogLoader: .log and index files; producer snapshots):
+# misnamed, it fails to load the log or loads another segment than the file holds
+OFFSET_NAMED = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
+ORPHAN_INDEX = "index files for base offset "  # the listing's words for index files without their .log
+
+
+@dataclass(frozen=True, slots=True)
+class Note(Problem):
+    """A finding a broker accepts and repairs by itself: listed, but ``verify`` passes
+    unless ``--strict``. Printed after the problems, each line starting with ``note: ``."""
+
+    def __str__(self) -> str:
+        return f"note: {Problem.__str__(self)}"
+
+
+def _note(found: Problem, what: str | None = None) -> Note:
+    return Note(found.path, found.position, found.what if what is None else what)
+
+
+def split(found: list[Problem]) -> tuple[list[Problem], list[Note]]:
+    """The problems and the notes of ``verify_log_dir``'s findings, each in their order."""
+    return [p for p in found if not isinstance(p, Note)], [p for p in found if isinstance(p, Note)]
+
+
+def run_verify(path: str, strict: bool, out: TextIO, err: TextIO) -> int:
+    """``kcompact verify``: the problems, then the notes, then the counts of both; 1 when there is
+    a problem (or, with ``strict``, a note), else 0."""
+    problems, notes = split(verify_log_dir(path))
+    for finding in problems + notes:
+        print(finding, file=out)
+    counts = f"{len(problems)} problem(s), {len(notes)} note(s)"
+    if problems or (strict and notes):
+        print(f"{counts} found in {path}" + ("" if problems else " (--strict: notes count)"), file=err)
+        return EXIT_PROBLEMS
+    print(f"{path}: OK ({counts}{': what the notes say, Kafka accepts and repairs' if notes else ''})", file=out)
+    return EXIT_OK
 
 
 @dataclass(slots=True)
@@ -51,27 +99,31 @@ class SegmentSummary:
 
 
 def verify_log_dir(path: str) -> list[Problem]:
+    """Every finding, in the order met: ``Problem``s and ``Note``s (a subclass; see ``split``)."""
     logdir = scan_log_dir(path)
-    found = list(logdir.problems)
+    found = list(logdir.problems)  # a directory not named <topic>-<partition>: a broker refuses to start
+    clean_shutdown = storage.kind(storage.join(logdir.path, CLEAN_SHUTDOWN)) is not None
     ends: dict[tuple[str, int], tuple[int, int]] = {}
     for part in logdir.partitions:
-        found += check_partition(part, ends)
+        found += check_partition(part, ends, clean_shutdown)
     found += check_checkpoints(logdir, ends)
     return found
 
 
-def check_partition(part: Partition, ends: dict[tuple[str, int], tuple[int, int]] | None = None) -> list[Problem]:
-    """Every problem of one partition; ``ends`` gets its (first base offset, log end offset)."""
-    found = list(part.problems)
+def check_partition(part: Partition, ends: dict[tuple[str, int], tuple[int, int]] | None = None,
+                    clean_shutdown: bool = False) -> list[Problem]:
+    """Every finding of one partition; ``ends`` gets its (first base offset, log end offset).
+    ``clean_shutdown``: the log dir holds a broker's clean-shutdown marker (no recovery on load)."""
+    found = [_listing_said(p) for p in part.problems]
     for info in part.leftovers:
         suffix = posixpath.splitext(info.path)[1]
-        found.append(Problem(info.path, None, LEFTOVER_MEANING[suffix]))
+        found.append(Note(info.path, None, LEFTOVER_MEANING[suffix]))
     prev_last = -1
     for i, seg in enumerate(part.segments):
         active = seg is part.active
         next_base = None if active else part.segments[i + 1].base_offset
         summary, seg_found = check_log(seg, prev_last, next_base)
-        found += _torn_tail_said(seg, seg_found) if active and seg_found else seg_found
+        found += _torn_tail_said(seg, seg_found, clean_shutdown) if active and seg_found else seg_found
         found += check_indexes(part, seg, summary, active)
         prev_last = max(prev_last, summary.last_offset)
     if ends is not None and part.segments:
@@ -81,18 +133,51 @@ def check_partition(part: Partition, ends: dict[tuple[str, int], tuple[int, int]
     return found
 
 
+def _listing_said(found: Problem) -> Problem:
+    """A fault of a partition dir's listing: a note when a broker's load deals with it by itself
+    (LogLoader deletes index files without their .log, and passes over names it does not know)."""
+    if found.what.startswith(ORPHAN_INDEX):
+        return _note(found, f"{found.what}: a broker deletes them on load")
+    if found.position is None and not found.path.endswith(OFFSET_NAMED) and found.what == "not a Kafka segment file name":
+        return _note(found, f"{found.what}: a broker passes over it")
+    return found
+
+
 TORN_TAIL = ("a torn tail of the active segment, what a broker crash leaves: 'kcompact recover' truncates it "
              "as a restarting broker would")
+TORN_TAIL_KEPT = (f"a torn tail of the active segment, but the log dir holds {CLEAN_SHUTDOWN}: a broker loading it "
+                  "skips recovery, keeps these bytes and appends after them; 'kcompact recover' truncates it")
+TAIL_NOT_TORN = ("at the end of the active segment, but no interrupted append leaves this: a restarting broker "
+                 "truncates the segment here, and so does 'kcompact recover', losing whatever follows")
+# what an append cut short by a crash leaves, in readers.segment's words: an entry or header running past the end of
+# the file, zeros (preallocated, or never written), or a last batch whose bytes did not all reach the disk
+INTERRUPTED_APPEND = ("torn batch: ", "torn tail: ", "zero-filled bytes ", "batch at offset ")
 
 
-def _torn_tail_said(seg: Segment, found: list[Problem]) -> list[Problem]:
-    """The active segment's problems, the one that starts a torn tail saying so (and the way out)."""
+def _torn_tail_said(seg: Segment, found: list[Problem], clean_shutdown: bool = False) -> list[Problem]:
+    """The active segment's findings, the one that starts a torn tail saying so (and the way out).
+    A broker restarting after a crash truncates the segment at its first invalid entry
+    (LogSegment.recover). When that tail is what an interrupted append leaves, the truncation
+    loses no complete batch, only bytes whose write the crash cut short: everything from there on
+    is a note. Not when the broker shut down cleanly (it does not recover the log then), nor when
+    the tail starts with an entry no append leaves (an unknown magic, a length below the minimum):
+    complete batches may follow it, and the broker would lose them."""
     with storage.open_read(seg.log.path) as f:
         tail = torn_tail(f, seg.log.path)
     if tail is None:
         return found
-    return [Problem(p.path, p.position, f"{p.what} ({TORN_TAIL})") if (p.path, p.position) == (tail.path, tail.position)
-            else p for p in found]
+    if not tail.what.startswith(INTERRUPTED_APPEND):
+        why, note = TAIL_NOT_TORN, False
+    else:
+        why, note = (TORN_TAIL_KEPT, False) if clean_shutdown else (TORN_TAIL, True)
+    said = []
+    for p in found:
+        if p.path != tail.path or p.position is None or p.position < tail.position:
+            said.append(p)
+            continue
+        what = f"{p.what} ({why})" if p.position == tail.position else p.what
+        said.append(Note(p.path, p.position, what) if note else Problem(p.path, p.position, what))
+    return said
 
 
 # -- the .log -------------------------------------------------------------------------
@@ -173,21 +258,35 @@ def _summarize(summary: SegmentSummary, batch: Batch) -> None:
 IndexCheck = Callable[[str, bytes, SegmentSummary], list[Problem]]
 
 
+MISSING = {
+    # LogLoader.loadSegmentFiles: no offset index -> NoSuchFileException -> recoverSegment, which rebuilds all three
+    "index": "missing for a closed segment: a broker rebuilds it from the .log on load",
+    # LogSegment.sanityCheck: a time index that did not exist is created empty; the segment's largest timestamp
+    # is then its .log's modification time (LogSegment.largestTimestamp), for time retention and the lag rules
+    "timeindex": "missing for a closed segment: a broker creates it empty on load and goes by the .log's "
+                 "modification time for the segment's largest timestamp",
+    "both": "missing for a closed segment: a broker rebuilds it from the .log on load, with the missing .index",
+}
+
+
 def check_indexes(part: Partition, seg: Segment, summary: SegmentSummary, active: bool) -> list[Problem]:
-    """A closed segment must have its offset and time index; a txnindex is optional."""
+    """A closed segment should have its offset and time index (a broker makes up for either, so
+    their absence is a note); a txnindex is optional. What is in them is checked: a broker does
+    not check them on load (LogSegment.sanityCheck skips the offset and time index) but serves
+    reads and retention from them, so a bad entry is a problem."""
     checks: dict[str, IndexCheck] = {
         "index": check_offset_index,
         "timeindex": partial(check_time_index, closed=not active),
         "txnindex": check_txn_index,
     }
-    found = []
+    found: list[Problem] = []
     for kind, check in checks.items():
         info = getattr(seg, kind)
         if info is not None:
             found += _parsed(info.path, check, summary)
         elif kind != "txnindex" and not active:
-            found.append(Problem(storage.join(part.path, segment_name(seg.base_offset, kind)), None,
-                                 "missing for a closed segment (Kafka rebuilds it, but it should be there)"))
+            why = MISSING["both" if kind == "timeindex" and seg.index is None else kind]
+            found.append(Note(storage.join(part.path, segment_name(seg.base_offset, kind)), None, why))
     return found
 
 
@@ -241,8 +340,9 @@ def check_time_index(path: str, data: bytes, summary: SegmentSummary, closed: bo
         prev = entry
     if not closed or summary.max_timestamp == NO_TIMESTAMP:
         return found
-    if not entries:
-        found.append(Problem(path, None, f"no entry for the segment's largest timestamp {summary.max_timestamp}"))
+    if not entries:  # what a broker leaves when it had to create the file (see MISSING): it accepts it
+        found.append(Note(path, None, f"no entry for the segment's largest timestamp {summary.max_timestamp}: a "
+                                      "broker goes by the .log's modification time instead"))
     elif entries[-1].timestamp != summary.max_timestamp:
         found.append(Problem(path, (len(entries) - 1) * TIME_ENTRY.size,
                              f"last entry's timestamp {entries[-1].timestamp} is not the segment's largest "
@@ -274,9 +374,12 @@ def _outside(offset: int, summary: SegmentSummary) -> str:
 
 # -- checkpoints -------------------------------------------------------------------------
 def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int]] | None = None) -> list[Problem]:
-    """Each checkpoint parses; the cleaner's names only partitions that exist, at an offset inside
-    their log: Kafka's cleaner takes an entry below the log start or past the log end for a log
-    truncated or rebuilt under it, and cleans the whole log again from its start."""
+    """Each checkpoint parses (a broker that cannot read one takes the whole log dir offline:
+    a problem); the cleaner's names only partitions that exist, at an offset inside their log.
+    Those two are notes: Kafka's cleaner drops the entries of partitions it does not hold the next
+    time it writes the file (updateCheckpoints), and takes an entry below the log start or past the
+    log end for a log truncated or rebuilt under it (an unclean leader election leaves one), resets
+    it to the log start and cleans the whole log from there (cleanableOffsets)."""
     live = {(p.topic, p.partition) for p in logdir.partitions}
     found, parsed, lines = [], {}, {}  # lines: the cleaner checkpoint's entry positions
     for name, path in sorted(logdir.checkpoints.items()):
@@ -289,7 +392,8 @@ def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int
         if name != checkpoint.CLEANER_OFFSET:
             continue
         lines = _line_positions(text)
-        found += [Problem(path, lines[key], f"entry for {key[0]}-{key[1]}, which has no partition directory")
+        found += [Note(path, lines[key], f"entry for {key[0]}-{key[1]}, which has no partition directory: Kafka's "
+                                         "cleaner drops it")
                   for key in parsed[name] if key not in live]
     if ends is None or checkpoint.CLEANER_OFFSET not in parsed:
         return found
@@ -303,11 +407,11 @@ def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int
         entry = f"entry {key[0]} {key[1]} {offset}"
         span = f"{key[0]}-{key[1]} holds offsets [{log_start}, {log_end})"
         if offset > log_end:
-            found.append(Problem(path, lines[key], f"{entry} is past the log end offset {log_end} ({span}); Kafka's "
-                                                   "cleaner ignores it and cleans the whole log from its start"))
+            found.append(Note(path, lines[key], f"{entry} is past the log end offset {log_end} ({span}); Kafka's "
+                                                "cleaner ignores it and cleans the whole log from its start"))
         elif offset < log_start:
-            found.append(Problem(path, lines[key], f"{entry} is below the log start offset {log_start} ({span}); "
-                                                   "Kafka's cleaner ignores it and cleans the whole log from its start"))
+            found.append(Note(path, lines[key], f"{entry} is below the log start offset {log_start} ({span}); "
+                                                "Kafka's cleaner ignores it and cleans the whole log from its start"))
     return found
 
 

@@ -3,6 +3,9 @@
 Varints are minimal, record attributes are 0, the CRC-32C covers bytes
 [21, end). Re-encoding a decoded uncompressed batch gives its original bytes;
 compressed ones decode to the same records (codec output may differ).
+
+A cleaned batch is not re-encoded here: ``writers.rebuild`` splices its kept records
+(``tests/oracles.py`` holds the record-by-record re-encoding it is tested against).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from readers.batch import (
     NO_TIMESTAMP,
     V2_CRC_START,
     V2_HEADER,
-    Batch,
 )
 from readers.records import Record
 from writers.codecs import compress
@@ -116,35 +118,3 @@ def encode_batch(
     crc = crc32c.crc32c(memoryview(out)[V2_CRC_START:])
     out[17:21] = crc.to_bytes(4, "big")
     return bytes(out)
-
-
-def encode_like(batch: Batch, records: Sequence[Record], delete_horizon_ms: int | None = None) -> bytes:
-    """Re-encode ``batch`` keeping only ``records``, as Kafka's cleaner rebuilds a batch.
-
-    Kept: base and last offset, codec, producer fields, timestamp type, leader
-    epoch, an existing delete horizon (``delete_horizon_ms`` stamps a new one).
-    The max timestamp is recomputed from the kept records (LogAppendTime keeps
-    the append time). With no record left, the result is Kafka's empty batch
-    header: uncompressed, no first timestamp, the original max timestamp.
-    """
-    if batch.magic != 2:
-        raise ValueError("only magic-v2 batches are re-encoded here; legacy wrappers: writers.legacy")
-    fields = dict(
-        base_offset=batch.base_offset_field,
-        timestamp_type=batch.timestamp_type,
-        partition_leader_epoch=batch.partition_leader_epoch,
-        producer_id=batch.producer_id,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
-        transactional=batch.is_transactional,
-        control=batch.is_control,
-        last_offset_delta=batch.last_offset_delta,
-    )
-    if not records:
-        return encode_batch((), codec=codecs.NONE, first_timestamp=NO_TIMESTAMP, max_timestamp=batch.max_timestamp, **fields)
-    if delete_horizon_ms is None and batch.has_delete_horizon:
-        delete_horizon_ms = batch.delete_horizon_ms
-    append_time = batch.max_timestamp if batch.timestamp_type == LOG_APPEND_TIME else None
-    return encode_batch(
-        records, codec=batch.codec, delete_horizon_ms=delete_horizon_ms, max_timestamp=append_time, **fields
-    )

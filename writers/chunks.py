@@ -16,7 +16,7 @@ the buffers, which:
 What each append reports (its largest offset, largest timestamp and that timestamp's offset)
 follows ``FilterResult.updateRetainedBatchMetadata``: see ``ReadChunks.appends``.
 
-A group has some 100k batches per GB: they are walked by one compiled call per buffer of them
+A group has a great many batches: they are walked by one compiled call per buffer of them
 (``nogil``: other threads' kernels run meanwhile), and Python sees only the appends.
 """
 

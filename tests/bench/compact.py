@@ -41,7 +41,14 @@ the same topic shape (``TINY`` records), in turn, so that both see the same mach
     progress lines as they arrive): one partition must keep both cores busy;
   - seconds per stage from the report;
   - every output file's SHA-256 against ``<dir>/<name>/output.json`` (``--record-output`` writes
-    it): the speed work must not change one byte.
+    it): the speed work must not change one byte;
+  - the tiny dir's whole process with numba's cache cold beside warm, and their ratio: a fresh
+    executor's first run (an ephemeral cluster's every run). Warm: numba's cache a dir of the
+    bench's own (``<dir>/<name>/numba-warm``), filled by a run before the first measured one;
+    cold: a new, empty one for each run, for the driver and the Python workers (``NUMBA_CACHE_DIR``,
+    and ``spark.executorEnv.NUMBA_CACHE_DIR``), the kernels shipped in the package in place
+    (``readers.kernel_cache``): what is left is what they do not cover. ``--tiny-only`` runs these
+    and no corpus (nothing large generated).
 """
 
 from __future__ import annotations
@@ -286,8 +293,10 @@ class Run:
         return sum(self.stages.values())
 
 
-def _env(memory_cap: str | None) -> dict[str, str]:
+def _env(memory_cap: str | None, numba_cache: Path | None = None) -> dict[str, str]:
     env = os.environ | {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    if numba_cache:
+        env["NUMBA_CACHE_DIR"] = str(numba_cache)
     if memory_cap:
         env["PYSPARK_SUBMIT_ARGS"] = (f"--driver-memory {memory_cap} --conf spark.executor.pyspark.memory={memory_cap}"
                                       " pyspark-shell")
@@ -300,7 +309,8 @@ def _digests(root: Path) -> dict[str, str]:
             if p.is_file() and p.name != ".lock" and not p.name.startswith("kcompact-")}
 
 
-def run_once(root: Path, work_base: Path, corpus: Corpus, memory_cap: str | None, digest: bool) -> Run:
+def run_once(root: Path, work_base: Path, corpus: Corpus, memory_cap: str | None, digest: bool,
+             numba_cache: Path | None = None) -> Run:
     shutil.rmtree(work_base, ignore_errors=True)
     work_base.mkdir(parents=True)
     work, report = work_base / "logs", work_base / "report.json"
@@ -311,9 +321,12 @@ def run_once(root: Path, work_base: Path, corpus: Corpus, memory_cap: str | None
     os.sync()
     command = [sys.executable, "-m", "jobs.cli", "compact", str(work), "--now", str(corpus.now),
                "--topic-config", corpus.topic_config, "--report", str(report)]
+    if numba_cache:  # the workers' too (local mode's inherit the driver's environment anyway)
+        command += ["--spark-conf", f"spark.executorEnv.NUMBA_CACHE_DIR={numba_cache}"]
     peaks, done, marks = Peaks(), threading.Event(), []
     started = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(memory_cap))
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env=_env(memory_cap, numba_cache))
 
     def poll() -> None:
         while not done.is_set():
@@ -439,10 +452,59 @@ def _identity(base: Path, runs: list[Run], record: bool) -> str:
             else f"output: {len(differ)} files DIFFER from the recorded digests, e.g. {differ[:5]}")
 
 
-def bench(base: Path, corpus: Corpus, runs: int, memory_cap: str | None, record: bool) -> str:
+@dataclass
+class Cache:
+    """The tiny dir's runs with numba's cache warm and cold (``cold_warm``)."""
+
+    warm: list[Run] = field(default_factory=list)
+    cold: list[Run] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        ratio = [c.wall_s / w.wall_s for c, w in zip(self.cold, self.warm, strict=True)]
+        rows = [("load average before the run (cold)", [r.load for r in self.cold], ".1f"),
+                ("whole process, tiny log dir, numba cache warm (s)", [r.wall_s for r in self.warm], ".1f"),
+                ("whole process, tiny log dir, numba cache cold (s)", [r.wall_s for r in self.cold], ".1f"),
+                ("  cold / warm", ratio, ".2f"),
+                ("  Python workers' CPU, warm (s)", [r.peaks.cpu_of("workers") for r in self.warm], ".1f"),
+                ("  Python workers' CPU, cold (s)", [r.peaks.cpu_of("workers") for r in self.cold], ".1f"),
+                ("  driver CPU, warm (s)", [r.peaks.cpu_of("driver") for r in self.warm], ".1f"),
+                ("  driver CPU, cold (s)", [r.peaks.cpu_of("driver") for r in self.cold], ".1f")]
+        return [_row(label, [statistics.median(values), *values], fmt) for label, values, fmt in rows]
+
+
+def cold_warm(base: Path, corpus: Corpus, memory_cap: str | None, cache: Cache) -> None:
+    """One warm and one cold run of the tiny dir, in that order (``--tiny-only``: alternating)."""
+    warm = base / "numba-warm"
+    if not warm.is_dir():  # filled by one run before the first measured one
+        run_once(base / "tiny", base / "work-tiny", corpus, memory_cap, digest=False, numba_cache=warm)
+    cache.warm.append(run_once(base / "tiny", base / "work-tiny", corpus, memory_cap, digest=False, numba_cache=warm))
+    cold = base / "numba-cold"
+    shutil.rmtree(cold, ignore_errors=True)
+    cache.cold.append(run_once(base / "tiny", base / "work-tiny", corpus, memory_cap, digest=False, numba_cache=cold))
+    shutil.rmtree(cold, ignore_errors=True)
+
+
+def _shipped() -> str:
+    from readers import kernel_cache
+
+    shipped = kernel_cache.manifest()
+    return (f"kernels shipped in the package: compiled for {shipped['cpu_name']}" if shipped
+            else "kernels shipped in the package: none (make install builds them)")
+
+
+def bench(base: Path, corpus: Corpus, runs: int, memory_cap: str | None, record: bool, tiny_only: bool) -> str:
     base.mkdir(parents=True, exist_ok=True)
-    manifest = _generated(base / "corpus", corpus.spec)
     _generated(base / "tiny", corpus.tiny)
+    cache = Cache()
+    if tiny_only:
+        for i in range(runs):
+            cold_warm(base, corpus, memory_cap, cache)
+            print(f"{corpus.name} tiny run {i + 1}: warm {cache.warm[-1].wall_s:.1f} s, cold {cache.cold[-1].wall_s:.1f} s",
+                  flush=True)
+        header = _row(f"corpus {corpus.name}, tiny log dir only", [], "") + f"{'median':>12}" + "".join(
+            f"{'run ' + str(i + 1):>12}" for i in range(runs))
+        return "\n".join([header, *cache.lines(), _shipped(), ""])
+    manifest = _generated(base / "corpus", corpus.spec)
     if corpus.tiny_shaped:
         _generated(base / "tiny-shaped", corpus.tiny_shaped)
     measured, tiny, shaped, bare, touch = [], [], [], [], []
@@ -453,12 +515,14 @@ def bench(base: Path, corpus: Corpus, runs: int, memory_cap: str | None, record:
         if corpus.tiny_shaped:
             shaped.append(run_once(base / "tiny-shaped", base / "work-tiny", corpus, memory_cap, digest=False))
         measured.append(run_once(base / "corpus", base / "work", corpus, memory_cap, digest=True))
+        cold_warm(base, corpus, memory_cap, cache)
         print(f"{corpus.name} run {i + 1}: {measured[-1].wall_s:.1f} s whole, tiny {tiny[-1].wall_s:.1f} s"
-              + (f", tiny of the corpus's partitions {shaped[-1].wall_s:.1f} s" if shaped else ""), flush=True)
+              + (f", tiny of the corpus's partitions {shaped[-1].wall_s:.1f} s" if shaped else "")
+              + f"; tiny, numba cache warm {cache.warm[-1].wall_s:.1f} s, cold {cache.cold[-1].wall_s:.1f} s", flush=True)
     shutil.rmtree(base / "work", ignore_errors=True)
     cap = f" (driver and Python workers capped at {memory_cap})" if memory_cap else ""
     return "\n".join([table(corpus, measured, tiny, shaped, bare, touch, log_bytes(manifest), manifest["records"]) + cap,
-                      _identity(base, measured, record), ""])
+                      *cache.lines(), _shipped(), _identity(base, measured, record), ""])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -469,9 +533,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-cap", metavar="SIZE", help="cap the driver and Python workers, e.g. 1g")
     parser.add_argument("--record-output", action="store_true",
                         help="record the output's file digests as the reference for later runs")
+    parser.add_argument("--tiny-only", action="store_true",
+                        help="only the tiny log dir with numba's cache warm and cold (no corpus generated)")
     args = parser.parse_args(argv)
     for name in args.corpus or list(CORPORA):
-        print(bench(args.dir / name, CORPORA[name], args.runs, args.memory_cap, args.record_output), flush=True)
+        print(bench(args.dir / name, CORPORA[name], args.runs, args.memory_cap, args.record_output, args.tiny_only),
+              flush=True)
     options = cds.java_options()
     print(f"JVM class-data archive (jobs/cds.py): {options.split('=', 1)[1] if options else 'not used'}")
     return 0

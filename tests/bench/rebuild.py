@@ -33,7 +33,7 @@ from readers import codecs
 from readers.batch import V2_CRC_START, V2_HEADER_SIZE, Batch
 from readers.segment import iter_batches
 from tests.bench.format import MB, build_pool, machine, placed_stream
-from writers.batch import encode_like
+from tests.oracles import encode_like
 from writers.rebuild import rebuild
 
 CODECS = ("none", "lz4", "zstd")

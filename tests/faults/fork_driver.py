@@ -4,10 +4,10 @@ process that crash_points kills with SIGKILL at its point (tests only).
 A Spark start costs seconds; a fork costs a millisecond. So the sweep over every mutation of
 a commit runs the job's driver-side commit here, without Spark, on ``.cleaned`` files a real
 ``kcompact compact`` wrote (it was killed just before its first ``.swap`` rename): per
-partition, in the job's order, ``operations.swap.commit_partition`` with the segments below the
-cleaned range's end, then ``operations.checkpoints.set_cleaner_offset``; then the removal of the
-``.deleted`` files (``operations.deleted``), as ``compaction.job`` commits. The ``recover``
-action runs the command line's own ``recover``.
+partition, in the job's order, the job's own commit step (``operations.commit.commit_cleaned``:
+the swap of the segments below the cleaned range's end, then the cleaner checkpoint); then the
+removal of the ``.deleted`` files (``operations.deleted``), as ``compaction.job`` commits. The
+``recover`` action runs the command line's own ``recover``.
 
     python tests/faults/fork_driver.py TASK.json
 
@@ -34,11 +34,9 @@ import crash_points
 
 import operations.recover  # noqa: F401  (imported before forking: the children start warm)
 from jobs.cli import main as kcompact
-from logdir.listing import scan_partition
 from operations.cleaned import CLEANED, WrittenGroup
-from operations.checkpoints import set_cleaner_offset
+from operations.commit import commit_cleaned
 from operations.deleted import Removal
-from operations.swap import commit_partition
 
 KINDS = ("log", "index", "timeindex", "txnindex")  # write_group's order of a group's files
 
@@ -59,9 +57,9 @@ def commit(log_dir: str, partitions: list[dict]) -> int:
     deleted = []
     for p in partitions:
         path = posixpath.join(log_dir, p["dir"])
-        replaced = [s for s in scan_partition(path, p["topic"], p["partition"]).segments if s.base_offset < p["end"]]
-        deleted += commit_partition(path, cleaned_groups(path), replaced)
-        set_cleaner_offset(log_dir, p["topic"], p["partition"], p["end"])
+        # a local disk: the segments replaced are those below the end, as listed now (``read`` unused)
+        deleted += commit_cleaned(log_dir, path, p["topic"], p["partition"], cleaned_groups(path), [], p["end"],
+                                  "fork-driver", None)
     removal = Removal()  # the job's too, once every partition is committed
     removal.start(deleted)
     return 1 if removal.wait() else 0

@@ -1,4 +1,4 @@
-"""Fault injection for tests/test_s3_commit.py, loaded by every Python process started with this
+"""Fault injection for tests/e2e/test_s3_commit.py, loaded by every Python process started with this
 folder on PYTHONPATH while ``KCOMPACT_S3_FAULTS`` is set.
 
 Only the first process counts (the job's driver, or a test's commit script; Spark's Python

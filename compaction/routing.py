@@ -1,0 +1,107 @@
+"""Which path a partition takes, by the memory of a Python worker: read whole by one task, or shared.
+
+How a partition too big for one worker's memory is routed: to the shared path
+(``compaction.shared``). There many tasks read its byte ranges and ship (segment group, key)
+facts by key hash; a task per hash bucket holds only its bucket's share of the offset map, with
+as many buckets as keep each share within a task's map memory. So no task ever holds the whole
+map, and a key set may exceed any one worker's memory.
+
+The rule (``reads_whole``), per partition:
+- one of at most ``WHOLE_BYTES`` is read whole (``compaction.whole``): one task reads it once,
+  from its end back, and makes its map on the way;
+- a larger one is read whole too when its map fits a task's map memory (``map_memory``: a key
+  costs ``MAP_BYTES_PER_KEY``, a partition has at most as many keys as records feeding its map)
+  and, under a worker cap (``spark.executor.pyspark.memory``, which caps the worker's address
+  space), when the cap also holds the worker's imports and all that reading it whole holds
+  (``whole_bytes``);
+- any other takes the shared path, which its map budget bounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compaction.backward import OUTPUT_MEMORY
+from compaction.offset_map import KeyTable
+from conf.units import spark_size
+
+WHOLE_BYTES = 256 << 20  # a partition of at most this is read by one task, which makes its map too
+# A task's map memory: the Spark setting MAP_MEMORY, by default a quarter of the Python worker's
+# cap (Python, numba and Arrow take a good part of the cap before any data) or, uncapped,
+# DEFAULT_MAP_MEMORY. A key costs the map at most MAP_BYTES_PER_KEY (a 40-byte row, two index
+# slots, up to 40 bytes of key).
+MAP_MEMORY = "spark.kcompact.map.memory"
+DEFAULT_MAP_MEMORY = 2 << 30
+MAP_BYTES_PER_KEY = 96
+MIN_BUCKET_BYTES = 64 << 20  # the least map memory a hash bucket of the shared path is given
+# What a worker holds reading a partition whole, beside its imports (WORKER_IMPORTS): its map
+# tables, sized up front for every feeding record; the output of two segment groups (the one read
+# and the one being written, each spilled past OUTPUT_MEMORY); and the ranges decoded ahead and
+# rendered behind the map, WHOLE_FIXED plus WHOLE_PER_THREAD a thread. The constants are drawn
+# from measured peaks of a worker's address space (docs/benchmarks.md, "Memory of a worker"):
+# WHOLE_FIXED from the largest partition measured, beside its tables and outputs.
+WORKER_IMPORTS = 560 << 20
+WHOLE_FIXED = 350 << 20
+WHOLE_PER_THREAD = 140 << 20
+# Threads a task of batch plans or of whole partitions uses (rounded down to a power of two: the
+# map's key shards); by default the cores its job leaves idle (one large partition: all of them).
+THREADS = "spark.kcompact.threads"
+
+
+@dataclass(frozen=True, slots=True)
+class Routes:
+    """The partitions of a job by path, each list in the order given."""
+
+    whole: list[int]
+    shared: list[int]
+    shared_map_bytes: int  # the shared partitions' maps together, at most
+    budget: int  # a task's map memory
+
+
+def route(spark, pids: list[int], sizes: list[int], keys: list[int], largest_group: dict[int, int]) -> Routes:
+    """Partitions ``pids`` to the whole path or the shared path (``reads_whole``): ``sizes``,
+    ``keys`` (at most, per partition) and ``largest_group`` (its largest segment group's bytes)."""
+    budget, cap, threads = map_memory(spark), worker_cap(spark), task_threads(spark, 1)
+    read_whole = [reads_whole(size, keys[pid], largest_group.get(pid, 0), budget, cap, threads)
+                  for pid, size in enumerate(sizes)]
+    shared = [pid for pid in pids if not read_whole[pid]]
+    return Routes([pid for pid in pids if read_whole[pid]], shared,
+                  sum(keys[pid] for pid in shared) * MAP_BYTES_PER_KEY, budget)
+
+
+def reads_whole(size: int, keys: int, largest_group: int, budget: int, cap: int | None, threads: int) -> bool:
+    """Whether a task reads a partition of ``size`` bytes whole (its map made as it is rewritten),
+    rather than by the shared path: when it is small, or when its map fits the map ``budget`` and,
+    under a worker ``cap``, the cap holds the worker's imports and all that reading it whole holds."""
+    return size <= WHOLE_BYTES or (keys * MAP_BYTES_PER_KEY <= budget and (
+        cap is None or WORKER_IMPORTS + whole_bytes(keys, largest_group, threads) <= cap))
+
+
+def whole_bytes(keys: int, largest_group: int, threads: int) -> int:
+    """What a task holds beside its imports while it reads a partition whole (the comment at
+    WORKER_IMPORTS): the map's tables for ``keys`` keys, one per thread, two groups' output of at
+    most ``OUTPUT_MEMORY`` each, and its ranges in flight."""
+    return (threads * KeyTable.nbytes_for(-(-keys // threads)) + 2 * min(largest_group, OUTPUT_MEMORY)
+            + WHOLE_FIXED + threads * WHOLE_PER_THREAD)
+
+
+def map_memory(spark) -> int:
+    """The bytes a task may give one partition's offset map (``MAP_MEMORY``)."""
+    chosen = spark.conf.get(MAP_MEMORY, None)
+    if chosen is not None:
+        return spark_size(chosen)
+    cap = worker_cap(spark)
+    return cap // 4 if cap else DEFAULT_MAP_MEMORY
+
+
+def worker_cap(spark) -> int | None:
+    """The address space a Python worker may take (spark.executor.pyspark.memory), None: uncapped."""
+    cap = spark.sparkContext.getConf().get("spark.executor.pyspark.memory", None)
+    return spark_size(cap) if cap else None
+
+
+def task_threads(spark, tasks: int) -> int:
+    """Threads per task when ``tasks`` tasks share the cores (``THREADS``): batch plans and whole partitions."""
+    chosen = spark.conf.get(THREADS, None)
+    wanted = int(chosen) if chosen else spark.sparkContext.defaultParallelism // tasks
+    return 1 << (max(1, wanted).bit_length() - 1)

@@ -1,0 +1,89 @@
+"""Cutting work into Spark tasks: how many, which items each takes, and which row lands where.
+
+A Python task costs Spark a fixed amount of work, so a task takes a share of the work rather than
+one partition, split or group: one task per core, each of at most ``TASK_BYTES`` (a failed task's
+share is read again), shares balanced by bytes, largest first. The shared path's tasks take
+``SHARED_TASK_BYTES``, two per core: a map task's key table is sized for the records it reads, and
+a capped worker holds it only for shares that small (``compaction.routing``). Rows meet in the
+task meant for them by slots (``slots``), so every shuffle has its partition count set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+from collections.abc import Iterator
+
+TASK_BYTES = 1 << 30
+SHARED_TASK_BYTES = 256 << 20
+# Every shuffle here has its partition count set, so adaptive execution has nothing to adapt; it
+# would only split the job at each shuffle and plan again in between. Blob rows are megabytes:
+# Arrow batches of a few of them, not thousands.
+JOB_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "16"}
+
+
+def task_count(spark, total_bytes: int, items: int, task_bytes: int = TASK_BYTES, per_core: int = 1) -> int:
+    wanted = max(per_core * spark.sparkContext.defaultParallelism, -(-total_bytes // task_bytes))
+    return max(1, min(items, wanted))
+
+
+def bins(sizes: list[int], n: int) -> list[list[int]]:
+    """Indexes of ``sizes`` in at most ``n`` bins of nearly equal sums: largest first, each into
+    the lightest bin; the heaviest bin first (Spark starts tasks in order)."""
+    heap = [(0, b) for b in range(n)]
+    out: list[list[int]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        load, b = heapq.heappop(heap)
+        out[b].append(i)
+        loads[b] = load + sizes[i]
+        heapq.heappush(heap, (loads[b], b))
+    return [out[b] for b in sorted(range(n), key=lambda b: -loads[b]) if out[b]]
+
+
+def ranged(spark, n: int):
+    """Rows 0..n-1, one per Spark partition: task i knows its share by its row."""
+    return spark.range(0, n, 1, max(n, 1))
+
+
+def slots(n: int) -> list[int]:
+    """Values v[0..n-1] such that ``repartition(n, column)`` sends a row whose int column is v[p]
+    to partition p: Spark's HashPartitioning (Murmur3 of the int, seed 42, modulo n) inverted.
+    Were Spark to hash otherwise, rows would only meet in other tasks: the balance would
+    suffer, never the result."""
+    found: dict[int, int] = {}
+    value = 0
+    while len(found) < n:
+        found.setdefault(_spark_int_hash(value) % n, value)
+        value += 1
+    return [found[p] for p in range(n)]
+
+
+def _spark_int_hash(value: int) -> int:
+    """Spark's ``hash(int)``: Murmur3_x86_32.hashInt(value, 42), as a signed int."""
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k = rotl((value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF, 15) * 0x1B873593 & 0xFFFFFFFF
+    h = (rotl(42 ^ k, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h ^= 4
+    h = (h ^ (h >> 16)) * 0x85EBCA6B & 0xFFFFFFFF
+    h = (h ^ (h >> 13)) * 0xC2B2AE35 & 0xFFFFFFFF
+    h ^= h >> 16
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+@contextlib.contextmanager
+def sql_conf(spark, values: dict[str, str]) -> Iterator[None]:
+    """The session's SQL settings ``values`` for the duration, then what they were."""
+    before = {key: spark.conf.get(key, None) for key in values}
+    for key, value in values.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)

@@ -1,0 +1,41 @@
+"""The whole path: partitions that fit one worker, each read by one task that makes its map too.
+
+Each task takes a share of the partitions, balanced by bytes; a partition is read once, from its
+end back, its map made on the way (``compaction.backward.clean_partition``). When a job has fewer
+tasks than cores (one large partition), each task uses the idle cores as threads. Which
+partitions come here: ``compaction.routing``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from compaction.backward import clean_partition
+from compaction.results import RESULT_SCHEMA
+from compaction.rewrite import GroupJob, GroupPlans
+from compaction.routing import task_threads
+from compaction.tasks import bins, ranged, task_count
+from operations import states
+
+
+def clean(spark, pids: list[int], sizes: list[int], keys: list[int], jobs: dict[int, tuple[GroupJob, GroupPlans]],
+          groups_of: dict[int, list[int]], dry_run: bool, owner: str):
+    """A DataFrame of ``RESULT_SCHEMA``: the groups of partitions ``pids``, read whole."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    shares = bins([sizes[pid] for pid in pids], task_count(spark, sum(sizes[pid] for pid in pids), len(pids)))
+    threads = task_threads(spark, len(shares))
+
+    def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in (b for rb in ids for b in rb.column(0).to_pylist()):
+            for pid in (pids[i] for i in shares[b]):
+                gids = groups_of[pid]
+                done = clean_partition([jobs[gid] for gid in gids], render=not dry_run,
+                                       held=lambda path: states.held_by(path, owner), threads=threads, keys=keys[pid])
+                yield pa.RecordBatch.from_pylist([row | {"gid": gid} for gid, row in zip(gids[len(gids) - len(done):],
+                                                                                         done, strict=True)],
+                                                 schema=RESULT_SCHEMA)
+
+    return ranged(spark, len(shares)).mapInArrow(run, from_arrow_schema(RESULT_SCHEMA))

@@ -1,0 +1,45 @@
+"""Planning a ``kafka-log`` read (driver): the log dirs listed, the selected partitions'
+segments cut into byte ranges, each range one Spark task (``Split``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from pyspark.sql.datasource import InputPartition
+
+from datasource.options import Settings
+from logdir.listing import Partition, parse_partition_dir, scan_log_dir, scan_partition
+from logdir.splits import ByteRange, partition_ranges
+
+
+@dataclass(frozen=True)
+class Split(ByteRange, InputPartition):
+    """One task: a ``ByteRange`` of one segment, as Spark's input partition."""
+
+    @classmethod
+    def of(cls, byte_range: ByteRange) -> Split:
+        return cls(**{f.name: getattr(byte_range, f.name) for f in fields(ByteRange)})
+
+
+def plan_splits(settings: Settings) -> list[Split]:
+    splits = []
+    for path, end in settings.dirs:
+        part = scan_partition(path, *parse_partition_dir(path.rsplit("/", 1)[-1]))
+        if settings.selection.selects(part.topic, part.partition):
+            offsets = settings.selection.offsets(part.topic, part.partition).narrowed(None, end)
+            splits += [Split.of(r) for r in partition_ranges(part, offsets, settings.max_split_bytes)]
+    for root in settings.paths:
+        for part in _partitions(root):
+            if settings.selection.selects(part.topic, part.partition):
+                offsets = settings.selection.offsets(part.topic, part.partition)
+                splits += [Split.of(r) for r in partition_ranges(part, offsets, settings.max_split_bytes)]
+    return splits
+
+
+def _partitions(root: str) -> list[Partition]:
+    """A log dir's partitions; a path that is itself a partition dir reads as that partition."""
+    logdir = scan_log_dir(root)
+    if logdir.partitions or logdir.metadata:
+        return logdir.partitions
+    parsed = parse_partition_dir(root.rstrip("/").rsplit("/", 1)[-1])
+    return [scan_partition(logdir.path, *parsed)] if parsed else []

@@ -1,0 +1,188 @@
+"""The ``kcompact`` command line's arguments: the parser of every subcommand, and the checks of
+its input that can be made before any work (``check``), so a command refused for its input has
+written nothing. The commands themselves are ``jobs.cli``'s (by ``args.command``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from jobs import checks
+from jobs.checks import BadArgument
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError, version as installed
+
+    try:
+        return installed("kcompact")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+# -- the parser ------------------------------------------------------------------------------------
+def add_config_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", action="append", default=[], metavar="FILE",
+                   help="properties file: broker-level keys, topic overrides as topic[NAME].KEY=VALUE")
+    p.add_argument("--topic-config", action="append", default=[], metavar="TOPIC:KEY=VALUE[,KEY=VALUE...]",
+                   help="topic override, as kafka-configs --add-config (lists in brackets); repeatable")
+    p.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE...]",
+                   help="broker-level default by its broker name; repeatable")
+    p.add_argument("--now", type=int, metavar="MS",
+                   help="the current time in epoch milliseconds (default: the clock); values outside 2000-2100 "
+                        "are refused unless --force-now")
+    p.add_argument("--force-now", action="store_true", help="take --now as given, however implausible")
+
+
+def add_spark_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("embedded Spark (ignored under spark-submit, which sizes Spark itself)")
+    g.add_argument("--cores", type=checks.positive(), metavar="N",
+                   help="local[N]: cores for Spark (default: all; env KCOMPACT_CORES)")
+    g.add_argument("--driver-memory", metavar="SIZE",
+                   help="the JVM's heap, as spark.driver.memory: 2g, 512m (default: Spark's 1g; env KCOMPACT_DRIVER_MEMORY)")
+    g.add_argument("--spark-conf", action="append", default=[], type=_spark_conf, metavar="KEY=VALUE",
+                   help="any Spark setting, repeatable (env KCOMPACT_SPARK_CONF: space-separated KEY=VALUE)")
+    g.add_argument("--spark-ui", action="store_true", help="start Spark's web UI (default: off)")
+
+
+def _spark_conf(text: str) -> tuple[str, str]:
+    from jobs.spark import parse_conf
+
+    try:
+        return parse_conf(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _output_options() -> argparse.ArgumentParser:
+    """--quiet and --verbose, taken by every subcommand."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress lines: the summary, warnings and errors only")
+    g.add_argument("-v", "--verbose", action="store_true",
+                   help="Spark's own log on the console too (by default it goes to a file, see the README)")
+    return p
+
+
+def _job_parser(sub, name: str, help: str, common: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """A job's subcommand: log dirs, then the configuration options every job takes."""
+    p = sub.add_parser(name, help=help, parents=[common])
+    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
+    add_config_options(p)
+    add_spark_options(p)
+    return p
+
+
+def _lease_option(p: argparse.ArgumentParser) -> None:
+    from operations.states import LEASE_MS
+
+    p.add_argument("--lease-ms", type=checks.positive(checks.MIN_LEASE_MS, " ms"), default=LEASE_MS, metavar="MS",
+                   help=f"lease on each partition being cleaned, renewed every quarter of it; a job silent for "
+                        f"that long is taken for dead and its partitions taken over (default {LEASE_MS}, "
+                        f"at least {checks.MIN_LEASE_MS})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kcompact", description="Spark-native compaction for Kafka log dirs.")
+    parser.add_argument("--version", action="version", version=f"kcompact {version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = _output_options()
+
+    p = sub.add_parser("dump", help="print batches (and records) of a segment, partition dir or log dir", parents=[common])
+    p.add_argument("path", help=".log/.index/.timeindex/.txnindex file, partition dir or log dir (local or s3://)")
+    p.add_argument("--print-data", action="store_true", help="print every record too")
+    p.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
+
+    p = sub.add_parser("verify", help="check CRCs, offsets, names, indexes and checkpoints of a log dir", parents=[common])
+    p.add_argument("logdir")
+    p.add_argument("--strict", action="store_true", help="exit 1 on notes too (states Kafka accepts and repairs)")
+
+    p = _job_parser(sub, "plan", "Kafka's choice of what to clean, for every partition of the log dirs", common)
+    p.add_argument("--top", type=checks.positive(), metavar="N", help="select at most N partitions (highest ratio first)")
+    p.add_argument("--max-bytes", type=checks.positive(), metavar="N",
+                   help="select partitions in rank order while their dirty bytes fit in N (a larger one is passed over)")
+    p.add_argument("--output", metavar="FILE", help="write the plan as plan.parquet or plan.json")
+    p.add_argument("--plot", metavar="PNG", help="draw the ratio distribution and the top partitions")
+
+    p = _job_parser(sub, "compact", "clean every selected partition as Kafka's cleaner would", common)
+    p.add_argument("--plan", metavar="FILE", help="a plan written by 'kcompact plan --output' (default: plan now)")
+    p.add_argument("--max-partitions", type=checks.positive(), metavar="N",
+                   help="clean at most N partitions (highest ratio first)")
+    p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
+    p.add_argument("--report", metavar="FILE", help="write the report as JSON (and an HTML page beside it)")
+    _lease_option(p)
+
+    p = _job_parser(sub, "retain", "delete the segments Kafka's retention would delete, move the log start", common)
+    p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
+    p.add_argument("--report", metavar="FILE", help="write the report as JSON (and an HTML page beside it)")
+
+    p = sub.add_parser("recover", help="do what a broker does on load after a crash: finish or undo interrupted "
+                                       "swaps, truncate torn tails of active segments, rebuild broken indexes",
+                       parents=[common])
+    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
+    p.add_argument("--report", metavar="FILE", help="write the report as JSON")
+
+    p = sub.add_parser("status", help="every partition's cleaning state, why a job skips it, the way out",
+                       parents=[common])
+    p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
+    p.add_argument("--all", action="store_true", help="list idle partitions too")
+    p.add_argument("--json", action="store_true", help="JSON instead of a table")
+
+    for name, what in (("pause", "pause cleaning (nested; a running job is aborted)"),
+                       ("resume", "undo one pause"),
+                       ("abort", "stop the job cleaning it at its next segment group; old segments kept"),
+                       ("reset-uncleanable", "clean again a partition marked uncleanable")):
+        p = sub.add_parser(name, help=f"{what}", parents=[common])
+        p.add_argument("logdir", metavar="LOGDIR")
+        p.add_argument("partitions", nargs="+", metavar="TOPIC-PARTITION", help="e.g. orders-0")
+
+    p = _job_parser(sub, "run", "the nightly job: recovery, retention, then plan, then compaction", common)
+    p.add_argument("--max-partitions", type=checks.positive(), metavar="N",
+                   help="clean at most N partitions (highest ratio first)")
+    p.add_argument("--dry-run", action="store_true", help="decide and report, write nothing")
+    p.add_argument("--report", metavar="FILE", help="write the report as JSON (and an HTML page beside it)")
+    _lease_option(p)
+
+    p = sub.add_parser("gen", help="generate a realistic sample log dir", parents=[common])
+    p.add_argument("--out", help="directory to create (must not exist or be empty)")
+    p.add_argument("--seed", type=int, default=1, help="random seed: same seed, same bytes")
+    p.add_argument("--spec", help="JSON spec of the topics to generate (format: docs/generator.md; "
+                                  "--print-spec prints the built-in one to start from)")
+    p.add_argument("--print-spec", action="store_true", help="print the built-in spec (what gen uses without --spec)")
+    p.add_argument("--records", type=checks.positive(), help="records per partition, for every topic")
+    p.add_argument("--partitions", type=checks.positive(), help="partitions per topic")
+    p.add_argument("--segment-bytes", type=checks.positive(14), help="segment.bytes for every topic")
+    p.add_argument("--start-ms", type=checks.positive(0), help="timestamp of the first record")
+    return parser
+
+
+# -- checks before work ----------------------------------------------------------------------------
+STATE_COMMANDS = ("pause", "resume", "abort", "reset-uncleanable")
+WRITING_COMMANDS = ("compact", "retain", "run", "recover", *STATE_COMMANDS)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Everything about the command's input that can be known before it starts: a ``BadArgument``
+    (or ``ConfigError``) here means nothing was written."""
+    checks.now_ms(getattr(args, "now", None), getattr(args, "force_now", False))
+    if getattr(args, "plan", None):
+        from planner import output
+
+        checks.suffix(args.plan, "--plan", (".parquet", ".json"))
+        args.plan_table = output.read(args.plan)  # read once: the command takes it from here
+        planned = sorted(set(args.plan_table.column("log_dir").to_pylist()))
+        given = sorted(path.rstrip("/") for path in args.paths)
+        if planned != given:
+            raise BadArgument(f"--plan {args.plan} was made for {', '.join(planned) or 'no log dir'}, "
+                              f"not {', '.join(given)}")
+    for attr in ("paths", "logdir"):
+        value = getattr(args, attr, None)
+        if value is not None:
+            checks.log_dirs(value if isinstance(value, list) else [value])
+    if getattr(args, "partitions", None) and args.command in STATE_COMMANDS:
+        checks.partitions(args.logdir, args.partitions)
+    if args.command in WRITING_COMMANDS and not getattr(args, "dry_run", False):
+        checks.writable(args.paths if args.command not in STATE_COMMANDS else [args.logdir])
+    if args.command == "plan":
+        checks.output(args.output, "--output", (".parquet", ".json"))
+        checks.output(args.plot, "--plot", (".png",))
+    checks.output(getattr(args, "report", None), "--report", (".json",))

@@ -1,0 +1,289 @@
+"""The steps of a night and the one compaction: what ``kcompact``'s functions do.
+
+The command line (``jobs.cli``), the spark-submit entry points and notebooks call these; nothing
+here imports ``jobs``. Each step holds the broker ``.lock`` of every log dir it works on
+(re-entrant: the command line holds them already); none imports Spark before it runs.
+
+The nightly ``run``, in this order, on one Spark session and one clock (``now``):
+0. recovery: swaps an earlier run left unfinished are completed or undone, as a broker would
+   on start (``operations.recover``);
+1. retention: each partition's due prefix deleted, log start and cleaner checkpoints moved
+   (``operations.retention``);
+2. plan: Kafka's cleaning decision, made on the log as retention left it, so a cleaner
+   checkpoint retention raised to the new log start is the first dirty offset;
+3. compaction of every selected partition (``compact``: ``compaction.job.run``, then the last-run
+   stamp).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from operations.states import LEASE_MS, wall_ms
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from matplotlib.figure import Figure
+    from pyspark.sql import DataFrame, SparkSession
+
+    from compaction.report import Report
+    from conf.resolve import Config
+    from operations.deleted import Removal
+    from operations.recover import RecoveryReport
+    from operations.retention import RetentionReport
+
+Say = Callable[[str], None]
+TopicConfig = Mapping[str, Mapping[str, object]]  # topic name or glob -> {topic-level key: value}
+BrokerConfig = Mapping[str, object]  # broker-level key -> value
+
+
+@dataclass(slots=True)
+class NightlyReport:
+    """What ``run`` did: each step's report, and the plan compaction followed."""
+
+    now: int
+    dry_run: bool
+    recovery: RecoveryReport | None  # None on a dry run: recovery writes
+    retention: RetentionReport
+    compaction: Report
+    plan: pa.Table  # the compaction plan, as retention left the log dirs
+    run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
+
+    @property
+    def failed(self) -> int:
+        recovery = self.recovery.failed if self.recovery else 0
+        return recovery + self.retention.totals()["failed"] + self.compaction.totals()["failed"]
+
+    @property
+    def attempted(self) -> int:
+        totals = self.compaction.totals()
+        return self.retention.attempted + totals["partitions"] - totals["skipped"]
+
+    @property
+    def blocked(self) -> int:
+        """Partitions bad input or an uncleanable state kept from retention or compaction (once each)."""
+        return len({p.path for p in self.retention.blocked} | {b["path"] for b in self.compaction.blocked()})
+
+    def text(self) -> str:
+        """The compaction's summary: recovery's and retention's went to ``summary`` as each ended."""
+        return self.compaction.text()
+
+    def to_json(self) -> dict:
+        from conf.units import UNIT_NOTE
+
+        return {"run": self.run, "now": self.now, "dry_run": self.dry_run, "units": UNIT_NOTE,
+                "recovery": self.recovery.to_json() if self.recovery else None,
+                "retention": self.retention.to_json(), "compaction": self.compaction.to_json()}
+
+
+# -- configuration ---------------------------------------------------------------------------------
+def configuration(log_dirs: Sequence[str], *, config: Config | None = None, config_files: Sequence[str] = (),
+                  topic_config: TopicConfig | None = None, broker_config: BrokerConfig | None = None) -> Config:
+    """The configuration of every step, weakest first: Kafka's defaults, the log dirs' KRaft
+    metadata, ``config_files`` (properties files, as ``--config``), ``broker_config``
+    (``{"log.cleaner.min.cleanable.ratio": 0.3}``, as ``--broker-config``), ``topic_config``
+    (``{"orders": {"cleanup.policy": "compact,delete"}}``, a topic name or glob, as
+    ``--topic-config``). ``config``: one already resolved (``conf.resolve.build``), taken as it is."""
+    from conf import resolve
+    from logdir import kraft
+
+    if config is not None:
+        if config_files or topic_config or broker_config:
+            raise ValueError("give config, or config_files/topic_config/broker_config, not both")
+        return config
+    return resolve.build(
+        files=list(config_files),
+        topic_args=[f"{topic}:{_assignments(values)}" for topic, values in (topic_config or {}).items() if values],
+        broker_args=[_assignments(broker_config)] if broker_config else [],
+        metadata=kraft.metadata_sources(list(log_dirs)),
+    )
+
+
+def _assignments(values: Mapping[str, object]) -> str:
+    """``{"a": 1, "cleanup.policy": ["compact", "delete"]}`` as kafka-configs writes it:
+    ``a=1,cleanup.policy=[compact,delete]``."""
+    def text(value: object) -> str:
+        if isinstance(value, bool):
+            return str(value).lower()
+        if isinstance(value, (list, tuple)):
+            return f"[{','.join(map(str, value))}]"
+        value = str(value)
+        return f"[{value}]" if "," in value and not value.startswith("[") else value
+
+    return ",".join(f"{key}={text(value)}" for key, value in values.items())
+
+
+@contextlib.contextmanager
+def _held(log_dirs: Sequence[str], dry_run: bool) -> Iterator[None]:
+    """Every log dir's broker ``.lock`` (``storage.LogDirBusy`` when another process holds one);
+    a dry run creates no ``.lock``."""
+    import storage
+
+    with contextlib.ExitStack() as held:
+        for path in log_dirs:
+            held.enter_context(storage.LogDirLock(path, create=not dry_run))
+        yield
+
+
+def _recovered(log_dirs: Sequence[str], progress: Say, summary: Say) -> None:
+    """Interrupted swaps of an earlier run finished or undone, as a broker would on start; the
+    summary said only when something was repaired."""
+    report = recover(log_dirs, torn_tails=False, progress=progress)
+    if any(p.changed for p in report.partitions) or report.skipped or report.temp_files:
+        summary(report.text())
+
+
+# -- the functions -------------------------------------------------------------------------------
+def plan(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, top: int | None = None,
+         max_bytes: int | None = None, retention_only: bool = False, config: Config | None = None,
+         config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
+         broker_config: BrokerConfig | None = None) -> DataFrame:
+    """Kafka's cleaning decision (and what retention deletes) for every partition of ``log_dirs``,
+    one row per partition (``planner.build.PLAN_SCHEMA``). ``top``: select at most N partitions,
+    highest ratio first; ``max_bytes``: select in rank order while the dirty bytes fit. Writes nothing."""
+    from planner.build import plan as build_plan
+
+    config = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
+                           broker_config=broker_config)
+    return build_plan(spark, list(log_dirs), conf=config, now=now, top=top, max_bytes=max_bytes,
+                      retention_only=retention_only)
+
+
+def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan: pa.Table | DataFrame | None = None,
+            now: int | None = None, dry_run: bool = False, max_partitions: int | None = None,
+            lease_ms: int = LEASE_MS, config: Config | None = None, config_files: Sequence[str] = (),
+            topic_config: TopicConfig | None = None, broker_config: BrokerConfig | None = None,
+            recover_first: bool = True, progress: Say = print, summary: Say | None = None,
+            ready: float | None = None,
+            watch: Callable[..., contextlib.AbstractContextManager] = lambda *_: contextlib.nullcontext(),
+            removal: Removal | None = None) -> tuple[Report, pa.Table]:
+    """Plan (unless given the ``plan``, whose log dirs are the default ``log_dirs``) and clean every
+    selected partition, as Kafka's cleaner would; the only function that compacts. Each log dir's
+    last-run stamp is read before and written after (when it began choosing: what Kafka's
+    time-since-last-run-ms measures; a dry run writes nothing). ``recover_first``: interrupted
+    swaps of an earlier run finished or undone first (not on a dry run), its summary on
+    ``summary`` (default ``progress``) when it repaired something. ``ready``:
+    ``time.monotonic()`` when the session was ready (default: now), so the report's stages start
+    there. ``watch(what, total_bytes)``: a context around planning and around cleaning (the
+    command line's progress ticker). ``removal``: an ``operations.deleted.Removal`` the caller
+    waits on before it lets the log dirs' locks go (else the replaced files are removed before
+    this returns). Returns the report and the plan it followed."""
+    from compaction import job
+    from compaction.leases import LeaseKeeper
+    from operations import last_run
+    from planner.build import plan as build_plan
+    from planner.output import selected_bytes
+
+    ready = time.monotonic() if ready is None else ready
+    table = plan.toArrow() if plan is not None and hasattr(plan, "toArrow") else plan
+    if table is not None and (config is not None or config_files or topic_config or broker_config):
+        raise ValueError("a plan carries its configuration: give plan or a configuration, not both")
+    if log_dirs is None:
+        if table is None:
+            raise ValueError("compact needs log_dirs or a plan")
+        log_dirs = sorted(set(table.column("log_dir").to_pylist()))
+    log_dirs = list(log_dirs)
+    now = wall_ms() if now is None else now
+    with _held(log_dirs, dry_run):
+        if recover_first and not dry_run:
+            _recovered(log_dirs, progress, summary or progress)
+        previous = {path: last_run.read(path) for path in log_dirs}
+        began = wall_ms()
+        if table is None:
+            conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
+                                 broker_config=broker_config)
+            with watch("planning"):
+                table = build_plan(spark, log_dirs, conf=conf, now=now, top=max_partitions).toArrow()
+        with watch("cleaning", selected_bytes(table)):
+            report = job.run(spark, table, now=now, dry_run=dry_run, progress=progress, ready=ready,
+                             leases=LeaseKeeper(lease_ms=lease_ms), removal=removal).report
+        report.previous_runs, report.began_choosing_ms = previous, began
+        if not dry_run:
+            for path in log_dirs:
+                last_run.write(path, began)
+    return report, table
+
+
+def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, dry_run: bool = False,
+           config: Config | None = None, config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
+           broker_config: BrokerConfig | None = None, recover_first: bool = True, progress: Say = print,
+           summary: Say | None = None) -> tuple[RetentionReport, pa.Table]:
+    """Plan retention for every partition of ``log_dirs`` (on Spark), then delete each partition's
+    due prefix and move the checkpoints (driver), as Kafka's retention would. ``recover_first``: as
+    ``compact``'s. Returns the report and the plan it followed."""
+    from operations.retention import execute
+    from planner.build import plan as build_plan
+
+    started = time.monotonic()
+    now = wall_ms() if now is None else now
+    log_dirs = list(log_dirs)
+    with _held(log_dirs, dry_run):
+        if recover_first and not dry_run:
+            _recovered(log_dirs, progress, summary or progress)
+        conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
+                             broker_config=broker_config)
+        progress("retention: planning")
+        table = build_plan(spark, log_dirs, conf=conf, now=now, retention_only=True).toArrow()
+        report = execute(table, now=now, dry_run=dry_run, progress=progress)
+    report.seconds = time.monotonic() - started
+    return report, table
+
+
+def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, dry_run: bool = False,
+        max_partitions: int | None = None, lease_ms: int = LEASE_MS, config: Config | None = None,
+        config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
+        broker_config: BrokerConfig | None = None, progress: Say = print, summary: Say | None = None,
+        removal: Removal | None = None) -> NightlyReport:
+    """The nightly job: recovery (not on a dry run), retention, a fresh plan, compaction, on one
+    configuration and one clock, holding every log dir's ``.lock`` throughout. Each step's summary
+    goes to ``summary`` (default ``progress``) as it ends. ``removal``: as ``compact``'s."""
+    now = wall_ms() if now is None else now
+    log_dirs = list(log_dirs)
+    summary = summary or progress
+    conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
+                         broker_config=broker_config)  # one configuration and one clock for every step
+    with _held(log_dirs, dry_run):
+        recovery = None  # 0. recovery, before anything reads the log dirs
+        if not dry_run:
+            recovery = recover(log_dirs, torn_tails=False, progress=progress)
+            summary(recovery.text())
+        # 1. retention
+        retention, _ = retain(spark, log_dirs, config=conf, now=now, dry_run=dry_run, recover_first=False,
+                              progress=progress)
+        summary(retention.text())
+        # 2. plan, on the log as retention left it; 3. compaction
+        progress("compaction: planning")
+        compaction, table = compact(spark, log_dirs, now=now, dry_run=dry_run, max_partitions=max_partitions,
+                                    lease_ms=lease_ms, config=conf, recover_first=False, progress=progress,
+                                    ready=time.monotonic(), removal=removal)
+    return NightlyReport(now, dry_run, recovery, retention, compaction, table)
+
+
+def recover(log_dirs: Sequence[str], *, torn_tails: bool = True, progress: Say = print) -> RecoveryReport:
+    """What a broker does on load after a crash, on every partition no live job holds: interrupted
+    swaps finished or undone, and (``torn_tails``) torn tails of active segments truncated and
+    broken indexes rebuilt. A log dir another process locks is skipped, the holder named.
+    Needs no Spark."""
+    from operations.recover import recover_log_dirs
+
+    return recover_log_dirs(list(log_dirs), progress=progress, torn_tails=torn_tails)
+
+
+def register_data_source(spark: SparkSession) -> None:
+    """Register the ``kafka-log`` data source: ``spark.read.format("kafka-log").load(log_dir)``
+    reads the segments in place (options: ``datasource.kafka_log``)."""
+    from datasource.kafka_log import KafkaLogDataSource
+
+    spark.dataSource.register(KafkaLogDataSource)
+
+
+def plot(plan: pa.Table | DataFrame) -> Figure:
+    """The plan's picture: the ratio distribution and the top partitions, a matplotlib Figure
+    (``.savefig("plan.png")``; a notebook displays it)."""
+    from planner.plot import show_plan
+
+    return show_plan(plan)

@@ -1,0 +1,83 @@
+"""Capped workers: which partitions are read whole, and what a run that runs out of memory says.
+
+``spark.executor.pyspark.memory`` caps a Python worker's address space. A partition read whole
+holds its map, two segment groups' output and its ranges in flight; a worker that cannot hold
+them fails with MemoryError (or an mmap refused with ENOMEM). The figures below are the measured
+peaks the job's rule was drawn from (compaction.routing, at WORKER_IMPORTS): the rule must send the
+cases that failed down the shared path and keep the ones that fitted whole, and a failure of
+memory must say so, without calling the log uncleanable or the failure transient.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import kcompact
+from compaction import job, routing
+from compaction.report import Report
+from compaction.results import IO_ERROR, OUT_OF_MEMORY
+from jobs import cli
+
+MiB, GiB = 1 << 20, 1 << 30
+# the bench's corpora (tests/bench/compact.py): bytes, the records that feed the map, largest group
+SINGLE = (938_000_000, 2_791_457, 64 * MiB)
+KEYS = (1_079_000_000, 11_940_963, 256 * MiB)
+
+
+def whole(corpus: tuple[int, int, int], cap: int | None, threads: int = 2, budget: int | None = None) -> bool:
+    size, keys, group = corpus
+    budget = budget if budget is not None else (cap // 4 if cap else routing.DEFAULT_MAP_MEMORY)
+    return routing.reads_whole(size, keys, group, budget, cap, threads)
+
+
+@pytest.mark.parametrize(("corpus", "cap", "threads", "expected", "why"), [
+    (SINGLE, None, 2, True, "uncapped: its map fits the default budget"),
+    (KEYS, None, 2, True, "uncapped: 12 M keys fit the default budget (measured: 2682 MiB)"),
+    (SINGLE, 1 * GiB, 2, False, "failed whole under 1 GiB on two threads (measured need: 1324 MiB)"),
+    (SINGLE, 1 * GiB, 1, False, "failed whole under 1 GiB on one thread (measured need: 1183 MiB)"),
+    (SINGLE, 2 * GiB, 2, True, "fits whole under 2 GiB (measured need: 1324 MiB)"),
+    (SINGLE, 1500 * MiB, 2, False, "fitted whole (peak 1312 MiB), but the rule keeps a margin"),
+    (KEYS, 4 * GiB, 2, False, "its map exceeds a quarter of the cap"),
+    (KEYS, 6 * GiB, 2, True, "fits whole (measured need: 2682 MiB)"),
+    ((200 * MiB, 2_000_000, 200 * MiB), 1 * GiB, 2, True, "small partitions are always read whole"),
+])
+def test_a_capped_worker_reads_whole_only_what_it_can_hold(corpus, cap, threads, expected, why):
+    assert whole(corpus, cap, threads) == expected, why
+
+
+def test_what_reading_whole_holds_grows_with_keys_threads_and_groups():
+    base = routing.whole_bytes(1_000_000, 64 * MiB, 1)
+    assert routing.whole_bytes(2_000_000, 64 * MiB, 1) > base
+    assert routing.whole_bytes(1_000_000, 64 * MiB, 2) > base
+    assert routing.whole_bytes(1_000_000, 128 * MiB, 1) > base
+    # a group's output past OUTPUT_MEMORY goes to a temporary file, not memory
+    assert routing.whole_bytes(1_000_000, 1 * GiB, 1) == routing.whole_bytes(1_000_000, 128 * MiB, 1)
+
+
+@pytest.mark.parametrize(("error", "uncleanable"), [
+    (f"{OUT_OF_MEMORY}Unable to allocate 10.9 MiB", False),
+    (f"{IO_ERROR}[Errno 5] Input/output error", False),
+    ("/logs/t-0/00000000000000000000.log: byte 4096: CRC mismatch", True),
+])
+def test_only_a_fault_of_the_log_marks_it_uncleanable(error, uncleanable):
+    result = job.JobResult(Report(now=0, dry_run=False))
+    row = {"path": "/logs/t-0", "log_dir": "/logs", "topic": "t", "partition": 0, "first_dirty": 0, "error": error}
+    result.fail(row)
+    assert ("/logs/t-0" in result.uncleanable) == uncleanable
+    assert result.report.partitions[0].error == error
+
+
+def test_a_spark_task_out_of_memory_is_a_configuration_error(tmp_path, monkeypatch, capsys):
+    """A task's MemoryError reaches the command as Spark's exception, its text the worker's
+    traceback: the operator is told what ran out and which settings give more, not 'internal error'."""
+    def compact(*args, **kwargs):
+        raise RuntimeError("An exception was thrown from the Python worker:\n  File \"map_pass.py\"\n"
+                           "numpy._core._exceptions._ArrayMemoryError: Unable to allocate 10.9 MiB")
+
+    monkeypatch.setattr(kcompact, "compact", compact)
+    (tmp_path / "t-0").mkdir()
+    (tmp_path / "t-0" / "00000000000000000000.log").write_bytes(b"")
+    code = cli.main(["compact", str(tmp_path), "--now", "1720000000000", "--topic-config", "t:cleanup.policy=compact"])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_USAGE
+    assert "ran out of memory" in err and "spark.executor.pyspark.memory" in err and "internal error" not in err

@@ -1,0 +1,122 @@
+"""A fresh process compiles no kernel (``readers.kernel_cache``): with numba's cache empty (a new
+``NUMBA_CACHE_DIR``, or a new user cache dir for a zip), every kernel of ours finds an entry
+shipped for this process's CPU target, and a small compaction through the library (no Spark),
+``dump`` and ``verify`` load every kernel they call and compile none. From the source tree, from
+a zip of our packages as ``--py-files`` ships them, and from a copy of the packages that nothing
+may be written into (a read-only site-packages)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from readers import kernel_cache
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("compaction", "conf", "datasource", "jobs", "kcompact", "logdir", "operations", "planner", "readers",
+            "storage", "tools", "writers")
+
+# Run in a new process: every kernel of ours (imported by jobs.kernels.kernels), its entries in the
+# cache numba now uses for it; then a compaction of one partition as a Spark task of the whole path
+# makes it (its inputs pickled: the arrays the kernels get are those of a task), dump and verify,
+# and what each kernel's dispatcher counted (numba's cache hits and misses: a miss is a compilation).
+PROBE = r"""
+import json, pickle, tempfile
+from pathlib import Path
+
+from jobs import kernels
+from jobs.cli import main
+from tests.support import seg_path
+from tests.unit.test_clean_partition import _groups, _partition, clean_partition  # wherever it lives now
+
+dispatchers = {kernels.name(d): d for d in kernels.kernels().values()}
+unshipped = []
+for name, d in sorted(dispatchers.items()):
+    magic = d.targetctx.codegen().magic_tuple()
+    if not any(key[1] == magic for key in d._cache._cache_file._load_index()):
+        unshipped.append(name)
+with tempfile.TemporaryDirectory() as tmp:
+    part, _ = _partition(Path(tmp))
+    groups, keys = _groups(part, segment_bytes=seg_path(part, 0, "log").stat().st_size + 1)
+    groups = pickle.loads(pickle.dumps(groups))  # as a Spark task gets them: the kernels see the same arrays
+    results = clean_partition(groups, render=True, threads=2, keys=keys)
+    assert [r["error"] for r in results] == [None] * len(results), results
+    assert main(["dump", str(part)]) == 0 and main(["verify", tmp]) == 0
+stats = {name: d.stats for name, d in dispatchers.items()}
+print("PROBE " + json.dumps({
+    "files": {name: d.py_func.__code__.co_filename for name, d in dispatchers.items()},
+    "cache_paths": sorted({s.cache_path for s in stats.values()}),
+    "unshipped": unshipped,
+    "hits": {name: sum(s.cache_hits.values()) for name, s in stats.items() if s.cache_hits},
+    "misses": {name: [str(sig) for sig in s.cache_misses] for name, s in stats.items() if s.cache_misses},
+}))
+"""
+
+
+def _probe(tmp_path: Path, pythonpath: str, **env: str) -> dict:
+    """PROBE's findings in a new process whose numba caches are new, empty dirs."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "KCOMPACT_KERNELS"))}
+    base |= {"PYTHONPATH": pythonpath, "XDG_CACHE_HOME": str(tmp_path / "user-cache")} | env
+    done = subprocess.run([sys.executable, "-c", PROBE], cwd=tmp_path, env=base, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("PROBE ")]
+    return json.loads(line[len("PROBE "):])
+
+
+def _assert_nothing_compiled(found: dict) -> None:
+    assert found["unshipped"] == [], f"kernels with no shipped entry for this CPU target: {found['unshipped']}"
+    assert found["misses"] == {}, f"compiled in a fresh process (shipped cache stale or incomplete): {found['misses']}"
+    assert len(found["hits"]) >= 10, found["hits"]  # the compaction's kernels came from the cache
+
+
+@pytest.fixture(scope="module")
+def shipped() -> dict:
+    manifest = kernel_cache.manifest()
+    if manifest is None:
+        pytest.fail("no shipped kernels (readers/kernels/target.json): make install builds them "
+                    "(python -m jobs.kernels)")
+    return manifest
+
+
+def test_a_fresh_cache_dir_compiles_nothing(tmp_path, shipped):
+    found = _probe(tmp_path, str(REPO), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    _assert_nothing_compiled(found)
+    assert all(f.startswith(str(REPO / "")) for f in found["files"].values())
+    assert found["cache_paths"] and all(p.startswith(str(tmp_path / "numba-cache")) for p in found["cache_paths"])
+
+
+def test_from_a_zip_compiles_nothing(tmp_path, shipped):
+    """Our packages from a zip only (as ``make dist``'s kcompact-py.zip, shipped cache inside):
+    numba caches zipped code in the user's cache dir, empty here."""
+    archive = tmp_path / "kcompact-py.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for package in PACKAGES:
+            for path in sorted((REPO / package).rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    z.write(path, path.relative_to(REPO).as_posix())
+    found = _probe(tmp_path, f"{archive}{os.pathsep}{REPO}")
+    _assert_nothing_compiled(found)
+    assert all(f.startswith(str(archive)) for f in found["files"].values())
+    assert all(p.startswith(str(tmp_path / "user-cache")) for p in found["cache_paths"])
+
+
+def test_nothing_is_written_beside_the_packages(tmp_path, shipped):
+    """A copy of our packages as an install would lay them out: nothing is added to it (the
+    shipped files are read, numba's entries go to NUMBA_CACHE_DIR)."""
+    site = tmp_path / "site"
+    for package in PACKAGES:
+        shutil.copytree(REPO / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
+    before = sorted(p for p in site.rglob("*") if "__pycache__" not in p.parts)
+    found = _probe(tmp_path, f"{site}{os.pathsep}{REPO}", NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"),
+                   PYTHONDONTWRITEBYTECODE="1")
+    _assert_nothing_compiled(found)
+    assert all(f.startswith(str(site)) for f in found["files"].values())
+    assert sorted(site.rglob("*")) == before
