@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(abspath $(VENV)/bin)
 STAMP := $(VENV)/.installed
-KERNELS := readers/kernels/target.json
+KERNELS := readers/compiled-kernels/target.json
 
 # Spark's Python workers must start the venv's interpreter, not the system one.
 export PYSPARK_PYTHON := $(BIN)/python

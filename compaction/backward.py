@@ -88,7 +88,10 @@ class _Outputs:
             self.spill = tempfile.TemporaryFile()
         out = self.made[i]
         at = self.spill.seek(0, io.SEEK_END)
-        self.spill.write(memoryview(out.data))
+        try:
+            self.spill.write(memoryview(out.data))
+        except OSError as exc:  # the file has no name: say where it is (a full disk names it)
+            raise OSError(exc.errno, exc.strerror, f"{tempfile.gettempdir()}/(a spill file of the group's output)") from exc
         self.held -= len(out.data)
         self.made[i] = replace(out, data=(at, len(out.data)))
 

@@ -9,7 +9,6 @@ Tasks read batch headers, partition by partition, a chunk of a segment at a time
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 
@@ -17,17 +16,13 @@ import numpy as np
 import pyarrow as pa
 
 from compaction import partition_scan
+from compaction.cleaner_config import CLEANER_CONFIG
 from compaction.decisions import PLAN_FLAGS
-from compaction.results import memory_error
+from compaction.results import read_error
 from compaction.routing import task_threads
 from compaction.tasks import bins, ranged, task_count
+from compaction.to_clean import PartitionToClean
 from readers.errors import FormatError
-
-CONFIG_KEYS = ("delete.retention.ms", "segment.bytes", "segment.index.bytes", "producer.id.expiration.ms",
-               "index.interval.bytes", "max.message.bytes", "message.max.bytes", "log.cleaner.io.buffer.size",
-               "log.cleaner.threads")
-PLAN_INPUT = ("path", "log_dir", "topic", "partition", "log_start_offset", "first_dirty_offset",
-              "first_uncleanable_dirty_offset", "config")  # the plan's columns stage 1 reads
 
 # A partition's batch plans travel from its stage 1 task as one blob of these records: a nested
 # Arrow list of structs would cost Spark a row conversion per batch, twice.
@@ -43,54 +38,46 @@ GROUP = pa.struct([
 ])
 PARTITION_PLAN = pa.schema([
     ("path", pa.string()), ("log_dir", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
-    ("first_dirty", pa.int64()), ("first_uncleanable", pa.int64()), ("latest_offset", pa.int64()),
-    ("config", pa.string()), ("seconds", pa.float64()), ("error", pa.string()),
+    ("first_dirty_offset", pa.int64()), ("first_uncleanable_dirty_offset", pa.int64()), ("latest_offset", pa.int64()),
+    ("config", CLEANER_CONFIG), ("seconds", pa.float64()), ("error", pa.string()),
     ("batches", pa.binary()), ("groups", pa.list_(GROUP)),
 ])
 
 
-def _config_values(row: dict) -> dict[str, int]:
-    strings = dict(row["config"])
-    return {key: int(strings[key]) for key in CONFIG_KEYS}
-
-
-def batch_plans(spark, selected: pa.Table, now: int) -> pa.Table:
-    """Stage 1: partitions in a few tasks of about equal bytes (the rows travel with the tasks,
-    no shuffle), the result in the plan's order; a task with fewer partitions than cores reads
+def batch_plans(spark, partitions: list[PartitionToClean], now: int) -> pa.Table:
+    """Stage 1: partitions in a few tasks of about equal bytes (the partitions travel with the
+    tasks, no shuffle), the result in their order; a task with fewer partitions than cores reads
     a partition's segments on as many threads."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    rows = selected.select(list(PLAN_INPUT)).to_pylist()
-    sizes = [size or 0 for size in selected.column("total_bytes").to_pylist()]
-    shares = bins(sizes, task_count(spark, sum(sizes), len(rows)))
+    sizes = [p.total_bytes for p in partitions]
+    shares = bins(sizes, task_count(spark, sum(sizes), len(partitions)))
     threads = task_threads(spark, len(shares))
 
     def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for rb in ids:
             for b in rb.column(0).to_pylist():
-                yield pa.RecordBatch.from_pylist([plan_one(rows[i], now, threads) for i in shares[b]],
+                yield pa.RecordBatch.from_pylist([plan_one(partitions[i], now, threads) for i in shares[b]],
                                                  schema=PARTITION_PLAN)
 
     planned = ranged(spark, len(shares)).mapInArrow(run, from_arrow_schema(PARTITION_PLAN)).toArrow()
-    rank = {path: i for i, path in enumerate(selected.column("path").to_pylist())}
+    rank = {p.path: i for i, p in enumerate(partitions)}
     return planned.take(sorted(range(planned.num_rows), key=lambda i: rank[planned.column("path")[i].as_py()]))
 
 
-def plan_one(row: dict, now: int, threads: int = 1) -> dict:
+def plan_one(p: PartitionToClean, now: int, threads: int = 1) -> dict:
     """One partition's batch plans; ``threads``: its segments read at once (the cores its task
     leaves idle)."""
     started = time.monotonic()
-    config = _config_values(row)
-    base = {"path": row["path"], "log_dir": row["log_dir"], "topic": row["topic"], "partition": row["partition"],
-            "first_dirty": row["first_dirty_offset"], "first_uncleanable": row["first_uncleanable_dirty_offset"],
-            "config": json.dumps(config), "batches": b"", "groups": [], "latest_offset": None, "error": None}
+    base = {"path": p.path, "log_dir": p.log_dir, "topic": p.topic, "partition": p.partition,
+            "first_dirty_offset": p.first_dirty_offset, "first_uncleanable_dirty_offset": p.first_uncleanable_dirty_offset,
+            "config": p.config.struct(), "batches": b"", "groups": [], "latest_offset": None, "error": None}
     try:
         _, table, decided = partition_scan.plan(
-            row["path"], row["topic"], row["partition"], log_start=row["log_start_offset"],
-            first_dirty=row["first_dirty_offset"], first_uncleanable=row["first_uncleanable_dirty_offset"],
-            now=now, config=config, threads=threads)
+            p.path, p.topic, p.partition, log_start=p.log_start_offset, first_dirty=p.first_dirty_offset,
+            first_uncleanable=p.first_uncleanable_dirty_offset, now=now, config=p.config, threads=threads)
     except (FormatError, OSError, MemoryError) as exc:
-        return {**base, "seconds": time.monotonic() - started, "error": memory_error(exc) or str(exc)}
+        return {**base, "seconds": time.monotonic() - started, "error": read_error(exc, p.path)}
     rewritten = decided.group >= 0
     plans = np.zeros(int(rewritten.sum()), BATCH_PLAN)
     for name in ("segment", "position", "size"):

@@ -14,7 +14,6 @@ A dry run counts and writes nothing.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from dataclasses import dataclass, field
 
@@ -23,14 +22,16 @@ import pyarrow as pa
 
 from compaction import shared, whole
 from compaction.batch_plans import BATCH_PLAN, batch_plans
+from compaction.cleaner_config import CleanerConfig
 from compaction.decisions import DISCARD, PLAN_FLAGS
 from compaction.leases import LeaseKeeper
 from compaction.map_pass import Planned
 from compaction.report import PartitionReport, Report, group_outcomes
 from compaction.results import ABORTED_BY_OPERATOR, IO_ERROR, OUT_OF_MEMORY, fate_counts
 from compaction.rewrite import GroupJob, GroupPlans
-from compaction.routing import MAP_MEMORY, THREADS, route
+from compaction.routing import MAP_MEMORY, THREADS, WORKER_IMPORTS, route
 from compaction.tasks import JOB_CONF, sql_conf
+from compaction.to_clean import PartitionToClean, to_clean
 from conf.units import spark_size
 from operations import commit, s3commit, states
 from operations.cleaned import WrittenGroup
@@ -40,11 +41,15 @@ from operations.recover import recover_partition
 from readers.errors import FormatError
 from readers.indexes import AbortedTxn
 from logdir.listing import scan_partition
+from planner.plan import Plan
+from planner.scan import UNREADABLE
 from writers.chunks import BufferSizes
 
 # Whether the rewrite writes its .log files past the page cache (``storage.DirectFile``), "true" by
 # default; "false" writes them through it, as Kafka's cleaner does, leaving them in the cache.
 DIRECT_WRITES = "spark.kcompact.write.direct"
+# Spark's cap on a Python worker's address space: below WORKER_IMPORTS a worker cannot even import its modules
+WORKER_MEMORY = "spark.executor.pyspark.memory"
 
 
 @dataclass(slots=True)
@@ -61,11 +66,12 @@ class JobResult:
     def fail(self, row: dict, transient: bool = False, groups: list[dict] = (), cleaning: bool = True) -> None:
         """A partition this run could not clean: reported (with what became of each segment group:
         ``groups``), and marked uncleanable at the end unless the cause is transient (an I/O
-        error, a log that changed under the job) or the task's memory, no fault of the log's."""
-        if not transient and not row["error"].startswith((IO_ERROR, OUT_OF_MEMORY)):
+        error, a log that changed under the job), a file the job may not read (the operator's
+        to fix: retried every run until then) or the task's memory, no fault of the log's."""
+        if not transient and not row["error"].startswith((IO_ERROR, OUT_OF_MEMORY, UNREADABLE)):
             self.uncleanable[row["path"]] = row["error"]
         if cleaning and not transient:
-            self.done_cleaning.setdefault(row["log_dir"], {})[row["topic"], row["partition"]] = row["first_dirty"]
+            self.done_cleaning.setdefault(row["log_dir"], {})[row["topic"], row["partition"]] = row["first_dirty_offset"]
         self.report.partitions.append(PartitionReport.failed(row, groups))
 
 
@@ -112,7 +118,7 @@ class Batches:
         return cls(
             starts=np.concatenate(([0], np.cumsum(counts))), sizes=plans["size"],
             records=plans["records"].astype(np.int64),
-            first_dirty=ok.column("first_dirty").to_numpy(), latest_offset=ok.column("latest_offset").to_numpy(),
+            first_dirty=ok.column("first_dirty_offset").to_numpy(), latest_offset=ok.column("latest_offset").to_numpy(),
             segment=plans["segment"].copy(), position=plans["position"].copy(),
             gid=(group_starts[pid] + plans["group"]).astype(np.int32), feeds_map=plans["feeds_map"].copy(),
             flags=np.stack([plans[name] for name in PLAN_FLAGS], axis=1).reshape(len(plans), len(PLAN_FLAGS)),
@@ -147,9 +153,9 @@ class Batches:
         return out
 
 
-def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
+def run(spark, plan: Plan, now: int, dry_run: bool = False, progress=print,
         ready: float | None = None, leases: LeaseKeeper | None = None, removal: Removal | None = None) -> JobResult:
-    """Clean every selected partition of ``plan`` (a table with the planner's schema).
+    """Clean every selected partition of ``plan``.
     ``ready``: ``time.monotonic()`` when the session was ready, so the report's stages start with planning.
     ``leases``: the keeper of this job's leases (default: a new one with the default lease).
     ``removal``: started on the replaced segments' files once every partition is committed, for
@@ -165,15 +171,17 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
     waits = removal is None
     removal = removal or Removal()
     with contextlib.ExitStack() as held, leases or LeaseKeeper() as keeper:
-        selected = plan.filter(pa.compute.equal(plan.column("selected"), True))
+        table = plan.table
+        selected = table.filter(pa.compute.equal(table.column("selected"), True))
         if not dry_run:
             selected = _take_partitions(selected, keeper, result, progress, held)
-            _reset_checkpoints(plan, selected, result, progress)
-        for row in corrupt_in_plan(plan):
+            _reset_checkpoints(table, selected, result, progress)
+        for row in corrupt_in_plan(table):
             result.fail(row, cleaning=False)
-        if selected.num_rows:
+        partitions = to_clean(selected)
+        if partitions:
             try:
-                _clean(spark, selected, now, dry_run, progress, watch, result, keeper)
+                _clean(spark, partitions, now, dry_run, progress, watch, result, keeper)
             finally:  # what was committed before a failure or a Ctrl-C goes too
                 if result.deleted:
                     removal.start(result.deleted)
@@ -183,7 +191,7 @@ def run(spark, plan: pa.Table, now: int, dry_run: bool = False, progress=print,
         if waits:
             for problem in removal.wait():
                 progress(f"  {problem}")
-    report.observe_plan(plan, marked=result.uncleanable)
+    report.observe_plan(plan.table, marked=result.uncleanable)
     report.seconds = time.monotonic() - started
     return result
 
@@ -296,13 +304,13 @@ def _cleaned_since_plan(row: dict) -> str | None:
     return f"cleaned by another job since it was planned (checkpoint {row['checkpoint_offset']} -> {now}); planned again next run"
 
 
-def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: Stopwatch, result: JobResult,
-           keeper: LeaseKeeper) -> None:
+def _clean(spark, taken: list[PartitionToClean], now: int, dry_run: bool, progress, watch: Stopwatch,
+           result: JobResult, keeper: LeaseKeeper) -> None:
     report = result.report
     sc = spark.sparkContext
-    progress(f"stage 1/5: batch plans of {selected.num_rows} partition{'s' * (selected.num_rows != 1)}")
-    sc.setJobGroup("kcompact-batch-plans", f"batch-level decisions for {selected.num_rows} partitions")
-    partitions = batch_plans(spark, selected, now)
+    progress(f"stage 1/5: batch plans of {len(taken)} partition{'s' * (len(taken) != 1)}")
+    sc.setJobGroup("kcompact-batch-plans", f"batch-level decisions for {len(taken)} partitions")
+    partitions = batch_plans(spark, taken, now)
     watch.lap("1 batch plans")
     ok = partitions.filter(pa.compute.is_null(partitions.column("error")))
     for row in partitions.filter(pa.compute.is_valid(partitions.column("error"))).to_pylist():
@@ -369,8 +377,7 @@ def _clean(spark, selected: pa.Table, now: int, dry_run: bool, progress, watch: 
 
 
 def _aborted(row: dict, result: JobResult, progress) -> None:
-    result.report.partitions.append(PartitionReport.skipped_for(row | {"first_dirty_offset": row["first_dirty"]},
-                                                            "aborted by an operator; old segments kept"))
+    result.report.partitions.append(PartitionReport.skipped_for(row, "aborted by an operator; old segments kept"))
     progress(f"  aborted {row['topic']}-{row['partition']}: old segments kept")
 
 
@@ -387,16 +394,17 @@ def _changed_since_plan(row: dict) -> str | None:
 
 def corrupt_in_plan(plan: pa.Table) -> list[dict]:
     """Idle compacted partitions the planner could not read because a segment is corrupt (a
-    problem naming a .log file and byte): failures of this run, whoever found them first.
-    Leftovers of an interrupted swap are not among them: ``recover`` is their way out."""
+    problem naming a .log file and byte) or a file cannot be read (``UNREADABLE``, naming it):
+    failures of this run, whoever found them first. Leftovers of an interrupted swap are not
+    among them: ``recover`` is their way out."""
     found = []
     for row in plan.to_pylist():
         if "compact" not in (row["cleanup_policy"] or "") or row["state"] != "idle":
             continue
-        corrupt = [p for p in row["problems"] or [] if ".log: byte " in p]
+        corrupt = [p for p in row["problems"] or [] if ".log: byte " in p or p.startswith(UNREADABLE)]
         if corrupt:
             found.append({"topic": row["topic"], "partition": row["partition"], "path": row["path"],
-                          "first_dirty": row["first_dirty_offset"], "seconds": 0.0, "error": corrupt[0]})
+                          "first_dirty_offset": row["first_dirty_offset"], "seconds": 0.0, "error": corrupt[0]})
     return found
 
 
@@ -404,15 +412,16 @@ def _group_jobs(rows: list[dict], batches: Batches, now: int, owner: str,
                 direct: bool) -> dict[int, tuple[GroupJob, GroupPlans]]:
     jobs, gid = {}, 0
     for row in rows:
-        config = json.loads(row["config"])
+        config = CleanerConfig.from_struct(row["config"])
+        buffers = BufferSizes.of(config.io_buffer_size, config.cleaner_threads, config.max_message_bytes,
+                                 config.message_max_bytes)
         for g in row["groups"]:
             job = GroupJob(
                 path=row["path"], group=g["group"], base_offset=g["base_offset"], segments=tuple(g["segments"]),
                 mtime_ms=g["mtime_ms"], aborted=tuple(AbortedTxn(**t) for t in g["aborted"]),
-                index_interval_bytes=config["index.interval.bytes"], max_index_bytes=config["segment.index.bytes"],
-                buffers=BufferSizes.of(config),
-                delete_retention_ms=config["delete.retention.ms"], now=now, latest_offset=row["latest_offset"],
-                first_dirty=row["first_dirty"], owner=owner, direct=direct)
+                index_interval_bytes=config.index_interval_bytes, max_index_bytes=config.segment_index_bytes,
+                buffers=buffers, delete_retention_ms=config.delete_retention_ms, now=now,
+                latest_offset=row["latest_offset"], first_dirty=row["first_dirty_offset"], owner=owner, direct=direct)
             jobs[gid] = (job, batches.group_plans(gid))
             gid += 1
     return jobs
@@ -448,7 +457,7 @@ def check_settings(spark) -> None:
     """The session's values of this job's settings, checked as ``check_setting`` checks one (the
     command line checks its own ``--spark-conf``; spark-submit's ``--conf`` and a notebook's come
     unchecked)."""
-    for key in (MAP_MEMORY, THREADS, DIRECT_WRITES):
+    for key in (MAP_MEMORY, THREADS, DIRECT_WRITES, WORKER_MEMORY):
         value = spark.conf.get(key, None)
         if value is not None:
             check_setting(key, value)
@@ -465,6 +474,15 @@ def check_setting(key: str, value: str) -> None:
         raise ValueError(f"{key}={value!r}: the threads of a task are a whole number of at least 1")
     if key == DIRECT_WRITES and value.strip().lower() not in ("true", "false"):
         raise ValueError(f"{key}={value!r}: true or false")
+    if key == WORKER_MEMORY:
+        try:
+            cap = spark_size(value)
+        except ValueError as exc:
+            raise ValueError(f"{key}: {exc}") from None
+        if cap < WORKER_IMPORTS:
+            raise ValueError(f"{key}={value}: a Python worker so capped cannot even import its modules, which take "
+                             f"{WORKER_IMPORTS >> 20} MiB (measured): give it at least {WORKER_IMPORTS >> 20}m "
+                             "(more to hold data), or leave it unset")
 
 
 def _commit(row: dict, groups: list[dict], owner: str, generation: int | None) -> list[str]:

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 import storage
+from compaction.cleaner_config import CleanerConfig
 from compaction.decisions import PartitionPlan, plan_partition
 from compaction.model import BATCH_TABLE, BatchInfo, SegmentInfo, table_of
 from readers import walk
@@ -80,12 +81,11 @@ def _table(chunk: walk.Chunk, segment: int) -> np.ndarray:
 
 
 def plan(path: str, topic: str, number: int, *, log_start: int, first_dirty: int, first_uncleanable: int,
-         now: int, config: dict[str, int], threads: int = 1) -> tuple[Partition, np.ndarray, PartitionPlan]:
+         now: int, config: CleanerConfig, threads: int = 1) -> tuple[Partition, np.ndarray, PartitionPlan]:
     part, segments, batches = read_partition(path, topic, number, first_dirty, threads)
     decided = plan_partition(
         segments, batches, log_start=log_start, first_dirty=first_dirty, first_uncleanable=first_uncleanable,
-        now=now, delete_retention_ms=config["delete.retention.ms"], segment_bytes=config["segment.bytes"],
-        segment_index_bytes=config["segment.index.bytes"],
-        producer_expiration_ms=config["producer.id.expiration.ms"],
+        now=now, delete_retention_ms=config.delete_retention_ms, segment_bytes=config.segment_bytes,
+        segment_index_bytes=config.segment_index_bytes, producer_expiration_ms=config.producer_id_expiration_ms,
     )
     return part, batches, decided

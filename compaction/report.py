@@ -10,8 +10,10 @@ the same MB.
 Below the partitions' lines, every run says what it left undone and why: partitions the plan
 could not clean because of bad input or an uncleanable state (until someone fixes them, every
 run lists them and ends partial), the uncleanable partitions per log dir (Kafka's
-``uncleanable-partitions-count`` is always visible), and cleaner checkpoints reset to the log
-start because they lay outside the log.
+``uncleanable-partitions-count`` is always visible), the paused ones with the way out (a pause
+is an operator's choice, so it leaves the exit status alone, but a forgotten one must not stop
+cleaning silently), and cleaner checkpoints reset to the log start because they lay outside the
+log. A run that cleaned no partition ends with what happened instead of a line of zeros.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
 from conf.units import MB, UNIT_NOTE
-from operations.states import IDLE, UNCLEANABLE
+from operations.states import IDLE, PAUSED, UNCLEANABLE
 
 REASONS = ("superseded", "tombstone", "aborted", "keyless", "marker")
 MIB = MB  # LogCleaner.recordStats: mb(bytes) = bytes / (1024 * 1024)
@@ -103,7 +105,7 @@ class PartitionReport:
 
     @classmethod
     def failed(cls, row: dict, groups: list[dict] = ()) -> PartitionReport:
-        return cls(row["topic"], row["partition"], row["path"], row["first_dirty"], None,
+        return cls(row["topic"], row["partition"], row["path"], row["first_dirty_offset"], None,
                    seconds=row.get("seconds") or 0.0, error=row["error"], groups=list(groups))
 
     @classmethod
@@ -115,7 +117,7 @@ class PartitionReport:
         removed = {reason: counts.get((row["path"], reason), 0) for reason in REASONS}
         kept = counts.get((row["path"], "kept"), 0)
         return cls(
-            row["topic"], row["partition"], row["path"], row["first_dirty"], row["latest_offset"] + 1,
+            row["topic"], row["partition"], row["path"], row["first_dirty_offset"], row["latest_offset"] + 1,
             bytes_read=sum(b["size"] for b in row["batches"]),
             bytes_written=sum(g["size"] for g in groups),
             records_read=kept + sum(removed.values()), records_kept=kept, removed=removed,
@@ -261,10 +263,21 @@ class Report:
             out.setdefault(log_dir.get(path) or path.rstrip("/").rpartition("/")[0], []).append(path)
         return out
 
+    def paused(self) -> dict[str, list[str]]:
+        """Per log dir, the names of the compacted partitions an operator paused (``kcompact pause``),
+        which no job cleans until they are resumed; log dirs with none left out."""
+        out: dict[str, list[str]] = {}
+        for r in self.planned or []:
+            if r["state"] == PAUSED and "compact" in (r["cleanup_policy"] or "") and r["topic"] is not None:
+                out.setdefault(r["log_dir"], []).append(f"{r['topic']}-{r['partition']}")
+        return {log_dir: sorted(names, key=_by_number) for log_dir, names in sorted(out.items())}
+
     def text(self) -> str:
         """The stats message of every partition; what the run left undone and why (partitions blocked
         by bad input or an uncleanable state, cleaner checkpoints reset, the uncleanable partitions
-        of every log dir); then the run's totals, in the same units."""
+        of every log dir, the paused ones with the way out: a forgotten pause must not stop cleaning
+        silently); then the run's totals, in the same units, or, when it cleaned no partition at
+        all, what happened instead."""
         lines = [p.summary() for p in self.partitions]
         blocked = self.blocked()
         if blocked:
@@ -278,7 +291,12 @@ class Report:
                 f"{log_dir}: {len(paths)}" + (f" ({', '.join(p.rstrip('/').rpartition('/')[2] for p in paths)})"
                                               if paths else "")
                 for log_dir, paths in self.uncleanable().items()) or "none"))
+        lines += [f"paused partitions: {log_dir}: {len(names)} ({', '.join(names)}) -> "
+                  f"'kcompact resume {log_dir} {' '.join(names)}'" for log_dir, names in self.paused().items()]
         t = self.totals()
+        if t["partitions"] == 0:
+            lines.append(self._nothing())
+            return "\n".join(lines)
         written = "not written (dry run)" if self.dry_run else f"{java_fixed(t['bytes_written'] / MIB, 1)} MB"
         done = f"would clean {t['partitions'] - t['failed'] - t['skipped']}" if self.dry_run else f"{t['cleaned']} cleaned"
         lines.append(f"{_count(t['partitions'], 'partition')}: {done}, {t['failed']} failed, "
@@ -289,11 +307,29 @@ class Report:
                      f"{java_fixed(t['records_per_s'], 0)} messages/sec)")
         return "\n".join(lines)
 
+    def _nothing(self) -> str:
+        """The last line of a run that cleaned no partition: why, in the counts of the lines above."""
+        head = "nothing to clean" if self.dry_run else "nothing cleaned"
+        if self.planned is None:
+            return head
+        blocked, paused = len(self.blocked()), sum(len(names) for names in self.paused().values())
+        compacted = sum(1 for r in self.planned if r["topic"] is not None and "compact" in (r["cleanup_policy"] or ""))
+        why = [f"{_count(blocked, 'partition')} held back until fixed (above)"] if blocked else []
+        if paused:
+            why.append(f"{paused if why else _count(paused, 'partition')} paused (above)")
+        rest = compacted - blocked - paused
+        if rest > 0:
+            plan = "('kcompact plan' says why)"
+            why.append(f"{rest} other{'' if rest == 1 else 's'} not due {plan}" if why else
+                       f"{_count(rest, 'compacted partition')}, {'not' if rest == 1 else 'none'} due {plan}")
+        return f"{head}: {', '.join(why) or 'no compacted partition (cleanup.policy)'}"
+
     def to_json(self) -> dict:
         metrics, notes = self.metrics()
         return {"run": self.run, "now": self.now, "dry_run": self.dry_run, "units": UNIT_NOTE,
                 "totals": self.totals(), "stages": self.stages, "metrics": metrics, "metric_notes": notes,
-                "blocked": self.blocked(), "checkpoint_resets": self.checkpoint_resets, "notes": self.notes(),
+                "blocked": self.blocked(), "paused": self.paused(), "checkpoint_resets": self.checkpoint_resets,
+                "notes": self.notes(),
                 "partitions": [asdict(p) | {"mb_per_s": p.mb_per_s} for p in self.partitions]}
 
 
@@ -316,6 +352,12 @@ def blocked_rows(rows: Iterable[dict]) -> list[dict]:
             continue
         out.append({"partition": name, "path": r["path"], "log_dir": r["log_dir"], "why": why, "way_out": way_out})
     return out
+
+
+def _by_number(name: str) -> tuple[str, int]:
+    """``orders-10`` after ``orders-9``."""
+    topic, _, number = name.rpartition("-")
+    return topic, int(number)
 
 
 def _count(n: int, noun: str) -> str:

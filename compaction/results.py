@@ -1,12 +1,15 @@
 """What a segment group's task reports to the driver: a row of ``RESULT_SCHEMA``, with the count of
 records per fate code, and how a failure is said (the driver reads the prefix to tell whether
-the log is at fault: an I/O error and a task's memory are not)."""
+the log is at fault: an I/O error, a file the job may not read and a task's memory are not)."""
 
 from __future__ import annotations
 
 import errno
 
 import pyarrow as pa
+
+import storage
+from planner.scan import unreadable
 
 # Each record's fate, one code per record: kept (a tombstone kept apart, since a kept tombstone
 # needs a delete horizon), or removed and why.
@@ -25,9 +28,39 @@ RESULT_SCHEMA = pa.schema([
 ])
 
 
-def reason(exc: Exception) -> str:
-    """The error of a group that failed on ``exc``."""
-    return memory_error(exc) or (f"{IO_ERROR}{exc}" if isinstance(exc, OSError) else str(exc))
+def reason(exc: Exception, path: str | None = None) -> str:
+    """The error of a group that failed on ``exc``; ``path``: the partition dir, for an object
+    store's error that names no object (the OS's own errors keep their words and file name)."""
+    if isinstance(exc, OSError) and not memory_error(exc):
+        return f"{IO_ERROR}{exc if exc.errno is not None else storage.describe_error(exc, path)}"
+    return memory_error(exc) or str(exc)
+
+
+def no_space(exc: OSError, writing: str, needed: int) -> str:
+    """The error of a group whose files found no room (ENOSPC, which write() raises with no file
+    name): the file system by its mount point, the file being written (``writing``, unless the
+    error names another) and the room the group needed: at most its input's bytes, since
+    cleaning keeps a subset of the batches (rebuilt ones may differ by a few bytes)."""
+    import os
+    import posixpath
+
+    from conf.units import MB
+
+    path = exc.filename if isinstance(exc.filename, str) else writing
+    mount = posixpath.dirname(path)
+    if storage.is_local_path(path):
+        mount = os.path.realpath(mount)
+        while not os.path.ismount(mount):
+            mount = os.path.dirname(mount)
+    short = "/".join(path.rstrip("/").split("/")[-2:])
+    mb = needed / MB
+    return f"{IO_ERROR}no space left on {mount} (writing {short}, up to {f'{mb:.1f}' if mb >= 0.05 else f'{mb:.2g}'} MB needed)"
+
+
+def read_error(exc: Exception, path: str) -> str:
+    """The error of a partition whose files stage 1 could not read (``path``: its dir): bad bytes
+    as they are, an OSError as ``planner.scan`` says it (``UNREADABLE``: not the log's fault)."""
+    return memory_error(exc) or (unreadable(exc, path) if isinstance(exc, OSError) else str(exc))
 
 
 def memory_error(exc: Exception) -> str | None:

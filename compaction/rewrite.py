@@ -15,6 +15,7 @@ A partition read whole makes its map while it reads its groups from the end back
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from compaction.results import (
     REASON_OF_CODE,
     SUPERSEDED,
     TOMBSTONE,
+    no_space,
     reason,
 )
 from operations.cleaned import ChunkOut, WrittenGroup, output_path, write_group
@@ -136,8 +138,9 @@ def feeding(feeds: np.ndarray, control: np.ndarray, offset: np.ndarray, first_di
 
 def fate_codes(discard: np.ndarray, retain_deletes: np.ndarray, control: np.ndarray, offset: np.ndarray,
                has_key: np.ndarray, tombstone: np.ndarray, latest: int, mapped: np.ndarray) -> np.ndarray:
-    """Kafka's shouldRetainRecord after the batch's discard decision, as a code per record
-    (``compaction.decisions.keep_record``); ``mapped`` is the map's offset for the key, -1 if none."""
+    """Kafka's shouldRetainRecord after the batch's discard decision, as a code per record (the
+    test oracle ``tests/oracles.py`` states it a record at a time); ``mapped`` is the map's offset
+    for the key, -1 if none."""
     kept = np.where(tombstone, KEPT_TOMBSTONE, KEPT)
     removed_or_kept = [discard & control, discard, control | (offset > latest), ~has_key, offset < mapped,
                        tombstone & ~retain_deletes]
@@ -417,7 +420,10 @@ def succeeded(base: dict, written: WrittenGroup, started: float, rewriter: Rewri
 def failed(job: GroupJob, base: dict, started: float, rewriter: Rewriter, exc: Exception) -> dict:
     """A group's result when reading or writing it failed: whatever it wrote removed, and why."""
     _remove_outputs(job)
-    return base | {"seconds": time.monotonic() - started, "error": reason(exc), "codes": rewriter.counts.tolist()}
+    if getattr(exc, "errno", None) == errno.ENOSPC:  # the file system, the file and the room: what a person needs
+        error = no_space(exc, output_path(job.path, job.base_offset, "log", job.owner), int(rewriter.plans.size.sum()))
+        return base | {"seconds": time.monotonic() - started, "error": error, "codes": rewriter.counts.tolist()}
+    return base | {"seconds": time.monotonic() - started, "error": reason(exc, job.path), "codes": rewriter.counts.tolist()}
 
 
 def _remove_outputs(job: GroupJob) -> None:

@@ -10,7 +10,7 @@ Options (all optional but a path):
                          ``compaction`` (what the cleaner decides on; no value is decoded) or
                          ``batches`` (one row per batch, from its header; a control batch's one
                          record and a compressed legacy wrapper's inner messages are decoded too).
-  ``topics``             comma list of topics.
+  ``topics``             comma list of topics; none of them in the paths is an error naming those there.
   ``partitions``         comma list of ``topic:N`` or ``N`` (partition N of every topic).
   ``startingOffset``     inclusive lower offset bound; ``endingOffset`` exclusive upper one. Each is
                          ``N`` for every partition and/or ``topic:P=N`` / ``P=N`` entries, comma separated.

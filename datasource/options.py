@@ -73,6 +73,7 @@ class Settings:
     max_split_bytes: int
     push_filters: bool
     dirs: tuple[tuple[str, int | None], ...] = ()
+    named_topics: frozenset[str] | None = None  # the ``topics`` option (pushed filters narrow ``selection`` alone)
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> Settings:
@@ -87,7 +88,8 @@ class Settings:
         if max_split <= 0:
             raise ValueError(f"maxSplitBytes must be positive, not {max_split}")
         push = options.get("pushFilters", "false").lower() == "true"
-        return cls(tuple(p.strip() for p in paths), mode, _selection(options), max_split, push, dirs)
+        selection = _selection(options)
+        return cls(tuple(p.strip() for p in paths), mode, selection, max_split, push, dirs, selection.topics)
 
 
 def _partition_dirs(text: str | None) -> tuple[tuple[str, int | None], ...]:

@@ -67,9 +67,16 @@ def _job_parser(sub, name: str, help: str, common: argparse.ArgumentParser) -> a
     """A job's subcommand: log dirs, then the configuration options every job takes."""
     p = sub.add_parser(name, help=help, parents=[common])
     p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
+    _copies_option(p)
     add_config_options(p)
     add_spark_options(p)
     return p
+
+
+def _copies_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-duplicate-partitions", action="store_true",
+                   help="the log dirs are not one broker's (copies, snapshots, other brokers' disks): a partition in "
+                        "several of them is taken in each (by default refused, as a broker refuses to start so)")
 
 
 def _lease_option(p: argparse.ArgumentParser) -> None:
@@ -119,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "swaps, truncate torn tails of active segments, rebuild broken indexes",
                        parents=[common])
     p.add_argument("paths", nargs="+", metavar="LOGDIR", help="log dirs (local or s3://)")
+    _copies_option(p)
     p.add_argument("--report", metavar="FILE", help="write the report as JSON")
 
     p = sub.add_parser("status", help="every partition's cleaning state, why a job skips it, the way out",
@@ -158,18 +166,26 @@ def build_parser() -> argparse.ArgumentParser:
 # -- checks before work ----------------------------------------------------------------------------
 STATE_COMMANDS = ("pause", "resume", "abort", "reset-uncleanable")
 WRITING_COMMANDS = ("compact", "retain", "run", "recover", *STATE_COMMANDS)
+SCANNING_COMMANDS = ("plan", "compact", "retain", "run", "recover")  # they read every partition dir
 
 
 def check(args: argparse.Namespace) -> None:
     """Everything about the command's input that can be known before it starts: a ``BadArgument``
     (or ``ConfigError``) here means nothing was written."""
     checks.now_ms(getattr(args, "now", None), getattr(args, "force_now", False))
+    if hasattr(args, "spark_conf"):  # a job's embedded Spark, sized by flags and KCOMPACT_*: checked before it starts
+        from jobs.spark import Sizing
+
+        try:
+            Sizing.from_env(args.cores, args.driver_memory, tuple(args.spark_conf))
+        except ValueError as exc:
+            raise BadArgument(str(exc)) from None
     if getattr(args, "plan", None):
         from planner import output
 
         checks.suffix(args.plan, "--plan", (".parquet", ".json"))
-        args.plan_table = output.read(args.plan)  # read once: the command takes it from here
-        planned = sorted(set(args.plan_table.column("log_dir").to_pylist()))
+        args.plan_read = output.read(args.plan)  # read once: the command takes it from here
+        planned = args.plan_read.log_dirs
         given = sorted(path.rstrip("/") for path in args.paths)
         if planned != given:
             raise BadArgument(f"--plan {args.plan} was made for {', '.join(planned) or 'no log dir'}, "
@@ -178,8 +194,16 @@ def check(args: argparse.Namespace) -> None:
         value = getattr(args, attr, None)
         if value is not None:
             checks.log_dirs(value if isinstance(value, list) else [value])
+    if getattr(args, "paths", None):
+        checks.distinct_log_dirs(args.paths)
+        if not getattr(args, "allow_duplicate_partitions", True):  # the jobs; status shows both copies
+            checks.distinct_partitions(args.paths)
+    if args.command == "dump":
+        checks.dump_path(args.path)
     if getattr(args, "partitions", None) and args.command in STATE_COMMANDS:
         checks.partitions(args.logdir, args.partitions)
+    if args.command in SCANNING_COMMANDS:
+        checks.readable(args.paths)
     if args.command in WRITING_COMMANDS and not getattr(args, "dry_run", False):
         checks.writable(args.paths if args.command not in STATE_COMMANDS else [args.logdir])
     if args.command == "plan":

@@ -8,13 +8,15 @@ parses them (``positive``), the rest before the command's first step (``before_w
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import posixpath
+import tempfile
 from datetime import UTC, datetime
 
 import storage
 from operations.states import utc
-from logdir.listing import not_a_log_dir, parse_partition_dir
+from logdir.listing import CHECKPOINTS, held_partitions, not_a_log_dir, parse_partition_dir
 
 # Plausible epoch milliseconds: a --now outside these years is seconds, microseconds or a typo,
 # and retention with such a clock deletes every closed segment (or none).
@@ -66,9 +68,71 @@ def log_dirs(paths: list[str]) -> None:
             raise BadArgument(why)
 
 
+def distinct_log_dirs(paths: list[str]) -> None:
+    """Each log dir named once. Two names of one directory (the same path twice, with a trailing
+    slash, through a symlink; on an object store the same URL however written) are refused rather
+    than taken once: a broker refuses such a ``log.dirs`` too (LogManager: "Duplicate log
+    directory found"), and a second name is more often a disk that is not what it seems (a
+    symlink left where a volume should be mounted) than a harmless repetition."""
+    seen: dict[str, str] = {}
+    for path in paths:
+        key = _identity(path)
+        if key not in seen:
+            seen[key] = path
+            continue
+        first = seen[key]
+        if first == path:
+            raise BadArgument(f"{path} is named twice: name each log dir once "
+                              "(a Kafka broker refuses a duplicate in log.dirs too)")
+        real = "" if key in (first.rstrip("/"), path.rstrip("/")) else f" ({key})"
+        raise BadArgument(f"{first} and {path} are the same log dir{real}: name each log dir once "
+                          "(a Kafka broker refuses a duplicate in log.dirs too)")
+
+
+def _identity(path: str) -> str:
+    """What a log dir is, whatever it is called: its real path (local), its normalized URL."""
+    fs, fs_path = storage.resolve(path)
+    if storage.is_local(fs):
+        return os.path.realpath(fs_path)
+    return storage.url(fs, posixpath.normpath("/" + fs_path).lstrip("/"))
+
+
+def distinct_partitions(paths: list[str]) -> None:
+    """No partition in two of the log dirs: one broker never holds a partition twice (LogManager
+    refuses to start on "Duplicate log directories for <partition> are found in both ..."), so
+    one copy is stale (a move between log dirs left behind, a restored backup) and cleaning both
+    would make two histories. A move under way (``-future``) is no duplicate."""
+    where: dict[tuple[str, int], str] = {}
+    for path in paths:
+        for topic, number in sorted(held_partitions(path)):
+            first = where.setdefault((topic, number), path)
+            if first != path:
+                raise BadArgument(f"{topic}-{number} is in two log dirs, {first} and {path}: one broker never holds "
+                                  "a partition twice (a Kafka broker refuses to start with one); remove the stale copy, "
+                                  "or, if the log dirs are not one broker's (copies, snapshots), give "
+                                  "--allow-duplicate-partitions")
+
+
+def dump_path(path: str) -> None:
+    """What ``dump`` takes: a segment or index file (by its name; a missing one is dump's own
+    error), a partition dir, or a Kafka log dir. Any other directory (an empty one, ``/etc``) is
+    refused in one line, as ``verify`` refuses it, not with an error for each subdirectory."""
+    from tools.dump import file_kind
+
+    if file_kind(path) is not None or storage.kind(path) != "directory":
+        return  # a segment file, or nothing there, or another file: dump says which
+    files, dirs = storage.list_dir(path)
+    if files and not dirs and parse_partition_dir(posixpath.basename(path.rstrip("/"))) is not None:
+        return  # a partition dir (dump says so when it holds no segment file)
+    why = not_a_log_dir(path)
+    if why is not None:
+        raise BadArgument(f"{why}; dump also takes a partition dir or a .log, .index, .timeindex or .txnindex file")
+
+
 def output(path: str | None, option: str, suffixes: tuple[str, ...] = ()) -> None:
     """A file the command writes at the end: the right suffix, and a directory that exists and
-    can be written (locally) or a bucket that exists (object stores), so that no work is lost
+    in which a file can be created (locally: tried, since permissions alone do not tell a
+    read-only mount or /proc) or a bucket that exists (object stores), so that no work is lost
     to a typo in its name."""
     if path is None:
         return
@@ -79,13 +143,48 @@ def output(path: str | None, option: str, suffixes: tuple[str, ...] = ()) -> Non
     if storage.is_local_path(path):
         if not os.path.isdir(parent):
             raise BadArgument(f"{option} {path}: directory {parent} does not exist")
-        if not os.access(parent, os.W_OK):
-            raise BadArgument(f"{option} {path}: directory {parent} is not writable")
+        why = _cannot_create(parent)
+        if why is not None:
+            raise BadArgument(f"{option} {path}: directory {parent} is not writable ({why})")
+        if os.path.exists(path) and not os.access(path, os.W_OK):
+            raise BadArgument(f"{option} {path}: the file exists and cannot be written")
         return
     fs, fs_path = storage.resolve(path)
     bucket = fs_path.split("/", 1)[0]
     if not fs.exists(bucket):
         raise BadArgument(f"{option} {path}: bucket {bucket!r} does not exist")
+
+
+def _cannot_create(directory: str) -> str | None:
+    """Why no file can be created in ``directory`` (None when one can): a file is created there and
+    removed again."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".kcompact-check-", dir=directory)
+    except OSError as exc:
+        return {errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+                errno.EPERM: "permission denied", errno.ENOSPC: "no space left",
+                errno.ENOENT: "no file can be created in it"}.get(exc.errno, (exc.strerror or str(exc)).lower())
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def readable(paths: list[str]) -> None:
+    """Local log dirs whose partition dirs this process can list and whose checkpoint files it can
+    read: a job that met one it cannot part way would stop after taking the log dir's ``.lock``
+    (and a broker could not load the log dir either). Object stores say so per request: a
+    refused read there is the partition's failure (``planner.scan.UNREADABLE``)."""
+    for path in paths:
+        if not storage.is_local_path(path):
+            continue
+        files, dirs = storage.list_dir(path)
+        wanted = [(d, os.R_OK | os.X_OK, "partition dir") for d in sorted(dirs)
+                  if parse_partition_dir(posixpath.basename(d.rstrip("/"))) is not None]
+        wanted += [(f.path, os.R_OK, "checkpoint file") for f in files if posixpath.basename(f.path) in CHECKPOINTS]
+        for where, mode, what in wanted:
+            if not os.access(where, mode):
+                raise BadArgument(f"{where}: permission denied: a {what} this process cannot read (a Kafka broker "
+                                  "could not load the log dir either); fix its permissions, nothing was done")
 
 
 def writable(paths: list[str]) -> None:

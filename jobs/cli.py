@@ -30,6 +30,7 @@ from readers.errors import FormatError
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERNAL, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2, 3, 4, 5
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 # -- output ----------------------------------------------------------------------------------------
@@ -138,7 +139,9 @@ def _summary(text: str) -> None:
 
 def _recover(args: argparse.Namespace) -> int:
     """The broker's load-time recovery (swaps, torn tails of active segments, broken indexes), on
-    every partition not held by a live job."""
+    every partition not held by a live job; partial (4), as the jobs, when a log dir held no partition."""
+    from logdir.listing import held_partitions
+
     say = _say(args)
     with _log_dirs_held(args.paths) as (free, busy):
         report = None
@@ -147,8 +150,11 @@ def _recover(args: argparse.Namespace) -> int:
             print(report.text())
             if args.report:
                 _write_report(args, report.to_json(), page=False)  # no page layout for recovery
+    empty = [path for path in free if not held_partitions(path)]
+    for path in empty:
+        _warn(f"{path}: no partitions in this log dir: nothing to do")
     failed = len(busy) + (report.failed if report else 0)
-    return _exit_status(failed, len(args.paths) + (len(report.partitions) if report else 0))
+    return _exit_status(failed, len(args.paths) + (len(report.partitions) if report else 0), incomplete=len(empty))
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -189,19 +195,18 @@ def _plan(args: argparse.Namespace) -> int:
 
     config = _config(args, args.paths)
     spark = _session(args)
-    table = kcompact.plan(spark, args.paths, config=config, now=args.now, top=args.top,
-                          max_bytes=args.max_bytes).toArrow()
-    print(output.describe(table))
-    print(output.describe_retention(table))
+    plan = kcompact.plan(spark, args.paths, config=config, now=args.now, top=args.top, max_bytes=args.max_bytes)
+    print(output.describe(plan.table))
+    print(output.describe_retention(plan.table))
     if args.output:
-        output.write(table, args.output)
+        output.write(plan, args.output)
         print(f"plan written to {args.output}")
     if args.plot:
         from planner.plot import plot_plan
 
-        plot_plan(table, args.plot)
+        plot_plan(plan, args.plot)
         print(f"plot written to {args.plot}")
-    rows = table.to_pylist()
+    rows = plan.table.to_pylist()
     blocked = blocked_rows(rows)
     retention = [r for r in rows if (r["retention_skip_reason"] or "").startswith("bad input")
                  and r["path"] not in {b["path"] for b in blocked}]
@@ -209,13 +214,13 @@ def _plan(args: argparse.Namespace) -> int:
         _warn(f"{b['partition']}: cannot be cleaned: {b['why']} -> {b['way_out']}")
     for r in retention:
         _warn(f"{r['topic']}-{r['partition']}: retention blocked: {r['retention_skip_reason']}")
-    empty = _empty(args.paths, table)
+    empty = _empty(args.paths, plan)
     return _exit_status(0, 0, incomplete=len(blocked) + len(retention) + len(empty))
 
 
-def _empty(paths: list[str], table) -> list[str]:
+def _empty(paths: list[str], plan) -> list[str]:
     """Log dirs in which the plan found no partition: nothing was done there (say so)."""
-    planned = set(table.column("log_dir").to_pylist())
+    planned = set(plan.log_dirs)
     empty = [path for path in paths if path.rstrip("/") not in planned]
     for path in empty:
         _warn(f"{path}: no partitions in this log dir: nothing to do")
@@ -227,24 +232,21 @@ def _compact(args: argparse.Namespace) -> int:
     were cleaned, 4 when some failed, were blocked or their log dir was in use, 5 when none could be."""
     say = _say(args)
     now = args.now if args.now is not None else wall_ms()
-    table = args.plan_table if args.plan else None
-    paths = sorted(set(table.column("log_dir").to_pylist())) if table is not None else args.paths
+    plan = args.plan_read if args.plan else None
+    paths = plan.log_dirs if plan is not None else args.paths
     config = None if args.plan else _config(args, paths)
     spark = _session(args)
     ready = time.monotonic()
     with _log_dirs_held(paths, args.dry_run) as (free, busy), _removing() as removal:
         if not free:
             return EXIT_FAILED
-        if table is not None:
-            import pyarrow as pa
-            import pyarrow.compute as pc
-
-            table = table.filter(pc.is_in(table.column("log_dir"), value_set=pa.array(free)))
-        report, table = kcompact.compact(spark, free, plan=table, now=now, dry_run=args.dry_run,
-                                         max_partitions=args.max_partitions, lease_ms=args.lease_ms, config=config,
-                                         progress=say, summary=_summary, ready=ready, removal=removal,
-                                         watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
-        empty = _empty(free, table)
+        if plan is not None:
+            plan = plan.within(free)
+        report, plan = kcompact.compact(spark, free, plan=plan, now=now, dry_run=args.dry_run,
+                                        max_partitions=args.max_partitions, lease_ms=args.lease_ms, config=config,
+                                        progress=say, summary=_summary, ready=ready, removal=removal,
+                                        watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
+        empty = _empty(free, plan)
         print(report.text())
         if args.report:
             _write_report(args, report.to_json(), spark=spark, paths=paths)
@@ -308,9 +310,9 @@ def _retain(args: argparse.Namespace) -> int:
         if not free:
             return EXIT_FAILED
         with _ticker(spark, say, "retention"):
-            report, table = kcompact.retain(spark, free, config=config, now=args.now, dry_run=args.dry_run,
-                                            progress=say, summary=_summary)
-    empty = _empty(free, table)
+            report, plan = kcompact.retain(spark, free, config=config, now=args.now, dry_run=args.dry_run,
+                                           progress=say, summary=_summary)
+    empty = _empty(free, plan)
     print(report.text())
     if args.report:
         _write_report(args, report.to_json(), spark=spark)
@@ -353,6 +355,10 @@ def main(argv: list[str] | None = None, own_process: bool = False) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.started_ms = wall_ms()
     args.own_process = own_process
+    if own_process:  # the process is the command's: a scheduler's SIGTERM stops it as a Ctrl-C does
+        from jobs import signals
+
+        signals.install()
     code = _main(args)
     from jobs import spark
 
@@ -391,7 +397,7 @@ def _main(args: argparse.Namespace) -> int:
     except OSError as exc:
         import storage
 
-        _warn(f"error: {storage.describe_error(exc)}")
+        _warn(f"error: {storage.describe_failure(exc, getattr(args, 'argv', ()))}")
         return EXIT_USAGE
     except ValueError as exc:
         _warn(f"error: {exc}")
@@ -399,11 +405,18 @@ def _main(args: argparse.Namespace) -> int:
     except Exception as exc:  # the CLI promises no traceback; KCOMPACT_DEBUG shows it
         if spark.interrupted():  # Spark's jobs cancelled by the Ctrl-C: their errors are not news
             return _interrupted()
+        import storage
+
+        storage_failure = storage.describe_failure(exc, getattr(args, "argv", ()))  # unreachable, no credentials
+        if storage_failure is not None:
+            _warn(f"error: {storage_failure}")
+            return EXIT_USAGE
         if os.environ.get("KCOMPACT_DEBUG"):
             raise
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         log = f"; Spark's log: {spark.log_path()}" if spark.started_jvm() else ""
-        if "MemoryError" in str(exc):  # a Spark task's (Python's MemoryError, the JVM's OutOfMemoryError)
+        # a Spark task's (Python's MemoryError, the JVM's OutOfMemoryError, an allocation refused: ENOMEM)
+        if any(sign in str(exc) for sign in ("MemoryError", "ENOMEM", "Cannot allocate memory")):
             _warn("error: a Spark task ran out of memory: give it more (spark.executor.pyspark.memory caps a Python "
                   "worker's address space, --driver-memory the JVM's heap) or lower spark.kcompact.map.memory, "
                   f"so that large partitions take the shared path (set KCOMPACT_DEBUG=1 for details{log})")
@@ -413,9 +426,12 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _interrupted() -> int:
-    _warn("interrupted: nothing half-done is left in place (partitions being cleaned keep their old segments; "
+    from jobs import signals
+
+    how = "terminated" if signals.terminated() else "interrupted"
+    _warn(f"{how}: nothing half-done is left in place (partitions being cleaned keep their old segments; "
           "the next run, or 'kcompact recover', removes unfinished files)")
-    return EXIT_INTERRUPTED
+    return EXIT_TERMINATED if signals.terminated() else EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

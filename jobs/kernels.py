@@ -1,4 +1,4 @@
-"""Build the compiled kernels shipped in the package (``readers/kernels``; ``readers.kernel_cache``
+"""Build the compiled kernels shipped in the package (``readers/compiled-kernels``; ``readers.kernel_cache``
 says why and how they are used): ``python -m jobs.kernels [--out DIR]``, run by ``make install``
 and by ``make dist`` before the wheel and the zip are made.
 
@@ -92,11 +92,14 @@ def workload(work: Path) -> None:
         if code != 0:
             raise SystemExit(f"kcompact {step[0]} exited {code}")
     routing.WHOLE_BYTES = 0  # as the tests' "shared" path: every partition taken for larger than a task
+    started = time.perf_counter()
     with quiet:
         code = main(["compact", str(shared), "--now", str(NOW), "--spark-conf", f"{routing.MAP_MEMORY}=0",
                      "--report", str(work / "shared.json")])
     if code != 0:
         raise SystemExit(f"kcompact compact (shared path) exited {code}")
+    print(f"  kcompact compact, shared path: {time.perf_counter() - started:.0f} s", flush=True)
+    started = time.perf_counter()
     from pyspark.sql import SparkSession
 
     from datasource.kafka_log import KafkaLogDataSource
@@ -106,6 +109,7 @@ def workload(work: Path) -> None:
     for mode in ("records", "compaction", "batches"):
         spark.read.format("kafka-log").option("mode", mode).load(str(shared)).toArrow()
     spark.stop()
+    print(f"  kafka-log data source: {time.perf_counter() - started:.0f} s", flush=True)
 
 
 def kernels() -> dict[tuple[str, str], object]:
@@ -129,6 +133,7 @@ def kernels() -> dict[tuple[str, str], object]:
 
 
 def name(kernel) -> str:
+    """A kernel's module and name."""
     return f"{kernel.py_func.__module__}.{kernel.__name__}"
 
 
@@ -157,9 +162,9 @@ def merge(parts: Path, out: Path) -> dict[tuple[str, str], int]:
         cache_file = IndexDataCacheFile(str(target), base, stamp)
         overloads = {}
         for number, key in enumerate(sorted(entries, key=repr), 1):
-            name = f"{base}.{number}.nbc"
-            shutil.copyfile(entries[key], target / name)
-            overloads[key] = name
+            data_name = f"{base}.{number}.nbc"
+            shutil.copyfile(entries[key], target / data_name)
+            overloads[key] = data_name
         cache_file._save_index(overloads)
         counts[(package, base)] = len(overloads)
     return counts
@@ -183,7 +188,7 @@ def _child(work: Path, out: Path) -> int:
 
     manifest = {"cpu_name": os.environ["NUMBA_CPU_NAME"], "cpu_features": os.environ["NUMBA_CPU_FEATURES"],
                 "triple": binding.get_process_triple(), "numba": numba.__version__,
-                "python": f"{sys.version_info[0]}.{sys.version_info[1]}", "digest": kernel_cache.digest(str(partial))}
+                "python": kernel_cache._PYTHON, "digest": kernel_cache.digest(str(partial))}
     (partial / kernel_cache.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     old = Path(f"{out}.{os.getpid()}.old")
     if out.exists():

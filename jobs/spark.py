@@ -5,8 +5,8 @@ the interpreter running the driver. Embedded local Spark is sized by ``Sizing`` 
 line's ``--cores``, ``--driver-memory``, ``--spark-conf``, ``--spark-ui``, or the environment's
 ``KCOMPACT_CORES``, ``KCOMPACT_DRIVER_MEMORY``, ``KCOMPACT_SPARK_CONF``); under spark-submit,
 spark-submit's own options do that. The JVM's own output (its start-up warnings, Spark's log)
-goes to a file unless ``verbose``, so the console shows only what kcompact says; Ctrl-C is noted
-(``interrupted``) before Spark cancels its jobs, so the command line can say "interrupted"
+goes to a file unless ``verbose``, so the console shows only what kcompact says; a Ctrl-C or
+SIGTERM is noted (``interrupted``) as Spark's jobs are cancelled, so the command line can say so
 rather than report the cancelled job's Java error.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
+import re
 import sys
 import tempfile
 import threading
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs import cds
+from jobs import cds, signals
 
 LOG4J = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
 # The Python workers' environment. spark.executor.pyspark.memory caps a worker's address space,
@@ -31,7 +31,6 @@ LOG4J = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
 # OpenBLAS (numpy's; the workers never call it) starts a thread with a buffer per core: 41 MB of
 # address space on two cores, of the 1 GiB a capped worker has (its imports take about 500 MB).
 WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2", "OPENBLAS_NUM_THREADS": "1"}
-_INTERRUPTED = threading.Event()
 _LET_GO = threading.Event()
 _LOG: list[str] = []  # the file this process's JVM writes to, once it started one
 
@@ -49,12 +48,40 @@ class Sizing:
     @classmethod
     def from_env(cls, cores: int | None = None, driver_memory: str | None = None,
                  conf: tuple[tuple[str, str], ...] = (), ui: bool = False, verbose: bool = False) -> Sizing:
-        """The command line's values, each missing one from the environment."""
+        """The command line's values, each missing one from the environment; a ValueError naming the
+        flag or the variable for a value Spark would fail on (the JVM would not start)."""
         if cores is None and os.environ.get("KCOMPACT_CORES"):
-            cores = int(os.environ["KCOMPACT_CORES"])
-        driver_memory = driver_memory or os.environ.get("KCOMPACT_DRIVER_MEMORY") or None
-        env_conf = tuple(parse_conf(item) for item in os.environ.get("KCOMPACT_SPARK_CONF", "").split())
-        return cls(cores, driver_memory, env_conf + tuple(conf), ui, verbose)
+            text = os.environ["KCOMPACT_CORES"]
+            if not (text.strip().isdigit() and int(text) >= 1):
+                raise ValueError(f"KCOMPACT_CORES={text}: the cores of embedded Spark (local[N]) are a whole "
+                                 "number of at least 1")
+            cores = int(text)
+        if driver_memory:
+            _check_jvm_size(f"--driver-memory {driver_memory}", driver_memory)
+        elif os.environ.get("KCOMPACT_DRIVER_MEMORY"):
+            driver_memory = os.environ["KCOMPACT_DRIVER_MEMORY"]
+            _check_jvm_size(f"KCOMPACT_DRIVER_MEMORY={driver_memory}", driver_memory)
+        try:
+            env_conf = tuple(parse_conf(item) for item in os.environ.get("KCOMPACT_SPARK_CONF", "").split())
+        except ValueError as exc:
+            raise ValueError(f"KCOMPACT_SPARK_CONF: {exc}") from None
+        return cls(cores, driver_memory or None, env_conf + tuple(conf), ui, verbose)
+
+
+# The least heap Spark's driver starts with (its UnifiedMemoryManager: 1.5 times its 300 MiB reserve)
+MIN_DRIVER_MEMORY = 450 << 20
+_JVM_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _check_jvm_size(what: str, text: str) -> None:
+    """A heap size as the JVM's -Xmx takes it (spark.driver.memory becomes that): digits and an
+    optional k, m, g or t; a bare number is bytes."""
+    size = re.fullmatch(r"([0-9]+)([kKmMgGtT]?)", text)
+    if size is None:
+        raise ValueError(f"{what}: not a JVM heap size: digits with an optional k, m, g or t, as 512m or 2g")
+    if int(size[1]) * _JVM_UNITS[size[2].lower()] < MIN_DRIVER_MEMORY:
+        raise ValueError(f"{what}: below the {MIN_DRIVER_MEMORY >> 20}m Spark's driver needs to start "
+                         "(a number without a unit is bytes)")
 
 
 def parse_conf(item: str) -> tuple[str, str]:
@@ -140,21 +167,9 @@ def _jvm_output(path: str | None) -> Iterator[None]:
 
 
 def _note_interrupts() -> None:
-    """Note a Ctrl-C before Spark's own handler (which cancels every job) runs."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    previous = signal.getsignal(signal.SIGINT)
-    if getattr(previous, "notes_interrupts", False):
-        return
-
-    def handler(signum, frame):
-        _INTERRUPTED.set()
-        if callable(previous) and not _LET_GO.is_set():  # Spark's: cancel every job (none once let go)
-            previous(signum, frame)
-        raise KeyboardInterrupt
-
-    handler.notes_interrupts = True
-    signal.signal(signal.SIGINT, handler)
+    """Spark's SparkContext puts its own Ctrl-C handler in place as it starts: ours again, which
+    cancels Spark's jobs as that one does and handles SIGTERM alike (``jobs.signals``)."""
+    signals.install()
 
 
 def started_jvm() -> bool:
@@ -195,5 +210,5 @@ def close_log(keep: bool) -> None:
 
 
 def interrupted() -> bool:
-    """A Ctrl-C reached this process since its Spark session started."""
-    return _INTERRUPTED.is_set()
+    """A Ctrl-C or SIGTERM reached this process."""
+    return signals.received()

@@ -2,20 +2,22 @@
 
     import kcompact
 
-    kcompact.plan(spark, log_dirs, *, now=None, top=None, max_bytes=None, ...)   -> DataFrame
-    kcompact.compact(spark, log_dirs=None, *, plan=None, now=None, dry_run=False,
-                     max_partitions=None, lease_ms=120000, ...)                 -> (Report, plan)
-    kcompact.retain(spark, log_dirs, *, now=None, dry_run=False, ...)           -> (RetentionReport, plan)
+    kcompact.plan(spark, log_dirs, *, now=None, top=None, max_bytes=None, ...)   -> Plan
+    kcompact.compact(spark, log_dirs=None, *, plan: Plan = None, now=None, dry_run=False,
+                     max_partitions=None, lease_ms=120000, ...)                 -> (Report, Plan)
+    kcompact.retain(spark, log_dirs, *, now=None, dry_run=False, ...)           -> (RetentionReport, Plan)
     kcompact.run(spark, log_dirs, *, now=None, dry_run=False, max_partitions=None,
                  lease_ms=120000, ...)                                          -> NightlyReport
     kcompact.recover(log_dirs, *, torn_tails=True)                              -> RecoveryReport
     kcompact.register_data_source(spark)     # spark.read.format("kafka-log").load(log_dir)
-    kcompact.plot(plan)                                                         -> matplotlib Figure
+    kcompact.plot(plan: Plan)                                                   -> matplotlib Figure
 
-``plan`` is Kafka's cleaning decision for every partition (nothing written); ``compact`` cleans
-the selected partitions as Kafka's cleaner would and writes each log dir's last-run stamp;
-``retain`` deletes what Kafka's retention would; ``run`` is the nightly job (recover, retain,
-plan, compact, on one clock); ``recover`` is a broker's load-time recovery. Every function takes
+``plan`` is Kafka's cleaning decision for every partition (nothing written): a
+``planner.plan.Plan``, whose rows are an Arrow table on the driver (``plan.table``) and, for a
+notebook, a Spark DataFrame (``plan.df(spark)``); ``compact`` cleans the selected partitions of a
+plan as Kafka's cleaner would and writes each log dir's last-run stamp; ``retain`` deletes what
+Kafka's retention would; ``run`` is the nightly job (recover, retain, plan, compact, on one
+clock); ``recover`` is a broker's load-time recovery. Every function takes
 the command line's options as keyword arguments with its defaults: ``now`` (epoch ms; default the
 clock), ``dry_run``, and the configuration by Kafka's names: ``config_files`` (``--config``),
 ``broker_config={"log.cleaner.min.cleanable.ratio": 0.3}``, ``topic_config={"orders":

@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING
 from operations.states import LEASE_MS, wall_ms
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from matplotlib.figure import Figure
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from compaction.report import Report
     from conf.resolve import Config
     from operations.deleted import Removal
     from operations.recover import RecoveryReport
     from operations.retention import RetentionReport
+    from planner.plan import Plan
 
 Say = Callable[[str], None]
 TopicConfig = Mapping[str, Mapping[str, object]]  # topic name or glob -> {topic-level key: value}
@@ -50,7 +50,7 @@ class NightlyReport:
     recovery: RecoveryReport | None  # None on a dry run: recovery writes
     retention: RetentionReport
     compaction: Report
-    plan: pa.Table  # the compaction plan, as retention left the log dirs
+    plan: Plan  # the compaction plan, as retention left the log dirs
     run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
 
     @property
@@ -141,10 +141,11 @@ def _recovered(log_dirs: Sequence[str], progress: Say, summary: Say) -> None:
 def plan(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, top: int | None = None,
          max_bytes: int | None = None, retention_only: bool = False, config: Config | None = None,
          config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
-         broker_config: BrokerConfig | None = None) -> DataFrame:
+         broker_config: BrokerConfig | None = None) -> Plan:
     """Kafka's cleaning decision (and what retention deletes) for every partition of ``log_dirs``,
-    one row per partition (``planner.build.PLAN_SCHEMA``). ``top``: select at most N partitions,
-    highest ratio first; ``max_bytes``: select in rank order while the dirty bytes fit. Writes nothing."""
+    one row per partition (``planner.build.PLAN_SCHEMA``; ``.df(spark)``: as a Spark DataFrame).
+    ``top``: select at most N partitions, highest ratio first; ``max_bytes``: select in rank order
+    while the dirty bytes fit. Writes nothing."""
     from planner.build import plan as build_plan
 
     config = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
@@ -153,14 +154,14 @@ def plan(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None
                       retention_only=retention_only)
 
 
-def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan: pa.Table | DataFrame | None = None,
+def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan: Plan | None = None,
             now: int | None = None, dry_run: bool = False, max_partitions: int | None = None,
             lease_ms: int = LEASE_MS, config: Config | None = None, config_files: Sequence[str] = (),
             topic_config: TopicConfig | None = None, broker_config: BrokerConfig | None = None,
             recover_first: bool = True, progress: Say = print, summary: Say | None = None,
             ready: float | None = None,
             watch: Callable[..., contextlib.AbstractContextManager] = lambda *_: contextlib.nullcontext(),
-            removal: Removal | None = None) -> tuple[Report, pa.Table]:
+            removal: Removal | None = None) -> tuple[Report, Plan]:
     """Plan (unless given the ``plan``, whose log dirs are the default ``log_dirs``) and clean every
     selected partition, as Kafka's cleaner would; the only function that compacts. Each log dir's
     last-run stamp is read before and written after (when it began choosing: what Kafka's
@@ -179,13 +180,12 @@ def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan:
     from planner.output import selected_bytes
 
     ready = time.monotonic() if ready is None else ready
-    table = plan.toArrow() if plan is not None and hasattr(plan, "toArrow") else plan
-    if table is not None and (config is not None or config_files or topic_config or broker_config):
+    if plan is not None and (config is not None or config_files or topic_config or broker_config):
         raise ValueError("a plan carries its configuration: give plan or a configuration, not both")
     if log_dirs is None:
-        if table is None:
+        if plan is None:
             raise ValueError("compact needs log_dirs or a plan")
-        log_dirs = sorted(set(table.column("log_dir").to_pylist()))
+        log_dirs = plan.log_dirs
     log_dirs = list(log_dirs)
     now = wall_ms() if now is None else now
     with _held(log_dirs, dry_run):
@@ -193,25 +193,25 @@ def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan:
             _recovered(log_dirs, progress, summary or progress)
         previous = {path: last_run.read(path) for path in log_dirs}
         began = wall_ms()
-        if table is None:
+        if plan is None:
             conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
                                  broker_config=broker_config)
             with watch("planning"):
-                table = build_plan(spark, log_dirs, conf=conf, now=now, top=max_partitions).toArrow()
-        with watch("cleaning", selected_bytes(table)):
-            report = job.run(spark, table, now=now, dry_run=dry_run, progress=progress, ready=ready,
+                plan = build_plan(spark, log_dirs, conf=conf, now=now, top=max_partitions)
+        with watch("cleaning", selected_bytes(plan.table)):
+            report = job.run(spark, plan, now=now, dry_run=dry_run, progress=progress, ready=ready,
                              leases=LeaseKeeper(lease_ms=lease_ms), removal=removal).report
         report.previous_runs, report.began_choosing_ms = previous, began
         if not dry_run:
             for path in log_dirs:
                 last_run.write(path, began)
-    return report, table
+    return report, plan
 
 
 def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, dry_run: bool = False,
            config: Config | None = None, config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
            broker_config: BrokerConfig | None = None, recover_first: bool = True, progress: Say = print,
-           summary: Say | None = None) -> tuple[RetentionReport, pa.Table]:
+           summary: Say | None = None) -> tuple[RetentionReport, Plan]:
     """Plan retention for every partition of ``log_dirs`` (on Spark), then delete each partition's
     due prefix and move the checkpoints (driver), as Kafka's retention would. ``recover_first``: as
     ``compact``'s. Returns the report and the plan it followed."""
@@ -227,10 +227,10 @@ def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = No
         conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
                              broker_config=broker_config)
         progress("retention: planning")
-        table = build_plan(spark, log_dirs, conf=conf, now=now, retention_only=True).toArrow()
-        report = execute(table, now=now, dry_run=dry_run, progress=progress)
+        plan = build_plan(spark, log_dirs, conf=conf, now=now, retention_only=True)
+        report = execute(plan.table, now=now, dry_run=dry_run, progress=progress)
     report.seconds = time.monotonic() - started
-    return report, table
+    return report, plan
 
 
 def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, dry_run: bool = False,
@@ -257,10 +257,10 @@ def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None,
         summary(retention.text())
         # 2. plan, on the log as retention left it; 3. compaction
         progress("compaction: planning")
-        compaction, table = compact(spark, log_dirs, now=now, dry_run=dry_run, max_partitions=max_partitions,
-                                    lease_ms=lease_ms, config=conf, recover_first=False, progress=progress,
-                                    ready=time.monotonic(), removal=removal)
-    return NightlyReport(now, dry_run, recovery, retention, compaction, table)
+        compaction, plan = compact(spark, log_dirs, now=now, dry_run=dry_run, max_partitions=max_partitions,
+                                   lease_ms=lease_ms, config=conf, recover_first=False, progress=progress,
+                                   ready=time.monotonic(), removal=removal)
+    return NightlyReport(now, dry_run, recovery, retention, compaction, plan)
 
 
 def recover(log_dirs: Sequence[str], *, torn_tails: bool = True, progress: Say = print) -> RecoveryReport:
@@ -281,7 +281,7 @@ def register_data_source(spark: SparkSession) -> None:
     spark.dataSource.register(KafkaLogDataSource)
 
 
-def plot(plan: pa.Table | DataFrame) -> Figure:
+def plot(plan: Plan) -> Figure:
     """The plan's picture: the ratio distribution and the top partitions, a matplotlib Figure
     (``.savefig("plan.png")``; a notebook displays it)."""
     from planner.plot import show_plan

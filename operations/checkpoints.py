@@ -1,10 +1,14 @@
 """Writing a log dir's checkpoint files while jobs and commits of other partitions write them too.
 
 Every change is a compare-and-swap on the whole file (a directory flock locally, a conditional
-PUT on an object store), retried while others change it in between. ``cleaner-offset-checkpoint``
-keeps, on every write, only the entries of partitions the log dir holds, as Kafka's
-LogCleanerManager.updateCheckpoints keeps only those of the logs it holds: an entry left by a
-deleted or moved partition goes with the next write.
+PUT on an object store), retried while others change it in between. Both checkpoints this
+product writes keep, on every write, only the entries of partitions the log dir holds, as Kafka
+does: LogCleanerManager.updateCheckpoints writes ``cleaner-offset-checkpoint`` for the logs it
+holds, LogManager.checkpointLogStartOffsetsInDir ``log-start-offset-checkpoint`` for the logs it
+holds (it also leaves out a log start equal to the first segment's base offset, which tells a
+broker nothing: kept here, as it tells it nothing wrong either). An entry left by a deleted or
+moved partition goes with the next write. Retention moves both through ``move_log_starts``,
+on local disk and in an object-store commit record's apply alike.
 """
 
 from __future__ import annotations
@@ -46,16 +50,41 @@ def update_checkpoint(log_dir: str, name: str, change: Callable[[dict], dict | N
     raise OSError(f"{path}: changed by others {CAS_ATTEMPTS} times while this job set its entries; try again")
 
 
-def update_cleaner_offsets(log_dir: str, change: Callable[[dict], dict | None]) -> None:
+def update_cleaner_offsets(log_dir: str, change: Callable[[dict], dict | None],
+                           held: set[tuple[str, int]] | None = None) -> None:
     """``update_checkpoint`` of ``cleaner-offset-checkpoint``, keeping the entries of the partitions
-    ``log_dir`` holds whenever it writes (``change`` returns None: no write)."""
-    held = held_partitions(log_dir)
+    ``log_dir`` holds whenever it writes (``change`` returns None: no write). ``held``: those
+    partitions when known (``logdir.listing.held_partitions``)."""
+    _update_held(log_dir, checkpoint.CLEANER_OFFSET, change, held)
+
+
+def update_log_starts(log_dir: str, change: Callable[[dict], dict | None],
+                      held: set[tuple[str, int]] | None = None) -> None:
+    """``update_checkpoint`` of ``log-start-offset-checkpoint``, keeping the entries of the
+    partitions ``log_dir`` holds whenever it writes, as ``update_cleaner_offsets``."""
+    _update_held(log_dir, checkpoint.LOG_START_OFFSET, change, held)
+
+
+def _update_held(log_dir: str, name: str, change: Callable[[dict], dict | None],
+                 held: set[tuple[str, int]] | None) -> None:
+    held = held_partitions(log_dir) if held is None else held
 
     def kept(entries: dict) -> dict | None:
         wanted = change(entries)
         return None if wanted is None else {key: offset for key, offset in wanted.items() if key in held}
 
-    update_checkpoint(log_dir, checkpoint.CLEANER_OFFSET, kept)
+    update_checkpoint(log_dir, name, kept)
+
+
+def move_log_starts(log_dir: str, starts: dict[tuple[str, int], int]) -> None:
+    """Both checkpoints after retention moved the log starts of partitions of ``log_dir`` to
+    ``starts`` (local retention: once per log dir; an object-store commit record: per partition):
+    ``log-start-offset-checkpoint`` raised to them, a ``cleaner-offset-checkpoint`` entry below its
+    new log start raised to it (what Kafka's cleaner does with one); each file keeps only the
+    entries of the partitions the log dir holds (and is written when that changes anything)."""
+    held = held_partitions(log_dir)
+    update_log_starts(log_dir, lambda entries: raise_log_starts(entries, starts), held)
+    update_cleaner_offsets(log_dir, lambda entries: raise_cleaner_offsets(entries, starts), held)
 
 
 def set_cleaner_offset(log_dir: str, topic: str, partition: int, offset: int) -> None:

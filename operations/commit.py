@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 import storage
 from logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
-from operations import s3commit, swap
+from operations import critical, s3commit, swap
 from operations.checkpoints import set_cleaner_offset
 from operations.cleaned import WrittenGroup
 
@@ -36,7 +36,14 @@ def commit_cleaned(log_dir: str, partition_dir: str, topic: str, partition: int,
     the ``.deleted`` files to remove (none on object stores, whose commit deletes what it
     replaces). ``owner``: the job's lease owner; ``seen``: the latest commit record generation
     seen under its lease (object stores). Raises ``s3commit.CommitLost`` when another writer
-    committed the partition first; an OSError inside the swap leaves it for recovery."""
+    committed the partition first; an OSError inside the swap leaves it for recovery. A signal
+    that stops the command waits for the partition's commit to end (``operations.critical``)."""
+    with critical.section():
+        return _commit_cleaned(log_dir, partition_dir, topic, partition, written, read, end, owner, seen)
+
+
+def _commit_cleaned(log_dir: str, partition_dir: str, topic: str, partition: int, written: Sequence[WrittenGroup],
+                    read: Sequence[int], end: int, owner: str, seen: int | None) -> list[str]:
     if by_record(partition_dir):
         replaced = [segment_name(base, kind) for base in read for kind in SEGMENT_KINDS]
         staged = [path for group in written for path in group.files]
@@ -72,7 +79,14 @@ def commit_deletion(log_dir: str, partition_dir: str, topic: str, partition: int
     directory fsynced, then each removed: the caller then moves the log dir's checkpoints
     (``by_record`` says whether it must). ``owner``: names the run in its commit record; ``seen``:
     the partition's latest commit record generation, 0 for none (object stores). Raises
-    ``s3commit.CommitLost`` when another writer committed the partition first."""
+    ``s3commit.CommitLost`` when another writer committed the partition first. A signal that stops
+    the command waits for the partition's commit to end (``operations.critical``)."""
+    with critical.section():
+        _commit_deletion(log_dir, partition_dir, topic, partition, names, log_start, owner, seen)
+
+
+def _commit_deletion(log_dir: str, partition_dir: str, topic: str, partition: int, names: Sequence[str],
+                     log_start: int, owner: str, seen: int) -> None:
     if by_record(partition_dir):
         record = s3commit.retention_record(topic, partition, seen + 1, owner, names, log_start)
         s3commit.commit_partition(log_dir, partition_dir, record)

@@ -10,11 +10,13 @@ UnifiedLog.deleteOldSegments removes and why; the driver alone then, per partiti
    deletes snapshots of deleted segments) to ``.deleted``, oldest segment first, ``.log`` first;
    fsyncs the directory;
 3. removes the ``.deleted`` files.
-Then, per log dir, once all its partitions are done, one atomic write each (temp, fsync, rename):
+Then, per log dir, once all its partitions are done, one compare-and-swap write each
+(``operations.checkpoints.move_log_starts``, the rule an object store's commit record applies too):
 4. ``log-start-offset-checkpoint``: every changed partition's entry set to its new log start
-   offset, every other entry kept;
+   offset, the entries of the other partitions the log dir holds kept;
 5. ``cleaner-offset-checkpoint``: entries below the new log start raised to it (what Kafka's
-   cleaner does with a checkpoint below the log start), written only when one changed.
+   cleaner does with a checkpoint below the log start);
+each file drops the entries of partitions the log dir no longer holds, as Kafka's writes do.
 
 A crash at any instant leaves a log dir a broker loads as the old or the new log: it deletes
 ``.deleted`` files on load, takes max(checkpoint, first base offset) as the log start, and its
@@ -42,12 +44,9 @@ import pyarrow as pa
 import storage
 from conf.units import MB, UNIT_NOTE
 from operations import commit, s3commit, states
-from operations.checkpoints import update_cleaner_offsets
-from readers import checkpoint
+from operations.checkpoints import move_log_starts
 from readers.errors import FormatError
 from logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
-from operations.checkpoints import raise_cleaner_offsets, raise_log_starts
-from writers.checkpoint import render_checkpoint
 
 
 class Changed(Exception):
@@ -110,6 +109,8 @@ class RetentionReport:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
+    # log dir -> its paused partitions (``kcompact pause``): retention waits for a pause, as Kafka's does
+    paused: dict[str, list[str]] = field(default_factory=dict)
 
     def totals(self) -> dict:
         due = [p for p in self.partitions if not p.skipped and not p.error]
@@ -134,6 +135,8 @@ class RetentionReport:
     def text(self) -> str:
         """Every partition's line but those ``execute`` printed as it deleted them, then the totals."""
         lines = [p.summary(self.dry_run) for p in self.partitions if not p.deleted or p.error]
+        lines += [f"paused partitions: {log_dir}: {len(names)} ({', '.join(names)}) -> "
+                  f"'kcompact resume {log_dir} {' '.join(names)}'" for log_dir, names in self.paused.items()]
         t = self.totals()
         verb = "to delete" if self.dry_run else "deleted"
         lines.append(f"retention: {t['partitions']} partition{'' if t['partitions'] == 1 else 's'} "
@@ -144,7 +147,7 @@ class RetentionReport:
 
     def to_json(self) -> dict:
         return {"run": self.run, "now": self.now, "dry_run": self.dry_run, "units": UNIT_NOTE,
-                "totals": self.totals(), "notes": self.notes,
+                "totals": self.totals(), "notes": self.notes, "paused": self.paused,
                 "partitions": [asdict(p) | {"reasons": p.reasons} for p in self.partitions]}
 
 
@@ -153,7 +156,11 @@ def execute(plan: pa.Table, now: int, dry_run: bool = False,
     """Delete what the plan's ``retention_*`` columns say, log dir by log dir."""
     report = RetentionReport(now=now, dry_run=dry_run)
     owner = f"kcompact-retention-{uuid.uuid4().hex[:12]}"  # names this run in its object-store commit records
-    rows = [r for r in plan.to_pylist()
+    planned = plan.to_pylist()
+    for r in sorted((r for r in planned if r["state"] == states.PAUSED and r["topic"] is not None),
+                    key=lambda r: (r["log_dir"], r["topic"], r["partition"])):
+        report.paused.setdefault(r["log_dir"], []).append(f"{r['topic']}-{r['partition']}")
+    rows = [r for r in planned
             if r["retention_deletes"] or (r["retention_skip_reason"] or "").startswith("bad input")]
     by_dir: dict[str, list[dict]] = {}
     for row in sorted(rows, key=lambda r: (r["log_dir"], r["topic"] or "", r["partition"] or 0, r["path"])):
@@ -233,13 +240,5 @@ def _state_skip(partition_dir: str, policy: str) -> str | None:
 
 
 def _move_checkpoints(log_dir: str, new_starts: dict[tuple[str, int], int]) -> None:
-    """One atomic write of each checkpoint for every partition of ``log_dir`` that changed."""
-    path = posixpath.join(log_dir, checkpoint.LOG_START_OFFSET)
-    entries = checkpoint.parse(path, storage.read_bytes(path)) if storage.exists(path) else {}
-    storage.write_atomic(path, render_checkpoint(raise_log_starts(entries, new_starts)))
-
-    def raised(entries: dict) -> dict | None:
-        wanted = raise_cleaner_offsets(entries, new_starts)
-        return wanted if wanted != entries else None
-
-    update_cleaner_offsets(log_dir, raised)
+    """One write of each checkpoint for every partition of ``log_dir`` that changed."""
+    move_log_starts(log_dir, new_starts)

@@ -51,8 +51,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import storage
-from operations.checkpoints import set_cleaner_offset, update_checkpoint, update_cleaner_offsets
-from readers import checkpoint
+from operations.checkpoints import move_log_starts, set_cleaner_offset
 from logdir.commits import (
     CommitRecord,
     latest_generations,
@@ -61,7 +60,6 @@ from logdir.commits import (
     split_partition_dir,
 )
 from storage import FileInfo
-from operations.checkpoints import raise_cleaner_offsets, raise_log_starts
 
 
 
@@ -113,10 +111,7 @@ def move_checkpoints(log_dir: str, record: CommitRecord) -> None:
     if record.checkpoint is not None:
         set_cleaner_offset(log_dir, record.topic, record.partition, record.checkpoint)
     if record.log_start is not None:
-        starts = {key: record.log_start}
-        update_checkpoint(log_dir, checkpoint.LOG_START_OFFSET,
-                          lambda entries: raise_log_starts(entries, starts))
-        update_cleaner_offsets(log_dir, lambda entries: raise_cleaner_offsets(entries, starts))
+        move_log_starts(log_dir, {key: record.log_start})  # as local retention moves them
 
 
 def discard(partition_dir: str, staged: Iterable[str]) -> None:

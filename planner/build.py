@@ -4,9 +4,10 @@ The driver lists each log dir's root once (partition dirs, checkpoints, cleaning
 states) and resolves each topic's configuration; executors list every partition
 dir and make the few small reads the rules need (``planner.scan``), then apply
 Kafka's rules (``planner.rules``). A plan has one row per partition, so ranking
-and budgets run on the driver over the collected rows. Every row also says what
-retention would delete (``planner.retention``: log start offset, retention.bytes,
-retention.ms) and why. Nothing is written.
+and budgets run on the driver over the collected rows, which stay there as the
+``planner.plan.Plan``. Every row also says what retention would delete
+(``planner.retention``: log start offset, retention.bytes, retention.ms) and why.
+Nothing is written.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from conf import resolve
 from logdir import kraft
 from conf.resolve import Config, TopicConfig
 from planner import retention, rules, scan
+from planner.plan import Plan
 from readers import checkpoint
 from readers.errors import FormatError
 from logdir.listing import METADATA_TOPIC, is_live_partition_dir, parse_partition_dir
@@ -242,8 +244,8 @@ def build_config(paths: Sequence[str], config: Config | None) -> Config:
 
 
 def plan(spark, paths: Sequence[str], conf: Config | None = None, now: int | None = None,
-         top: int | None = None, max_bytes: int | None = None, retention_only: bool = False):
-    """Kafka's cleaning decision for every partition under ``paths``, as a Spark DataFrame.
+         top: int | None = None, max_bytes: int | None = None, retention_only: bool = False) -> Plan:
+    """Kafka's cleaning decision for every partition under ``paths``, ranked, on the driver.
     ``retention_only``: only the retention columns (no batch replay, nothing selected)."""
     now = int(time.time() * 1000) if now is None else now
     config = build_config(paths, conf)
@@ -251,10 +253,8 @@ def plan(spark, paths: Sequence[str], conf: Config | None = None, now: int | Non
     if tasks:
         spark.sparkContext.setJobGroup("kcompact-retention-plan" if retention_only else "kcompact-plan",
                                        f"{'retention' if retention_only else 'cleaning'} plan of {len(tasks)} partitions")
-        planned = _planned(spark, tasks, now, retention_only)
-    else:
-        planned = PLAN_SCHEMA.empty_table()
-    return spark.createDataFrame(ranked(planned, top, max_bytes))
+    # with no partition too: the empty table then has Spark's Arrow shape, as every plan's table has
+    return Plan(ranked(_planned(spark, tasks, now, retention_only), top, max_bytes))
 
 
 def _planned(spark, tasks: list[Task], now: int, retention_only: bool) -> pa.Table:
@@ -276,7 +276,8 @@ def _planned(spark, tasks: list[Task], now: int, retention_only: bool) -> pa.Tab
 
 
 def ranked(planned: pa.Table, top: int | None, max_bytes: int | None) -> pa.Table:
-    """Ranks and budgets applied to the executors' rows, sorted by rank then name."""
+    """Ranks and budgets applied to the executors' rows, sorted by rank then name, in the Arrow
+    shape ``planned`` has (Spark names nested fields its own way: a plan written as Parquet keeps them)."""
     rows = planned.to_pylist()
     candidates = [rules.Candidate(r["path"], r["cleanable_ratio"], r["cleanable_bytes"], r["topic"], r["partition"])
                   for r in rows if r["skip_reason"] is None]
@@ -286,4 +287,4 @@ def ranked(planned: pa.Table, top: int | None, max_bytes: int | None) -> pa.Tabl
             r["rank"], r["skip_reason"] = ranks[r["path"]]
             r["selected"] = r["skip_reason"] is None
     rows.sort(key=lambda r: (r["rank"] is None, r["rank"] or 0, r["topic"] or "", r["partition"] or 0, r["path"]))
-    return pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
+    return pa.Table.from_pylist(rows, schema=planned.schema)

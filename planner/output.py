@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 
 import storage
 from conf.units import MB, UNIT_NOTE
+from planner.plan import Plan
 from planner.rules import ratio_text
 
 TABLE_COLUMNS = ("rank", "partition", "ratio", "dirty MB", "total MB", "dirty range", "bound", "decision")
@@ -79,13 +80,13 @@ def _line(r: dict) -> list[str]:
     return [str(r["rank"] or ""), name, ratio, dirty, total, span, r["uncleanable_bound"] or "", decision]
 
 
-def write(table: pa.Table, path: str) -> None:
+def write(plan: Plan, path: str) -> None:
     """``.parquet`` as Parquet, ``.json`` as a JSON array of one object per partition."""
     if path.endswith(".parquet"):
         fs, fs_path = storage.resolve(path)
-        pq.write_table(table, fs_path, filesystem=fs)
+        pq.write_table(plan.table, fs_path, filesystem=fs)
     elif path.endswith(".json"):
-        storage.write_durable(path, json.dumps(to_json(table), indent=1).encode())
+        storage.write_durable(path, json.dumps(to_json(plan.table), indent=1).encode())
     else:
         raise ValueError(f"{path}: the plan is written as .parquet or .json")
 
@@ -100,7 +101,7 @@ def to_json(table: pa.Table) -> list[dict]:
     return rows
 
 
-def read(path: str) -> pa.Table:
+def read(path: str) -> Plan:
     """A plan written by ``write`` (the compaction job takes one with ``--plan``); anything else is
     a ValueError naming the file."""
     not_a_plan = f"{path}: not a plan written by 'kcompact plan --output'"
@@ -131,7 +132,7 @@ def read(path: str) -> pa.Table:
         raise ValueError(f"{path}: a plan is read from .parquet or .json")
     if "log_dir" not in table.column_names or None in table.column("log_dir").to_pylist():
         raise ValueError(f"{not_a_plan} (a partition without its log dir)")
-    return _complete(path, table)
+    return Plan(_complete(path, table))
 
 
 def _complete(path: str, table: pa.Table) -> pa.Table:

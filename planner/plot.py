@@ -19,6 +19,7 @@ from matplotlib.ticker import MaxNLocator
 
 import storage
 from conf.units import MB
+from planner.plan import Plan
 from planner.rules import ratio_text
 
 FIGSIZE = (14.0, 6.5)  # inches
@@ -32,17 +33,16 @@ COLUMNS = ["topic", "partition", "cleanup_policy", "cleanable_ratio", "cleanable
            "selected", "rank"]
 
 
-def plot_plan(table: pa.Table, path: str) -> None:
+def plot_plan(plan: Plan, path: str) -> None:
     """Write the plan's picture as a PNG to ``path`` (local or ``s3://``)."""
     out = io.BytesIO()
-    draw(table).savefig(out, format="png", dpi=DPI)
+    draw(plan.table).savefig(out, format="png", dpi=DPI)
     storage.write_durable(path, out.getvalue())
 
 
-def show_plan(plan) -> Figure:
-    """The plan's picture for a notebook: pass the DataFrame ``planner.plan`` returns, or its
-    Arrow table; a notebook displays the returned Figure."""
-    return draw(plan.toArrow() if hasattr(plan, "toArrow") else plan)
+def show_plan(plan: Plan) -> Figure:
+    """The plan's picture for a notebook, which displays the returned Figure."""
+    return draw(plan.table)
 
 
 def draw(table: pa.Table) -> Figure:

@@ -5,8 +5,8 @@ batch headers after the latest producer snapshot (the whole log when there is
 none: Kafka replays the same way); the first batch of each dirty non-active
 segment (max.compaction.lag.ms); the last time-index entry of dirty non-active
 segments when min.compaction.lag.ms is set, and of every non-active segment when
-retention.ms applies. Anything malformed becomes a problem on the partition's
-row, never an exception. Problems that make the segment list or the log start
+retention.ms applies. Anything malformed, and any file that cannot be read
+(``UNREADABLE``), becomes a problem on the partition's row, never an exception. Problems that make the segment list or the log start
 unreliable also stop retention (``retention_blockers``); a missing index file or
 an unreadable batch does not (retention reads neither).
 """
@@ -30,6 +30,10 @@ from readers.segment import DEFAULT_CHUNK, iter_batches, to_torn_tail
 from planner.rules import SegmentFacts, dirty_non_active, first_dirty_offset
 
 _SNAPSHOT = re.compile(r"^(\d{20})\.snapshot$")
+# a problem the planner met reading a file rather than in its bytes (its mode, an object store's
+# refusal, an I/O error): the job fails the partition for it, but does not mark it uncleanable
+# (``compaction.job``): once the operator lets the job read the file, the next run cleans it
+UNREADABLE = "unreadable (retried next run): "
 _SMALL_CHUNK = 64 << 10  # first batches are small; do not fetch 8 MiB of an object to read one
 
 
@@ -52,8 +56,13 @@ def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_st
     """``replay=False`` reads no batch (topics that are not compacted need none), except the active
     segment's when the log start checkpoint lies in it (is it beyond the log end?).
     ``retention_timestamps``: read the last time-index entry of every non-active segment (retention.ms)."""
-    files, _ = storage.list_dir(path)
-    part = scan_partition(path, topic, number, files)
+    try:
+        files, _ = storage.list_dir(path)
+        part = scan_partition(path, topic, number, files)
+    except OSError as exc:  # the partition dir itself cannot be listed: nothing is known of it
+        facts = PartitionFacts(Partition(topic, number, path), problems=[unreadable(exc, path)])
+        facts.retention_blockers = list(facts.problems)
+        return facts
     facts = PartitionFacts(part)
     facts.problems += [str(p) for p in part.problems]
     facts.problems += [f"{info.path}: leftover of an interrupted swap (run kcompact recover)" for info in part.leftovers]
@@ -74,16 +83,16 @@ def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_st
             log_end_known = True
             first_dirty, _ = first_dirty_offset(checkpoint, facts.log_start, facts.log_end)
             dirty = {s.base_offset for s in dirty_non_active(facts.segments, first_dirty)}
-        except FormatError as exc:  # unreadable batches stop compaction, not retention (it reads none)
-            facts.problems.append(str(exc))
+        except (FormatError, OSError) as exc:  # unreadable batches stop compaction, not retention (it reads none)
+            facts.problems.append(_said(exc, path))
             if facts.log_start > part.segments[-1].base_offset:  # unless the log end was needed
-                facts.retention_blockers.append(str(exc))
+                facts.retention_blockers.append(_said(exc, path))
     elif log_start_checkpoint is not None and log_start_checkpoint > part.segments[-1].base_offset:
         try:
             facts.log_end, log_end_known = _log_end_from(part.segments[-1], facts.log_start, facts.notes), True
-        except FormatError as exc:  # the log start could not be checked against the log end
-            facts.problems.append(str(exc))
-            facts.retention_blockers.append(str(exc))
+        except (FormatError, OSError) as exc:  # the log start could not be checked against the log end
+            facts.problems.append(_said(exc, path))
+            facts.retention_blockers.append(_said(exc, path))
     if log_end_known and facts.log_start > facts.log_end:
         # Kafka's LogLoader would delete every segment; we report and leave the partition alone
         beyond = (f"{path}: log start offset {facts.log_start} (log-start-offset-checkpoint) is beyond "
@@ -95,21 +104,31 @@ def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_st
     largest: dict[int, int | None] = {}
     try:
         largest = {seg.base_offset: _largest_timestamp(seg) for seg in part.segments if seg.base_offset in wanted}
-    except FormatError as exc:
-        facts.problems.append(str(exc))
-        facts.retention_blockers.append(str(exc))
+    except (FormatError, OSError) as exc:
+        facts.problems.append(_said(exc, path))
+        facts.retention_blockers.append(_said(exc, path))
     firsts: dict[int, int | None] = {}
     try:
         firsts = {seg.base_offset: _first_batch_timestamp(seg, first_stamps) for seg in part.segments
                   if seg.base_offset in dirty}
-    except FormatError as exc:
-        facts.problems.append(str(exc))
+    except (FormatError, OSError) as exc:
+        facts.problems.append(_said(exc, path))
     facts.segments = [
         SegmentFacts(seg.base_offset, seg.size, seg.log.mtime_ms, largest_timestamp=largest.get(seg.base_offset),
                      first_batch_timestamp=firsts.get(seg.base_offset))
         for seg in part.segments
     ]
     return facts
+
+
+def unreadable(exc: OSError, path: str) -> str:
+    """A read error as a problem: ``UNREADABLE``, the file (its URL on an object store; ``path``
+    when the error names none) and why."""
+    return f"{UNREADABLE}{storage.describe_error(exc, path)}"
+
+
+def _said(exc: FormatError | OSError, path: str) -> str:
+    return unreadable(exc, path) if isinstance(exc, OSError) else str(exc)
 
 
 def _bare(segments: Iterable[Segment]) -> list[SegmentFacts]:

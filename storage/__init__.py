@@ -22,15 +22,17 @@ import fsspec
 
 from storage.cas import read_versioned, remove_if, write_if
 from storage.direct import DIRECT_BLOCK, DIRECT_BUFFER, DirectFile
+from storage.failures import describe_failure
 from storage.lock import BROKER_LOCK, LogDirBusy, LogDirLock
 from storage import ownership
 from storage.paths import FileInfo, is_local, is_local_path, join, resolve, url
 
 __all__ = [
     "BROKER_LOCK", "DIRECT_BLOCK", "DIRECT_BUFFER", "TMP", "DirectFile", "FileInfo", "LogDirBusy", "LogDirLock",
-    "copy", "create_durable", "describe_error", "exists", "fsync_dir", "info", "is_local", "is_local_path", "join",
-    "kind", "list_dir", "makedirs", "open_read", "read_bytes", "read_range", "read_versioned", "remove", "remove_if",
-    "rename", "resolve", "set_mtime", "truncate", "url", "write_atomic", "write_durable", "write_if",
+    "copy", "create_durable", "describe_error", "describe_failure", "exists", "fsync_dir", "info", "is_local",
+    "is_local_path", "join", "kind", "list_dir", "makedirs", "open_read", "read_bytes", "read_range", "read_versioned",
+    "remove", "remove_if", "rename", "resolve", "set_mtime", "truncate", "url", "write_atomic", "write_durable",
+    "write_if",
 ]
 
 
@@ -58,7 +60,9 @@ def list_dir(path: str) -> tuple[list[FileInfo], list[str]]:
         except NotADirectoryError:
             pass  # fsspec lists a file as itself
     files, dirs = [], []
-    for info in fs.ls(fs_path, detail=True):
+    with _naming(path, fs_path):
+        listed = fs.ls(fs_path, detail=True)
+    for info in listed:
         if info["type"] == "directory":
             dirs.append(url(fs, info["name"]))
         else:
@@ -92,7 +96,8 @@ def _list_local(fs_path: str) -> tuple[list[FileInfo], list[str]]:
 
 def info(path: str) -> FileInfo:
     fs, fs_path = resolve(path)
-    return _file_info(fs, fs.info(fs_path))
+    with _naming(path, fs_path):
+        return _file_info(fs, fs.info(fs_path))
 
 
 def exists(path: str) -> bool:
@@ -119,15 +124,66 @@ def describe_error(exc: OSError, path: str | None = None) -> str:
     """A storage error as one line a person can act on: the path, then the reason, without errno
     numbers or exception names. s3fs raises bare errors (``FileNotFoundError('bucket/key')``,
     ``FileNotFoundError('The specified bucket does not exist')``); ``path`` names the file when
-    the error does not."""
+    the error does not, and gives an object's ``bucket/key`` its URL (``s3://bucket/key``)."""
     first = str(exc.args[0]) if exc.args else ""
-    names_a_key = exc.strerror is None and exc.filename is None and bool(first) and " " not in first
-    where = exc.filename or path or (first if names_a_key else None)
-    reason = exc.strerror or (None if names_a_key else first) or _REASONS.get(type(exc), "I/O error")
+    names_a_key = exc.strerror is None and bool(first) and " " not in first
+    own = exc.filename or (first if names_a_key else None)
+    where = path if own is None else _as_url(str(own), path)
+    reason = exc.strerror or (None if names_a_key else first)
+    reason = reason[:1].lower() + reason[1:] if reason else _REASONS.get(type(exc), "I/O error")
     if isinstance(exc, FileNotFoundError) and where is not None and "://" in str(where):
         reason = _missing_on_object_store(str(where), reason)
-    reason = reason[:1].lower() + reason[1:]
     return f"{where}: {reason}" if where is not None else reason
+
+
+def _as_url(name: str, path: str | None) -> str:
+    """An object's name as s3fs says it (``bucket/key``) as the URL ``path`` is written in, when
+    ``path`` is a URL of the same bucket; any other name as it is."""
+    if path is None or "://" not in path or "://" in name:
+        return name
+    protocol, _, rest = path.partition("://")
+    return f"{protocol}://{name}" if name.split("/", 1)[0] == rest.split("/", 1)[0] else name
+
+
+@contextlib.contextmanager
+def _naming(path: str, fs_path: str) -> Iterator[None]:
+    """An object store's error names the URL read, as a local file's error names its path: s3fs
+    names ``bucket/key`` or nothing (``PermissionError('Access Denied')``), and an error raised in
+    a Spark task reaches the report with no other trace of the object it was about."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None or exc.filename == fs_path:
+            exc.filename = path
+        raise
+
+
+class _NamedFile:
+    """An object store's file open for reading, its errors naming its URL (``_naming``)."""
+
+    def __init__(self, f, path: str, fs_path: str):
+        self._f, self._path, self._fs_path = f, path, fs_path
+
+    def __getattr__(self, name: str):
+        return getattr(self._f, name)
+
+    def __enter__(self) -> _NamedFile:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._f.close()
+
+    def read(self, *args) -> bytes:
+        with _naming(self._path, self._fs_path):
+            return self._f.read(*args)
+
+    def readinto(self, buffer) -> int:
+        with _naming(self._path, self._fs_path):
+            return self._f.readinto(buffer)
+
+    def seek(self, *args) -> int:
+        with _naming(self._path, self._fs_path):
+            return self._f.seek(*args)
 
 
 def _missing_on_object_store(url: str, reason: str) -> str:
@@ -149,18 +205,21 @@ def open_read(path: str):
     if is_local(fs):
         return open(fs_path, "rb")  # fsspec's LocalFileOpener only wraps this, and costs more
     # Callers read large chunks themselves; a read-ahead cache would fetch twice.
-    return fs.open(fs_path, "rb", cache_type="none")
+    with _naming(path, fs_path):
+        return _NamedFile(fs.open(fs_path, "rb", cache_type="none"), path, fs_path)
 
 
 def read_bytes(path: str) -> bytes:
     fs, fs_path = resolve(path)
-    return fs.cat_file(fs_path)
+    with _naming(path, fs_path):
+        return fs.cat_file(fs_path)
 
 
 def read_range(path: str, start: int, end: int) -> bytes:
     """Bytes [start, end) of a file, without reading the rest."""
     fs, fs_path = resolve(path)
-    return fs.cat_file(fs_path, start=start, end=end)
+    with _naming(path, fs_path):
+        return fs.cat_file(fs_path, start=start, end=end)
 
 
 def makedirs(path: str) -> None:
@@ -185,11 +244,16 @@ def write_durable(path: str, data: bytes) -> None:
     fs, fs_path = resolve(path)
     if is_local(fs):
         owner = ownership.for_file(fs_path)
-        with open(fs_path, "wb") as f:
-            ownership.give(f.fileno(), owner)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(fs_path, "wb") as f:
+                ownership.give(f.fileno(), owner)
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            if exc.filename is None:  # a full disk's write() names no file
+                exc.filename = path
+            raise
     else:
         fs.pipe_file(fs_path, data)
 

@@ -29,6 +29,7 @@ from logdir.listing import (
 )
 from readers.records import CONTROL_TYPES, Record, control_coordinator_epoch, control_type
 from readers.segment import iter_batches, problems
+from tools.verify import unreadable
 
 EXIT_OK, EXIT_PROBLEMS = 0, 1
 TIMESTAMP_TYPES = {NO_TIMESTAMP: "NoTimestampType", CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime"}
@@ -113,19 +114,30 @@ def file_kind(path: str) -> str | None:
 
 
 def dump_dir(printer: Printer, path: str, print_data: bool) -> bool:
-    """A partition dir (files only, named ``<topic>-<n>``) or else a log dir."""
+    """A partition dir (files only, named ``<topic>-<n>``) or else a log dir; one that holds no
+    segment file at all is said to (bad input for dump: there is nothing of Kafka's to show)."""
     files, dirs = storage.list_dir(path)
     name = posixpath.basename(path)
     if not dirs and [posixpath.basename(f.path) for f in files] == [name]:
         raise ValueError(f"{path}: not a .log, .index, .timeindex or .txnindex file, nor a directory")
     parsed = parse_partition_dir(name)
     if parsed is not None and not dirs:
-        return dump_partition(printer, scan_partition(path, *parsed, files=files), print_data)
+        part = scan_partition(path, *parsed, files=files)
+        ok = dump_partition(printer, part, print_data)
+        return _holds_segments(printer, path, [part]) and ok
     logdir = scan_log_dir(path)
     for problem in logdir.problems:
         printer.error(problem)
     results = [dump_partition(printer, part, print_data) for part in logdir.partitions]
-    return not logdir.problems and all(results)
+    return _holds_segments(printer, path, logdir.partitions) and not logdir.problems and all(results)
+
+
+def _holds_segments(printer: Printer, path: str, parts: list[Partition]) -> bool:
+    """False, with an error naming ``path``, when ``parts`` hold no segment."""
+    if any(part.segments for part in parts):
+        return True
+    printer.error(Problem(path, None, "holds no segment files" + ("" if parts else " (no partition directories)")))
+    return False
 
 
 def dump_partition(printer: Printer, part: Partition, print_data: bool) -> bool:
@@ -150,6 +162,9 @@ def dump_file(printer: Printer, path: str, kind: str, print_data: bool) -> bool:
         return dump_index(printer, path, kind, base_offset)
     except FormatError as exc:
         printer.error(Problem.of(exc))
+        return False
+    except PermissionError as exc:  # a file this process may not read: bad input too (a broker cannot load it)
+        printer.error(unreadable(path, exc))
         return False
 
 

@@ -13,7 +13,9 @@ accepts the state and repairs it on its own: its cleaner resets a checkpoint ent
 outside the log (LogCleanerManager.cleanableOffsets), its load completes or deletes
 swap leftovers and orphaned index files and rebuilds a missing offset index
 (LogLoader), its recovery after a crash truncates the torn tail of the active
-segment (LogSegment.recover). Notes never fail ``verify`` unless ``--strict``.
+segment (LogSegment.recover). Notes never fail ``verify`` unless ``--strict``. A file that
+this process may not read (its mode, an object store's refusal) is a problem too: a broker cannot
+load it either.
 """
 
 from __future__ import annotations
@@ -73,6 +75,13 @@ def split(found: list[Problem]) -> tuple[list[Problem], list[Note]]:
     return [p for p in found if not isinstance(p, Note)], [p for p in found if isinstance(p, Note)]
 
 
+def unreadable(path: str, exc: PermissionError) -> Problem:
+    """A file this process may not read (its mode, an object store's refusal: an archived object,
+    a policy), as a problem. Other OSErrors (a path that is not there) are the command's."""
+    said = storage.describe_error(exc, path)
+    return Problem(path, None, f"cannot be read: {said.removeprefix(f'{path}: ')}")
+
+
 def run_verify(path: str, strict: bool, out: TextIO, err: TextIO) -> int:
     """``kcompact verify``: the problems, then the notes, then the counts of both; 1 when there is
     a problem (or, with ``strict``, a note), else 0."""
@@ -96,6 +105,7 @@ class SegmentSummary:
     max_timestamp: int = NO_TIMESTAMP
     positions: list[int] = field(default_factory=list)
     last_offsets: list[int] = field(default_factory=list)
+    unreadable: bool = False  # the .log could not be read: nothing to check its indexes against
 
 
 def verify_log_dir(path: str) -> list[Problem]:
@@ -124,7 +134,7 @@ def check_partition(part: Partition, ends: dict[tuple[str, int], tuple[int, int]
         next_base = None if active else part.segments[i + 1].base_offset
         summary, seg_found = check_log(seg, prev_last, next_base)
         found += _torn_tail_said(seg, seg_found, clean_shutdown) if active and seg_found else seg_found
-        found += check_indexes(part, seg, summary, active)
+        found += [] if summary.unreadable else check_indexes(part, seg, summary, active)
         prev_last = max(prev_last, summary.last_offset)
     if ends is not None and part.segments:
         # the log end: past the last batch read, and never below the active segment's base offset
@@ -162,8 +172,11 @@ def _torn_tail_said(seg: Segment, found: list[Problem], clean_shutdown: bool = F
     is a note. Not when the broker shut down cleanly (it does not recover the log then), nor when
     the tail starts with an entry no append leaves (an unknown magic, a length below the minimum):
     complete batches may follow it, and the broker would lose them."""
-    with storage.open_read(seg.log.path) as f:
-        tail = torn_tail(f, seg.log.path)
+    try:
+        with storage.open_read(seg.log.path) as f:
+            tail = torn_tail(f, seg.log.path)
+    except PermissionError:  # check_log said so
+        return found
     if tail is None:
         return found
     if not tail.what.startswith(INTERRUPTED_APPEND):
@@ -186,8 +199,8 @@ def check_log(seg: Segment, prev_last: int, next_base: int | None) -> tuple[Segm
     path = seg.log.path
     summary = SegmentSummary(seg.base_offset, seg.base_offset - 1)
     found = []  # an empty segment is no fault: Kafka's cleaner leaves one when a group loses every batch
-    with storage.open_read(path) as f:
-        try:
+    try:
+        with storage.open_read(path) as f:
             for batch in iter_batches(f, path, strict=False):
                 records, batch_found = check_batch(batch)
                 first = _first_offset(batch, records)
@@ -195,8 +208,11 @@ def check_log(seg: Segment, prev_last: int, next_base: int | None) -> tuple[Segm
                 found += _check_offsets(batch, first, prev_last, seg.base_offset, next_base)
                 prev_last = batch.last_offset
                 _summarize(summary, batch)
-        except FormatError as exc:
-            found.append(Problem.of(exc))
+    except FormatError as exc:
+        found.append(Problem.of(exc))
+    except PermissionError as exc:
+        found.append(unreadable(path, exc))
+        summary.unreadable = True
     return summary, found
 
 
@@ -295,6 +311,8 @@ def _parsed(path: str, check: IndexCheck, summary: SegmentSummary) -> list[Probl
         return check(path, storage.read_bytes(path), summary)
     except FormatError as exc:
         return [Problem.of(exc)]
+    except PermissionError as exc:
+        return [unreadable(path, exc)]
 
 
 def check_offset_index(path: str, data: bytes, summary: SegmentSummary) -> list[Problem]:
@@ -383,11 +401,14 @@ def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int
     live = {(p.topic, p.partition) for p in logdir.partitions}
     found, parsed, lines = [], {}, {}  # lines: the cleaner checkpoint's entry positions
     for name, path in sorted(logdir.checkpoints.items()):
-        text = storage.read_bytes(path)
         try:
+            text = storage.read_bytes(path)
             parsed[name] = checkpoint.parse(path, text)
         except FormatError as exc:
             found.append(Problem.of(exc))
+            continue
+        except PermissionError as exc:
+            found.append(unreadable(path, exc))
             continue
         if name != checkpoint.CLEANER_OFFSET:
             continue

@@ -39,10 +39,11 @@ class BufferSizes:
     max_io_buffer: int  # the broker's message.max.bytes (LogCleaner's maxIoBufferSize)
 
     @classmethod
-    def of(cls, config: dict[str, int]) -> BufferSizes:
-        """From resolved settings (topic-level names; broker-only ones by their broker names)."""
-        initial = config["log.cleaner.io.buffer.size"] // config["log.cleaner.threads"] // 2
-        return cls(max(initial, 1), config["max.message.bytes"], config["message.max.bytes"])
+    def of(cls, io_buffer_size: int, threads: int, max_message_bytes: int, message_max_bytes: int) -> BufferSizes:
+        """From the settings: log.cleaner.io.buffer.size, log.cleaner.threads, the topic's
+        max.message.bytes and the broker's message.max.bytes."""
+        initial = io_buffer_size // threads // 2
+        return cls(max(initial, 1), max_message_bytes, message_max_bytes)
 
 
 @njit(cache=True, nogil=True)

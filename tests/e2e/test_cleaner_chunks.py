@@ -33,15 +33,17 @@ NOW = 1_720_300_000_000
 OLD = NOW - 30 * 86_400_000  # far before NOW: a delete horizon makes timestamp deltas 5-byte varints
 MTIME = NOW - 86_400_000
 BUFFER = 4096  # per read: --broker-config log.cleaner.io.buffer.size=8192 (/ 1 thread / 2)
-DEFAULTS = {"log.cleaner.io.buffer.size": 524_288, "log.cleaner.threads": 1, "max.message.bytes": 1_048_588,
-            "message.max.bytes": 1_048_588}
+# Kafka's defaults: log.cleaner.io.buffer.size, log.cleaner.threads, max.message.bytes, message.max.bytes
+DEFAULTS = {"io_buffer_size": 524_288, "threads": 1, "max_message_bytes": 1_048_588, "message_max_bytes": 1_048_588}
 
 
 # -- the buffer arithmetic ------------------------------------------------------------------------------
 def test_buffer_sizes_follow_kafkas_settings():
-    assert BufferSizes.of(DEFAULTS).initial == 262_144  # 512 KiB shared by a read and a write buffer
-    assert BufferSizes.of(DEFAULTS | {"log.cleaner.threads": 2}).initial == 131_072
-    assert BufferSizes.of(DEFAULTS | {"log.cleaner.io.buffer.size": 3}).initial == 1
+    assert BufferSizes.of(**DEFAULTS) == BufferSizes(262_144, 1_048_588, 1_048_588)  # 512 KiB: a read, a write buffer
+    assert BufferSizes.of(**DEFAULTS | {"threads": 2}).initial == 131_072
+    assert BufferSizes.of(**DEFAULTS | {"io_buffer_size": 3}).initial == 1
+    assert BufferSizes.of(**DEFAULTS | {"max_message_bytes": 100, "message_max_bytes": 200}) \
+        == BufferSizes(262_144, 100, 200)  # the topic's limit, then the broker's
 
 
 @pytest.mark.parametrize(("topic_max", "broker_max", "batch", "to"), [

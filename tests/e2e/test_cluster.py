@@ -29,6 +29,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from readers import kernel_cache
 from tests.support import kp_batches
 
 REPO = Path(__file__).resolve().parents[2]
@@ -295,6 +296,16 @@ def test_compact_on_standalone_cluster(tmp_path, executor_python, cluster, dist)
     assert report["totals"]["failed"] == 0
     kept = sorted((p["topic"], p["partition"], p["records_kept"]) for p in report["partitions"])
     assert kept == sorted((p["topic"], p["partition"], p["records_kept"]) for p in local_report["partitions"])
+
+    # the executors compiled no kernel: numba's cache of the archive's code (under XDG_CACHE_HOME,
+    # new) holds the indexes shipped in it (readers.kernel_cache), copied as they are, and no other
+    shipped = REPO / "readers" / kernel_cache.SHIPPED
+    indexes = sorted((tmp_path / "executor-cache").rglob("*.nbi"))
+    assert indexes, "no kernel cache on the executors"
+    for index in indexes:  # <cache>/numba/<package>_<hash of its path>/kcompact-<digest>/<index>
+        package = index.parent.parent.name.rsplit("_", 1)[0]
+        assert index.parent.name.startswith("kcompact-"), f"{index}: compiled on an executor"
+        assert index.read_bytes() == (shipped / package / index.name).read_bytes(), f"{index}: compiled on an executor"
 
 
 @pytest.mark.parametrize("script", ["plan", "compact", "retain", "run", "recover"])

@@ -199,12 +199,13 @@ def run(args: list[str], env: dict[str, str], out: Path, timeout: float = JOB_TI
 
 
 def compact(log_dirs: list[Path], tmp: Path, out: Path, **crash: str) -> int:
-    return run([KCOMPACT, "compact", *map(str, log_dirs), "--now", NOW, "--topic-config", SEGMENT_BYTES_AT_CLEANING],
+    return run([KCOMPACT, "compact", *map(str, log_dirs), "--allow-duplicate-partitions", "--now", NOW,  # copies of one
+                "--topic-config", SEGMENT_BYTES_AT_CLEANING],
                job_env(tmp, **crash), out)
 
 
 def recover(log_dirs: list[Path], tmp: Path, out: Path) -> int:
-    return run([KCOMPACT, "recover", *map(str, log_dirs)], job_env(tmp), out)
+    return run([KCOMPACT, "recover", *map(str, log_dirs), "--allow-duplicate-partitions"], job_env(tmp), out)
 
 
 def fork_driver(task: dict, tmp: Path, name: str) -> dict[str, dict]:

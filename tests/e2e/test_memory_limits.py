@@ -61,7 +61,8 @@ def test_what_reading_whole_holds_grows_with_keys_threads_and_groups():
 ])
 def test_only_a_fault_of_the_log_marks_it_uncleanable(error, uncleanable):
     result = job.JobResult(Report(now=0, dry_run=False))
-    row = {"path": "/logs/t-0", "log_dir": "/logs", "topic": "t", "partition": 0, "first_dirty": 0, "error": error}
+    row = {"path": "/logs/t-0", "log_dir": "/logs", "topic": "t", "partition": 0, "first_dirty_offset": 0,
+           "error": error}
     result.fail(row)
     assert ("/logs/t-0" in result.uncleanable) == uncleanable
     assert result.report.partitions[0].error == error

@@ -1,4 +1,4 @@
-"""planner.plan end to end: small log dirs built on disk (kafka-python batches, hand-built
+"""planner.build.plan end to end: small log dirs built on disk (kafka-python batches, hand-built
 transaction markers, producer snapshots and checkpoints), planned on Spark, and compared with
 plans worked out by hand from Kafka's LogCleanerManager rules (never by calling planner code).
 
@@ -26,7 +26,8 @@ from chispa import assert_df_equality
 from conf import resolve
 from logdir import kraft
 from jobs import cli
-from planner import output, plan
+from planner import output
+from planner.build import plan
 from readers.records import Record
 from tests.support import FIXTURE_INPUT, checkpoint_text, hand_control_batch, kp_build, write_partition
 from tests.unit.test_kraft_metadata import BROKER, TOPIC, batch, config_value, topic_value, write_log
@@ -232,11 +233,12 @@ def planned(spark, tmp_path_factory):
     before = {d: tree_state(d) for d in (a, b, c, FIXTURE_INPUT)}
     paths = [str(a), str(b), str(c), str(FIXTURE_INPUT)]
     conf = resolve.build(topic_args=TOPIC_ARGS, metadata=kraft.metadata_sources(paths))
-    df = plan(spark, paths, conf=conf, now=NOW)
-    table = df.toArrow()
+    made = plan(spark, paths, conf=conf, now=NOW)
+    table, df = made.table, made.df(spark)
     after = {d: tree_state(d) for d in (a, b, c, FIXTURE_INPUT)}
     rows = {posixpath.basename(r["path"].rstrip("/")): r for r in table.to_pylist()}
-    return SimpleNamespace(a=a, b=b, c=c, mdir=mdir, df=df, table=table, rows=rows, before=before, after=after)
+    return SimpleNamespace(a=a, b=b, c=c, mdir=mdir, plan=made, df=df, table=table, rows=rows, before=before,
+                           after=after)
 
 
 DECISION_COLUMNS = ["topic", "partition", "log_start_offset", "log_end_offset", "checkpoint_offset",
@@ -427,6 +429,7 @@ def test_every_log_dir_is_planned(planned):
     assert by_dir[str(FIXTURE_INPUT)] == {"accounts-0", "accounts-1", "clicks-0"}
     assert len(by_dir[str(planned.a)]) == 22
     assert planned.table.num_rows == 22 + 2 + 2 + 3
+    assert planned.plan.log_dirs == sorted(by_dir)
 
 
 # -- output -----------------------------------------------------------------------------------------
@@ -434,13 +437,13 @@ def test_output_round_trips(planned, tmp_path):
     expected = planned.table.to_pylist()
     for name in ("plan.json", "plan.parquet"):
         path = str(tmp_path / name)
-        output.write(planned.table, path)
-        assert output.read(path).to_pylist() == expected, name
+        output.write(planned.plan, path)
+        assert output.read(path).table.to_pylist() == expected, name
     doc = json.loads((tmp_path / "plan.json").read_text())
     assert len(doc) == planned.table.num_rows
     assert doc[0]["config"]["cleanup.policy"] == "compact"  # maps as JSON objects
     with pytest.raises(ValueError, match=r"\.parquet or \.json"):
-        output.write(planned.table, str(tmp_path / "plan.csv"))
+        output.write(planned.plan, str(tmp_path / "plan.csv"))
 
 
 def test_describe_lists_every_partition(planned):
@@ -476,7 +479,8 @@ BUDGET_ARGS = ["bud-*:cleanup.policy=compact", "bud-c:min.cleanable.dirty.ratio=
 def test_budgets(spark, budget_dir):
     # --top 2, --max-bytes 3S, filled greedily in rank order: bud-a (2S) fits; bud-b (2S) does not fit the S
     # left and is passed over; bud-c (S) fits and is the second
-    df = plan(spark, [str(budget_dir)], conf=resolve.build(topic_args=BUDGET_ARGS), now=NOW, top=2, max_bytes=3 * S)
+    df = plan(spark, [str(budget_dir)], conf=resolve.build(topic_args=BUDGET_ARGS), now=NOW, top=2,
+              max_bytes=3 * S).df(spark)
     got = df.select("topic", "rank", "cleanable_bytes", "selected", "skip_reason")
     expected = [
         ("bud-a", 1, 2 * S, True, None),

@@ -146,7 +146,7 @@ def dirs(spark, tmp_path_factory):
     build_r(r)
     build_q(q)
     before = listing(r)
-    table = plan(spark, [str(r)], conf=resolve.build(topic_args=TOPIC_ARGS), now=NOW).toArrow()
+    table = plan(spark, [str(r)], conf=resolve.build(topic_args=TOPIC_ARGS), now=NOW).table
     rows = {row["topic"]: row for row in table.to_pylist()}
     assert listing(r) == before  # planning writes nothing
     return SimpleNamespace(r=r, q=q, out=out, table=table, rows=rows, before=before)
@@ -262,10 +262,10 @@ def test_skipped_partitions_untouched(dirs, retained):
 
 
 def test_checkpoints_moved(dirs, retained):
-    # one write per file: changed partitions set, the others (beyond, gone) kept
+    # one write per file: changed partitions set, the others the log dir holds (beyond) kept; gone (no
+    # partition in this log dir) dropped, as Kafka's LogManager writes the log starts of its own logs
     assert (dirs.r / "log-start-offset-checkpoint").read_text().splitlines() == [
-        "0", "8", "beyond 0 1000", "busy 0 20", "comp 0 15", "del 0 20", "gone 0 7", "notime 0 10", "nots 0 10",
-        "size 0 10"]
+        "0", "7", "beyond 0 1000", "busy 0 20", "comp 0 15", "del 0 20", "notime 0 10", "nots 0 10", "size 0 10"]
     # comp 3 < new log start 15 -> 15; size 12 >= 10 stays; gone (no partition in this log dir) is
     # dropped, as Kafka's updateCheckpoints keeps only the dir's own logs on every write
     assert (dirs.r / "cleaner-offset-checkpoint").read_text().splitlines() == [
@@ -342,6 +342,31 @@ def seen_bases(log_dir: str) -> list[int]:
     from logdir.listing import scan_partition
 
     return [s.base_offset for s in scan_partition(f"{log_dir}/x-0", "x", 0).segments]
+
+
+def test_local_and_object_store_retention_write_the_same_checkpoints(store, tmp_path):
+    """One rule for both paths, Kafka's: each checkpoint keeps only the entries of the partitions
+    the log dir holds (LogManager writes log-start-offset-checkpoint for the logs it holds,
+    LogCleanerManager.updateCheckpoints cleaner-offset-checkpoint), so an entry of a partition
+    gone from the log dir is dropped, on local disk as on S3, even from a file none of whose other
+    entries moves; and the two leave the same bytes."""
+    import shutil
+
+    src = tmp_path / "src"
+    write_partition(src / "x-0", closed([(0, NOW - 3 * HOUR), (10, NOW - 3 * HOUR)], 20))
+    (src / "log-start-offset-checkpoint").write_bytes(checkpoint_text([("gone", 0, 7), ("x", 0, 0)]))
+    (src / "cleaner-offset-checkpoint").write_bytes(checkpoint_text([("gone", 0, 99), ("x", 0, 15)]))
+    local = tmp_path / "local"
+    shutil.copytree(src, local)
+    store.fs.put(f"{src}/", f"{BUCKET}/same/", recursive=True)
+    for log_dir in (str(local), f"s3://{BUCKET}/same"):
+        (entry,) = execute(x_row(log_dir), now=NOW).partitions
+        assert entry.deleted and entry.error is None, (log_dir, entry.error)
+    # x's log start 0 -> 10; its cleaner entry 15 is not below 10 and stays; gone's entries go
+    expected = {"log-start-offset-checkpoint": b"0\n1\nx 0 10\n", "cleaner-offset-checkpoint": b"0\n1\nx 0 15\n"}
+    assert {name: (local / name).read_bytes() for name in expected} == expected
+    on_s3 = objects(store, "same")
+    assert {name: on_s3[name] for name in expected} == expected
 
 
 def test_object_store_deletes_through_a_commit_record(store):

@@ -298,7 +298,8 @@ def test_every_crash_point_of_a_commit(s3, gen, merged_truth, child_env, spark_s
         seen = seen_records(url(f"sweep/{point}/{TARGET}"))  # before any recovery
         assert log_dir_names.unknown(object_names(s3, f"sweep/{point}")) == [], point
         assert seen == (new_records if committed[point] else old_records), point
-    recovered = run([*KCOMPACT, "recover", *(url(f"sweep/{p}") for p in points)], child_env)
+    recovered = run([*KCOMPACT, "recover", *(url(f"sweep/{p}") for p in points), "--allow-duplicate-partitions"],
+                    child_env)  # copies of one log dir, each at its own crash point
     assert recovered.returncode == 0, recovered.stdout[-3000:] + recovered.stderr[-3000:]
     assert_no_secret(recovered.stdout, recovered.stderr)
     uninjected = {n: s3.cat(f"{BUCKET}/sweep/uninjected/{TARGET}/{n}") for n in object_names(s3, f"sweep/uninjected/{TARGET}")}
@@ -314,7 +315,8 @@ def test_every_crash_point_of_a_commit(s3, gen, merged_truth, child_env, spark_s
         assert seen_records(url(f"sweep/{point}/{TARGET}")) == (new_records if committed[point] else old_records)
     # a second compaction takes the points left old to the uninjected result, and leaves a new one as it is
     again = [p for p in points if not committed[p]] + [points[1]]
-    assert cli.main(["compact", *(url(f"sweep/{p}") for p in again), "--now", NOW, *MERGING]) == 0
+    assert cli.main(["compact", *(url(f"sweep/{p}") for p in again), "--allow-duplicate-partitions", "--now", NOW,
+                     *MERGING]) == 0
     for point in again:
         assert {n: s3.cat(f"{BUCKET}/sweep/{point}/{TARGET}/{n}") for n in uninjected} == uninjected, point
         assert object_names(s3, f"sweep/{point}/{TARGET}") == set(uninjected), point
@@ -440,14 +442,14 @@ def test_killed_jobs_show_old_or_new_then_recover_and_converge(jobs, s3, gen, lo
         lines = [{k: v for k, v in json.loads(line).items() if k != "file"} for line in dumped.stdout.splitlines()]
         assert lines == (new if written else old)[TARGET]
     lapse([url(name) for name in points], names)
-    recovered = run([*KCOMPACT, "recover", *(url(name) for name in points)], child_env)
+    recovered = run([*KCOMPACT, "recover", *(url(name) for name in points), "--allow-duplicate-partitions"], child_env)
     assert recovered.returncode == 0, recovered.stdout[-3000:] + recovered.stderr[-3000:]
     assert_no_secret(recovered.stdout, recovered.stderr)
     for name, n in points.items():
         assert staged_left(s3, name) == [], name
         assert not [f for f in object_names(s3, name) if f.startswith("kcompact-state.")], name
         assert dump_lines(url(f"{name}/{TARGET}")) == (new if n > 1 else old)[TARGET], name
-    assert cli.main(["compact", *(url(name) for name in points), "--now", NOW]) == 0
+    assert cli.main(["compact", *(url(name) for name in points), "--allow-duplicate-partitions", "--now", NOW]) == 0
     for name in points:
         for p in names:
             assert dump_lines(url(f"{name}/{p}")) == new[p], (name, p)

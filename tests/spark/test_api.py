@@ -68,7 +68,7 @@ def test_import_loads_no_spark_until_a_function_needs_it(generated, tmp_path):
 
 def test_plan_selects_the_partitions_kafka_would_clean(spark, generated):
     pristine, truth, model, _ = generated
-    rows = kcompact.plan(spark, [str(pristine)], now=NOW).toArrow().to_pylist()
+    rows = kcompact.plan(spark, [str(pristine)], now=NOW).table.to_pylist()
     assert sorted((r["topic"], r["partition"]) for r in rows) == sorted(truth.partitions)
     selected = {(r["topic"], r["partition"]): (r["first_dirty_offset"], r["first_uncleanable_dirty_offset"])
                 for r in rows if r["selected"]}
@@ -79,7 +79,7 @@ def test_plan_selects_the_partitions_kafka_would_clean(spark, generated):
 def test_configuration_by_kafkas_names(spark, generated):
     pristine, _, model, _ = generated
     rows = kcompact.plan(spark, [str(pristine)], now=NOW, topic_config={"orders": {"min.cleanable.dirty.ratio": 1}},
-                         broker_config={"log.cleaner.min.cleanable.ratio": 0.5}).toArrow().to_pylist()
+                         broker_config={"log.cleaner.min.cleanable.ratio": 0.5}).table.to_pylist()
     orders = [r for r in rows if r["topic"] == "orders"]  # a ratio is at most 1, and must exceed the minimum
     assert orders and not any(r["selected"] for r in orders)
     assert all(dict(r["config_sources"])["min.cleanable.dirty.ratio"] == "--topic-config topic[orders]" for r in orders)
@@ -96,9 +96,9 @@ def test_configuration_by_kafkas_names(spark, generated):
 def test_a_dry_run_compacts_nothing_and_writes_no_stamp(spark, generated, tmp_path):
     log_dir = copy_of(generated, tmp_path)
     before = files(log_dir)
-    report, table = kcompact.compact(spark, [log_dir], now=NOW, dry_run=True, **QUIET)
+    report, plan = kcompact.compact(spark, [log_dir], now=NOW, dry_run=True, **QUIET)
     assert {(p.topic, p.partition): (p.dirty_start, p.dirty_end) for p in report.partitions} == generated[2].cleaned
-    assert report.dry_run and table.num_rows == len(generated[1].partitions)
+    assert report.dry_run and plan.table.num_rows == len(generated[1].partitions)
     assert files(log_dir) == before
 
 

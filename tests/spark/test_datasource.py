@@ -326,9 +326,30 @@ def test_topic_and_partition_options(log_dir: Path):
         ("orders", 0), ("orders", 1), ("user-events", 0)}
     picked = splits(log_dir, topics="orders,user-events", partitions="orders:1")
     assert {(s.topic, s.partition) for s in picked} == {("orders", 1)}
-    assert splits(log_dir, topics="nothing") == []
-    reader = KafkaLogDataSource({"path": str(log_dir), "topics": "nothing"}).reader(None)
+    assert splits(log_dir, partitions="9") == []
+    reader = KafkaLogDataSource({"path": str(log_dir), "partitions": "9"}).reader(None)
     assert list(reader.read(InputPartition(None))) == []  # the task Spark runs when none was planned
+
+
+def test_topics_that_do_not_exist_are_an_error_naming_those_that_do(log_dir: Path):
+    """``topics=nosuch`` (a typo) is an error naming the topics the log dirs hold, not an empty result;
+    a topic named beside one that exists (a broker holds replicas of some topics only) is not."""
+    with pytest.raises(ValueError) as raised:
+        splits(log_dir, topics="nosuch, ordres")
+    assert str(raised.value) == (f"kafka-log: topics=nosuch,ordres: no such topic in {log_dir}; "
+                                 "the topics there: orders, user-events")
+    with pytest.raises(ValueError, match="no such topic in .*orders-1; the topics there: orders$"):
+        splits(log_dir / "orders-1", topics="user-events")
+    assert {s.topic for s in splits(log_dir, topics="orders,payments")} == {"orders"}
+    # a pushed filter on a topic that does not exist is a query with no rows, as in SQL
+    reader = KafkaLogDataSource({"path": str(log_dir), "pushFilters": "true"}).reader(None)
+    assert list(reader.pushFilters([EqualTo(("topic",), "nosuch")])) == []
+    assert reader.partitions() == []
+
+
+def test_a_missing_topic_reaches_the_notebook_as_that_error(spark, source, log_dir: Path):
+    with pytest.raises(Exception, match="no such topic in .*; the topics there: orders, user-events"):
+        read(spark, log_dir, topics="nosuch")
 
 
 def test_offset_range_prunes_segments_and_index_ranges(log_dir: Path):

@@ -14,7 +14,9 @@ import pytest
 
 from compaction import backward, batch_plans, job, rewrite
 from compaction.backward import clean_partition
+from compaction.cleaner_config import CleanerConfig
 from compaction.results import IO_ERROR, OUT_OF_MEMORY
+from compaction.to_clean import PartitionToClean
 from conf.resolve import Config
 from tests.support import kp_batches, kp_keyed, seg_path, write_partition
 
@@ -42,20 +44,20 @@ def _partition(root: Path) -> tuple[Path, list[tuple[int, bytes, bytes]]]:
     return part, [r for r in written if r[0] < active_base]
 
 
-def _row(part: Path, segment_bytes: int) -> dict:
-    """The plan's row of the partition, everything before the active segment dirty."""
+def _to_clean(part: Path, segment_bytes: int) -> PartitionToClean:
+    """The partition as the job takes it from its plan row, everything before the active segment dirty."""
     config = Config()
     config.add_topic("t", "segment.bytes", str(segment_bytes), "test")
-    strings = config.for_topic("t").as_strings()
     active = SEGMENTS * BATCHES * PER_BATCH
-    return {"path": str(part), "log_dir": str(part.parent), "topic": "t", "partition": 0, "log_start_offset": 0,
-            "first_dirty_offset": 0, "first_uncleanable_dirty_offset": active,
-            "config": [(key, strings[key]) for key in batch_plans.CONFIG_KEYS]}
+    return PartitionToClean(path=str(part), log_dir=str(part.parent), topic="t", partition=0, log_start_offset=0,
+                            first_dirty_offset=0, first_uncleanable_dirty_offset=active,
+                            total_bytes=sum(log.stat().st_size for log in part.glob("*.log")),
+                            config=CleanerConfig.of(config.for_topic("t").as_strings()))
 
 
 def _groups(part: Path, segment_bytes: int) -> tuple[list, int]:
     """The segment groups of the partition's cleaning, as the job's driver makes them."""
-    planned = batch_plans.plan_one(_row(part, segment_bytes), NOW)
+    planned = batch_plans.plan_one(_to_clean(part, segment_bytes), NOW)
     assert planned["error"] is None
     ok = pa.Table.from_pylist([planned], schema=batch_plans.PARTITION_PLAN)
     batches = job.Batches.of(ok)
@@ -103,8 +105,8 @@ def test_batch_plans_by_any_number_of_threads(tmp_path):
     """Segments read on threads make the same plans; with two corrupt segments, the error names
     the first of them, as reading them in turn does."""
     part, _ = _partition(tmp_path)
-    row = _row(part, segment_bytes=seg_path(part, 0, "log").stat().st_size + 1)
-    plans = [batch_plans.plan_one(row, NOW, threads) for threads in (1, 2, 4)]
+    partition = _to_clean(part, segment_bytes=seg_path(part, 0, "log").stat().st_size + 1)
+    plans = [batch_plans.plan_one(partition, NOW, threads) for threads in (1, 2, 4)]
     assert plans[0]["error"] is None and plans[0]["batches"]
     assert [{k: v for k, v in p.items() if k != "seconds"} for p in plans[1:]] == [
         {k: v for k, v in plans[0].items() if k != "seconds"}] * 2
@@ -114,7 +116,7 @@ def test_batch_plans_by_any_number_of_threads(tmp_path):
         data[-5] ^= 0xFF
         log.write_bytes(bytes(data))
     for threads in (1, 2, 4):
-        error = batch_plans.plan_one(row, NOW, threads)["error"]
+        error = batch_plans.plan_one(partition, NOW, threads)["error"]
         assert error.startswith(f"{seg_path(part, BATCHES * PER_BATCH, 'log')}: byte ") and "CRC mismatch" in error
 
 
@@ -136,8 +138,8 @@ def test_a_corrupt_batch_stops_the_partition_at_its_group(tmp_path, small_ranges
 
 
 @pytest.mark.parametrize(("threads", "failure", "reason", "says"), [
-    (1, OSError(28, "No space left on device"), IO_ERROR, "No space left"),
-    (2, OSError(28, "No space left on device"), IO_ERROR, "No space left"),
+    (1, OSError(28, "No space left on device"), IO_ERROR, "no space left on "),
+    (2, OSError(28, "No space left on device"), IO_ERROR, "no space left on "),
     (2, OSError(12, "Cannot allocate memory"), OUT_OF_MEMORY, "Cannot allocate memory"),
     (1, MemoryError("Unable to allocate 10.9 MiB"), OUT_OF_MEMORY, "Unable to allocate"),
     (2, MemoryError(), OUT_OF_MEMORY, "MemoryError"),
@@ -161,6 +163,10 @@ def test_a_failed_write_stops_the_partition_before_the_groups_below(tmp_path, sm
     results = clean_partition(groups, render=True, threads=threads, keys=keys)
     assert [r["group"] for r in results] == [2, 3]
     assert results[0]["error"].startswith(reason) and says in results[0]["error"]
+    if getattr(failure, "errno", None) == 28:  # a full disk: the file being written and the room needed
+        needed = sum(seg_path(part, base, "log").stat().st_size for base in groups[2][0].segments)
+        assert f"(writing {part.name}/{failing_base:020d}.log.cleaned, up to {needed / 2**20:.2g} MB needed)" in \
+            results[0]["error"], results[0]["error"]
     assert results[1]["error"] is None
     bases = {int(p.name[:20]) for p in part.glob("*.cleaned")}
     assert bases == {groups[3][0].base_offset}

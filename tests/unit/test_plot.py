@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from planner.build import PLAN_SCHEMA
+from planner.plan import Plan
 from planner.plot import DPI, FIGSIZE, plot_plan, show_plan
 
 SIZE = (round(FIGSIZE[0] * DPI), round(FIGSIZE[1] * DPI))
@@ -27,24 +28,24 @@ def row(partition: int, ratio: float | None, dirty: int | None, *, topic: str = 
             "min_cleanable_ratio": min_ratio, "selected": selected, "rank": rank, "skip_reason": skip}
 
 
-def normal_plan() -> pa.Table:
+def normal_plan() -> Plan:
     rows = [row(p, p / 30, p * 150_000, selected=p / 30 > 0.5, rank=30 - p if p > 15 else None) for p in range(30)]
     rows.append(row(0, 0.9, 9_000_000, topic="a-topic-with-a-name-far-longer-than-any-label-should-be",
                     selected=True, rank=1, min_ratio=0.2))
     rows.append(row(0, None, None, topic="clicks", policy="delete"))
-    return pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
+    return Plan(pa.Table.from_pylist(rows, schema=PLAN_SCHEMA))
 
 
-def not_compacted_plan() -> pa.Table:
-    return pa.Table.from_pylist([row(p, None, None, topic="clicks", policy="delete") for p in range(3)],
-                                schema=PLAN_SCHEMA)
+def not_compacted_plan() -> Plan:
+    return Plan(pa.Table.from_pylist([row(p, None, None, topic="clicks", policy="delete") for p in range(3)],
+                                     schema=PLAN_SCHEMA))
 
 
-@pytest.mark.parametrize("table", [normal_plan(), PLAN_SCHEMA.empty_table(), not_compacted_plan()],
+@pytest.mark.parametrize("plan", [normal_plan(), Plan(PLAN_SCHEMA.empty_table()), not_compacted_plan()],
                          ids=["normal", "empty", "no-compacted"])
-def test_plot_writes_a_png_of_the_expected_size(tmp_path, table):
+def test_plot_writes_a_png_of_the_expected_size(tmp_path, plan):
     out = tmp_path / "plan.png"
-    plot_plan(table, str(out))
+    plot_plan(plan, str(out))
     data = out.read_bytes()
     assert data[:8] == PNG_MAGIC
     with Image.open(io.BytesIO(data)) as image:
@@ -74,12 +75,8 @@ def test_show_plan_draws_the_same_panels():
     assert "31 compacted" in fig.get_suptitle()  # the delete-only partition is not counted
 
 
-def test_show_plan_takes_a_dataframe_like():
-    class Frame:  # what a Spark DataFrame offers
-        def toArrow(self):
-            return not_compacted_plan()
-
-    fig = show_plan(Frame())
+def test_show_plan_says_why_there_is_nothing_to_draw():
+    fig = show_plan(not_compacted_plan())
     assert any("no partition has cleanup.policy=compact" in t.get_text() for t in fig.texts)
 
 
@@ -90,7 +87,7 @@ def test_a_skipped_ratio_never_reads_as_its_threshold():
 
     table = pa.Table.from_pylist([row(0, 0.499, 200_000), row(1, 0.4996, 100_000),
                                   row(2, 0.9, 50_000, selected=True, rank=1)], schema=PLAN_SCHEMA)
-    labels = [t.get_text() for t in show_plan(table).axes[1].texts]
+    labels = [t.get_text() for t in show_plan(Plan(table)).axes[1].texts]
     assert any("ratio 0.499, skipped" in t for t in labels), labels
     assert any("ratio 0.4996, skipped" in t for t in labels), labels
     assert any("ratio 0.900, #1 selected" in t for t in labels), labels

@@ -37,9 +37,9 @@ def users() -> PartitionReport:
 
 
 def failed() -> PartitionReport:
-    return PartitionReport.failed({"topic": "orders", "partition": 1, "path": "/logs/a/orders-1", "first_dirty": 7,
-                                   "seconds": 0.5, "error": "/logs/a/orders-1/00000000000000000000.log: byte 42: "
-                                                            "CRC mismatch"})
+    return PartitionReport.failed({"topic": "orders", "partition": 1, "path": "/logs/a/orders-1",
+                                   "first_dirty_offset": 7, "seconds": 0.5,
+                                   "error": "/logs/a/orders-1/00000000000000000000.log: byte 42: CRC mismatch"})
 
 
 def skipped() -> PartitionReport:
@@ -230,8 +230,8 @@ def test_text_lists_blocked_and_uncleanable_partitions_and_checkpoint_resets():
 
 def test_a_partition_failed_by_the_run_is_not_listed_twice():
     r = Report(NOW, False, [cleaned()], seconds=1.0)
-    failing = PartitionReport.failed({"topic": "orders", "partition": 2, "path": "/logs/a/orders-2", "first_dirty": 0,
-                                      "seconds": 0.1, "error": "CRC"})
+    failing = PartitionReport.failed({"topic": "orders", "partition": 2, "path": "/logs/a/orders-2",
+                                      "first_dirty_offset": 0, "seconds": 0.1, "error": "CRC"})
     r.partitions.append(failing)
     r.observe_plan(undone_plan(), marked=["/logs/a/orders-2"])
     assert [b["partition"] for b in r.blocked()] == ["orders-6"]
@@ -263,3 +263,35 @@ def test_json_has_the_run_the_units_and_what_was_left_undone():
     assert doc["units"] == "MB = 2^20 bytes (as Kafka's cleaner log)"
     assert [b["partition"] for b in doc["blocked"]] == ["orders-2", "orders-6"]
     assert doc["partitions"][0]["mb_per_s"] == 2.0  # 3 MiB in 1.5 s, in the console's MB (2^20 bytes)
+
+
+# -- issue 26 item 5: paused partitions said every run; a run that cleans nothing says why --------
+def test_text_lists_paused_partitions_with_the_way_out():
+    rows = undone_plan().to_pylist()
+    rows.append(plan_row("/logs/b/orders-7", "compact", "paused", 8_000, 7_600, 0.95, 0) | {"skip_reason": "paused (2x; resume to clean)"})
+    rows.append(plan_row("/logs/b/clicks-1", "delete", "paused", None, None, None, None))  # no compaction to hold back
+    r = Report(NOW, False, [cleaned()], seconds=1.5)
+    r.observe_plan(pa.Table.from_pylist(rows, schema=PLAN_SCHEMA))
+    lines = r.text().split("\n")
+    assert "paused partitions: /logs/b: 2 (orders-3, orders-7) -> 'kcompact resume /logs/b orders-3 orders-7'" in lines
+    assert not [line for line in lines if line.startswith("paused partitions: /logs/a")]
+    assert lines[-1].startswith("1 partition: 1 cleaned, 0 failed, 0 skipped;")  # a pause is no failure
+    r.observe_plan(pa.Table.from_pylist(rows[:1], schema=PLAN_SCHEMA))
+    assert not [line for line in r.text().split("\n") if line.startswith("paused partitions")]
+
+
+@pytest.mark.parametrize("rows, dry_run, last", [
+    ([1, 2], False, "nothing cleaned: 2 partitions held back until fixed (above)"),
+    ([1, 2, 3], True, "nothing to clean: 2 partitions held back until fixed (above), 1 paused (above)"),
+    ([3], False, "nothing cleaned: 1 partition paused (above)"),
+    ([0, 3], False, "nothing cleaned: 1 partition paused (above), 1 other not due ('kcompact plan' says why)"),
+    ([0], False, "nothing cleaned: 1 compacted partition, not due ('kcompact plan' says why)"),
+    ([4], False, "nothing cleaned: no compacted partition (cleanup.policy)"),
+])
+def test_a_run_that_cleans_nothing_says_why(rows, dry_run, last):
+    table = undone_plan()
+    r = Report(NOW, dry_run, [], seconds=0.5)
+    r.observe_plan(table.take(rows))
+    lines = r.text().split("\n")
+    assert lines[-1] == last
+    assert not [line for line in lines if line.startswith("0 partitions")]

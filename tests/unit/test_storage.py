@@ -118,6 +118,31 @@ def test_s3_small_chunks_and_byte_ranges(s3_input):
     assert storage.read_bytes(f"{s3_input}/{rel_path}") == data
 
 
+def test_s3_errors_name_the_objects_url(s3):
+    """s3fs names an object ``bucket/key`` or not at all (a GET of an archived object: a bare
+    PermissionError); read through the seam, every error names its ``s3://`` URL, and so do the
+    errors a job's task reports (``compaction.results``, ``planner.scan``)."""
+    from compaction.results import IO_ERROR, read_error, reason
+
+    s3.pipe_file(f"{BUCKET}/named/x-0/00000000000000000000.log", b"x" * 100, StorageClass="GLACIER")
+    archived, missing = (f"s3://{BUCKET}/named/x-0/00000000000000000{n}.log" for n in ("000", "123"))
+    refused = f"{archived}: the operation is not valid for the object's storage class"
+    for read in (lambda: storage.read_bytes(archived), lambda: storage.read_range(archived, 0, 10),
+                 lambda: batches_of(archived)):
+        with pytest.raises(PermissionError) as caught:
+            read()
+        assert storage.describe_error(caught.value) == refused
+        assert reason(caught.value) == f"{IO_ERROR}{refused}"
+        assert read_error(caught.value, f"s3://{BUCKET}/named/x-0") == f"unreadable (retried next run): {refused}"
+    with pytest.raises(FileNotFoundError) as caught:
+        storage.open_read(missing)
+    assert storage.describe_error(caught.value).startswith(f"{missing}: no object at or under this path")
+    # an error naming bucket/key itself takes the URL's form from a path of the same bucket
+    assert storage.describe_error(FileNotFoundError(f"{BUCKET}/a/b"), f"s3://{BUCKET}/a").startswith(
+        f"s3://{BUCKET}/a/b: ")
+    assert storage.describe_error(OSError("other-bucket/k"), f"s3://{BUCKET}/a") == "other-bucket/k: I/O error"
+
+
 # -- the seam itself, on both stores -----------------------------------------------------------
 def test_write_list_read(root):
     storage.makedirs(storage.join(root, "t-0"))

@@ -1,0 +1,43 @@
+"""A partition the compaction job cleans: what stage 1 reads of its plan row, built once on the
+driver from the plan's selected rows (``to_clean``) and shipped to the tasks as it is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from compaction.cleaner_config import CleanerConfig
+
+# the plan's columns a PartitionToClean takes as they are (its config is typed from the plan's)
+PLAN_COLUMNS = ("path", "log_dir", "topic", "partition", "log_start_offset", "first_dirty_offset",
+                "first_uncleanable_dirty_offset", "total_bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionToClean:
+    """One selected partition of a plan, by the plan's (Kafka's) names: the dirty section is
+    [first_dirty_offset, first_uncleanable_dirty_offset)."""
+
+    path: str
+    log_dir: str
+    topic: str
+    partition: int
+    log_start_offset: int
+    first_dirty_offset: int
+    first_uncleanable_dirty_offset: int
+    total_bytes: int
+    config: CleanerConfig
+
+    @classmethod
+    def of(cls, row: dict) -> PartitionToClean:
+        """From a plan row (``planner.build.PLAN_SCHEMA``'s columns)."""
+        return cls(**{name: row[name] for name in PLAN_COLUMNS if name != "total_bytes"},
+                   total_bytes=row["total_bytes"] or 0, config=CleanerConfig.of(row["config"]))
+
+
+def to_clean(rows: pa.Table) -> list[PartitionToClean]:
+    """The selected partitions of ``rows`` (a plan's table, or some of its rows), in their order."""
+    selected = rows.filter(pc.equal(rows.column("selected"), True))
+    return [PartitionToClean.of(row) for row in selected.select([*PLAN_COLUMNS, "config"]).to_pylist()]

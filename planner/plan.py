@@ -1,0 +1,38 @@
+"""A plan, as the planner makes it and the compaction job takes it: one type from ``planner.plan``
+(or ``planner.output.read``) to ``compaction.job.run``, a notebook's DataFrame on request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Kafka's cleaning decision (and what retention deletes) for every partition of some log dirs:
+    one row per partition (``planner.build.PLAN_SCHEMA``), in rank order then by name, held on the
+    driver. The compaction job cleans its selected rows (``compaction.to_clean``)."""
+
+    table: pa.Table
+
+    @property
+    def log_dirs(self) -> list[str]:
+        """The log dirs of the plan's partitions, sorted: those a compaction of it works on (a log
+        dir in which the planner found no partition has no row)."""
+        return sorted(set(self.table.column("log_dir").to_pylist()))
+
+    def within(self, log_dirs: list[str]) -> Plan:
+        """The plan of the partitions in ``log_dirs`` alone."""
+        import pyarrow.compute as pc
+
+        return Plan(self.table.filter(pc.is_in(self.table.column("log_dir"), value_set=pa.array(log_dirs,
+                                                                                                 pa.string()))))
+
+    def df(self, spark: SparkSession) -> DataFrame:
+        """The plan as a Spark DataFrame (for a notebook: ``.filter("selected").show()``)."""
+        return spark.createDataFrame(self.table)

@@ -1,0 +1,195 @@
+"""What a night meets around the data (issue 26, items 5 and 7), the parts that need no process of
+their own: the one-line messages of storage errors a person can act on (an endpoint that cannot
+be reached, credentials missing or refused), a Python worker's memory cap below what its imports
+take, bad sizing of embedded Spark, and the exit codes ``jobs.cli`` gives them (2: configuration).
+
+The botocore errors are built as botocore raises them and passed through s3fs's own translation
+(``s3fs.errors.translate_boto_error``), so each is what a command meets; the whole commands
+(moto's server, an endpoint nobody answers, a real JVM) are in tests/e2e/test_environment_errors.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from botocore.exceptions import (ClientError, ConnectTimeoutError, EndpointConnectionError, NoCredentialsError,
+                                 PartialCredentialsError)
+from s3fs.errors import translate_boto_error
+
+import storage
+from compaction import job, routing
+from jobs import cli
+from jobs.spark import Sizing
+
+URLS = ["s3://nightly-logs/broker-1"]
+WORKER_IMPORTS_MIB = routing.WORKER_IMPORTS >> 20
+
+
+def refused(code: str, message: str, operation: str = "ListObjectsV2") -> OSError:
+    """A request the store refused, as s3fs raises it (an OSError whose cause is botocore's)."""
+    return translate_boto_error(ClientError({"Error": {"Code": code, "Message": message}}, operation))
+
+
+def one_line(text: str | None) -> str:
+    assert text is not None and "\n" not in text and "Traceback" not in text, text
+    return text
+
+
+# -- storage errors as one line -------------------------------------------------------------------------
+@pytest.mark.parametrize(("exc", "says"), [
+    (NoCredentialsError(), ["no credentials", "AWS_ACCESS_KEY_ID"]),
+    (PartialCredentialsError(provider="env", cred_var="AWS_SECRET_ACCESS_KEY"),
+     ["incomplete credentials", "AWS_SECRET_ACCESS_KEY"]),
+    (refused("InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records."),
+     ["access key", "not known", "AWS_ACCESS_KEY_ID"]),
+    (refused("SignatureDoesNotMatch", "The request signature we calculated does not match the signature you "
+                                      "provided. Check your key and signing method."),
+     ["secret key", "AWS_SECRET_ACCESS_KEY"]),
+    (refused("AccessDenied", "Access Denied"), ["access denied", "may not"]),
+    (refused("403", "Forbidden", "HeadObject"), ["refused", "access key", "secret key"]),  # a HEAD: no body, no code
+    (refused("ExpiredToken", "The provided token has expired."), ["expired"]),
+], ids=["none", "partial", "unknown-key", "wrong-secret", "access-denied", "forbidden-head", "expired"])
+def test_credentials_refused_or_missing_are_one_line_naming_the_bucket(exc, says):
+    line = one_line(storage.describe_failure(exc, URLS))
+    assert line.startswith("s3://nightly-logs: "), line
+    for words in says:
+        assert words in line, (words, line)
+
+
+@pytest.mark.parametrize(("exc", "says"), [
+    (EndpointConnectionError(endpoint_url="http://127.0.0.1:9/nightly-logs/broker-1"), "could not connect"),
+    (ConnectTimeoutError(endpoint_url="http://10.1.2.3:9000/nightly-logs/broker-1"), "no answer"),
+], ids=["refused", "timed-out"])
+def test_an_unreachable_endpoint_is_a_connection_problem_naming_it(exc, says):
+    line = one_line(storage.describe_failure(exc, URLS))
+    endpoint = exc.kwargs["endpoint_url"].rsplit("/nightly-logs", 1)[0]
+    assert f"cannot connect to the object store at {endpoint} " in line and says in line, line
+    assert "s3://nightly-logs" in line and "endpoint_url" in line, line
+
+
+def test_other_errors_are_left_as_they_were():
+    missing = FileNotFoundError(2, "No such file or directory", "/var/kafka/orders-0")
+    assert storage.describe_failure(missing, URLS) == storage.describe_error(missing)
+    assert storage.describe_failure(RuntimeError("a bug"), URLS) is None
+    # a local permission problem keeps its own message (no bucket, no credentials)
+    local = PermissionError(13, "Permission denied", "/var/kafka/.lock")
+    assert storage.describe_failure(local, []) == "/var/kafka/.lock: permission denied"
+
+
+def test_several_buckets_are_all_named():
+    line = storage.describe_failure(NoCredentialsError(), ["s3://a/x", "--report=s3://b/r.json", "/local"])
+    assert line.startswith("s3://a, s3://b: "), line
+
+
+# -- what jobs.cli makes of them ------------------------------------------------------------------------
+def failing(monkeypatch, exc: BaseException) -> None:
+    """Every check passes and the command raises ``exc``: what _main says is left to test."""
+    def command(args):
+        raise exc
+
+    monkeypatch.setattr(cli, "check", lambda args: None)
+    monkeypatch.setitem(cli.COMMANDS, "status", command)
+
+
+@pytest.mark.parametrize("exc", [
+    NoCredentialsError(),
+    EndpointConnectionError(endpoint_url="http://127.0.0.1:9/nightly-logs/broker-1"),
+    refused("InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records."),
+], ids=["no-credentials", "unreachable", "unknown-key"])
+def test_the_command_line_says_one_line_and_exits_2(monkeypatch, capsys, exc):
+    failing(monkeypatch, exc)
+    assert cli.main(["status", URLS[0]]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert one_line(err.strip()).startswith("kcompact: error: s3://nightly-logs"), err
+    assert "internal error" not in err
+
+
+class PythonException(Exception):
+    """Stands for pyspark's: a Python worker's traceback as its text."""
+
+
+@pytest.mark.parametrize("last", [
+    "OSError: [Errno 12] Cannot allocate memory",
+    "RuntimeError: mmap failed: ENOMEM",
+    "MemoryError",
+])
+def test_a_worker_short_of_memory_while_importing_is_a_configuration_error(monkeypatch, capsys, last):
+    failing(monkeypatch, PythonException(
+        "\n  An exception was thrown from the Python worker. Please see the stack trace below.\n"
+        "Traceback (most recent call last):\n  File \"pyspark/worker.py\", line 1883, in read_udfs\n"
+        f"  File \"numba/__init__.py\", line 19, in <module>\n{last}\n"))
+    assert cli.main(["status", "/nowhere"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "ran out of memory" in err and "spark.executor.pyspark.memory" in err and "internal error" not in err
+
+
+# -- a worker cap below its imports ---------------------------------------------------------------------
+@pytest.mark.parametrize("cap", ["10m", "512m", "100", f"{WORKER_IMPORTS_MIB - 1}m", "0.5g"])
+def test_a_worker_cap_below_its_imports_is_refused(cap):
+    with pytest.raises(ValueError) as refusal:
+        job.check_setting("spark.executor.pyspark.memory", cap)
+    text = str(refusal.value)
+    assert f"spark.executor.pyspark.memory={cap}" in text and f"{WORKER_IMPORTS_MIB} MiB" in text, text
+
+
+@pytest.mark.parametrize("cap", [f"{WORKER_IMPORTS_MIB}m", "1g", "4096"])
+def test_a_worker_cap_that_holds_the_imports_passes(cap):
+    job.check_setting("spark.executor.pyspark.memory", cap)
+
+
+def test_a_worker_cap_that_is_no_size_is_refused():
+    with pytest.raises(ValueError, match="spark.executor.pyspark.memory"):
+        job.check_setting("spark.executor.pyspark.memory", "lots")
+
+
+class Conf:
+    def __init__(self, values: dict[str, str]):
+        self.values = values
+
+    def get(self, key, default=None):
+        return self.values.get(key, default)
+
+
+class Session:
+    """What check_settings reads of a session: its conf (spark-submit's --conf, spark-defaults.conf)."""
+
+    def __init__(self, values: dict[str, str]):
+        self.conf = Conf(values)
+
+
+def test_the_sessions_worker_cap_is_checked():
+    """Under spark-submit the cap comes with the session, unchecked: refused before any task runs."""
+    with pytest.raises(ValueError, match=f"{WORKER_IMPORTS_MIB} MiB"):
+        job.check_settings(Session({"spark.executor.pyspark.memory": "512m"}))
+    job.check_settings(Session({"spark.executor.pyspark.memory": "2g"}))
+
+
+# -- sizing embedded Spark --------------------------------------------------------------------------------
+@pytest.mark.parametrize(("env", "memory", "names"), [
+    ({"KCOMPACT_CORES": "abc"}, None, "KCOMPACT_CORES"),
+    ({"KCOMPACT_CORES": "0"}, None, "KCOMPACT_CORES"),
+    ({"KCOMPACT_CORES": "-2"}, None, "KCOMPACT_CORES"),
+    ({"KCOMPACT_DRIVER_MEMORY": "1x"}, None, "KCOMPACT_DRIVER_MEMORY"),
+    ({"KCOMPACT_DRIVER_MEMORY": "2 g"}, None, "KCOMPACT_DRIVER_MEMORY"),
+    ({}, "1x", "--driver-memory"),
+    ({}, "512mb", "--driver-memory"),
+    ({}, "1.5g", "--driver-memory"),
+    ({}, "100m", "--driver-memory"),  # below the 450 MiB Spark's driver requires
+    ({}, "512", "--driver-memory"),  # bytes, to the JVM
+    ({"KCOMPACT_SPARK_CONF": "spark.sql.shuffle.partitions"}, None, "KCOMPACT_SPARK_CONF"),
+    ({"KCOMPACT_SPARK_CONF": "spark.executor.pyspark.memory=10m"}, None, "KCOMPACT_SPARK_CONF"),
+])
+def test_bad_sizing_is_refused_naming_the_flag_or_variable(monkeypatch, env, memory, names):
+    for key in ("KCOMPACT_CORES", "KCOMPACT_DRIVER_MEMORY", "KCOMPACT_SPARK_CONF"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValueError) as refusal:
+        Sizing.from_env(driver_memory=memory)
+    assert str(refusal.value).startswith(names), str(refusal.value)
+
+
+@pytest.mark.parametrize("memory", ["450m", "2g", "2G", "1t", "4096m", "1048576k", "536870912"])
+def test_jvm_sizes_pass(monkeypatch, memory):
+    monkeypatch.setenv("KCOMPACT_DRIVER_MEMORY", memory)
+    monkeypatch.setenv("KCOMPACT_CORES", "3")
+    assert Sizing.from_env() == Sizing(3, memory)
