@@ -12,8 +12,9 @@ could not clean because of bad input or an uncleanable state (until someone fixe
 run lists them and ends partial), the uncleanable partitions per log dir (Kafka's
 ``uncleanable-partitions-count`` is always visible), the paused ones with the way out (a pause
 is an operator's choice, so it leaves the exit status alone, but a forgotten one must not stop
-cleaning silently), and cleaner checkpoints reset to the log start because they lay outside the
-log. A run that cleaned no partition ends with what happened instead of a line of zeros.
+cleaning silently), the partitions another job's live lease holds, with its holder and the
+lease's end (they wait, so the run is partial), and cleaner checkpoints reset to the log start
+because they lay outside the log. A run that cleaned no partition ends with what happened instead of a line of zeros.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
 from conf.units import MB, UNIT_NOTE
-from operations.states import IDLE, PAUSED, UNCLEANABLE
+from operations.states import IDLE, PAUSED, UNCLEANABLE, lease_holder
 
 REASONS = ("superseded", "tombstone", "aborted", "keyless", "marker")
 MIB = MB  # LogCleaner.recordStats: mb(bytes) = bytes / (1024 * 1024)
@@ -250,6 +251,42 @@ class Report:
         reported = {p.path for p in self.partitions}
         return [b for b in blocked_rows(self.planned or []) if b["path"] not in reported]
 
+    def held(self) -> list[dict]:
+        """Compacted partitions another job's live lease kept from this run, when it planned or when
+        it came to take them: each with the lease's holder (owner, host, pid) and end (``until``,
+        UTC; None: no heartbeat recorded). They wait until that job ends or its lease lapses, so
+        they make the run partial."""
+        out: dict[str, dict] = {}
+        for r in self.planned or []:
+            holder = lease_holder(r["skip_reason"])
+            if holder is not None and r["topic"] is not None and "compact" in (r["cleanup_policy"] or ""):
+                out[r["path"]] = {"partition": f"{r['topic']}-{r['partition']}", "path": r["path"],
+                                  "log_dir": r["log_dir"], **holder}
+        for p in self.partitions:
+            holder = lease_holder(p.skipped)
+            if holder is not None:
+                out[p.path] = {"partition": f"{p.topic}-{p.partition}", "path": p.path,
+                               "log_dir": p.path.rstrip("/").rpartition("/")[0], **holder}
+        return sorted(out.values(), key=lambda h: (h["log_dir"], _by_number(h["partition"])))
+
+    def _held_lines(self) -> list[str]:
+        """``held``, one line per holder (its latest lease end), then its partitions per log dir."""
+        groups: dict[tuple, list[dict]] = {}
+        for h in self.held():
+            groups.setdefault((h["owner"], h["host"], h["pid"]), []).append(h)
+        lines = []
+        for (owner, host, pid), rows in groups.items():
+            ends = [h["until"] for h in rows if h["until"]]
+            until = f"lease until {max(ends)}" if ends else "no heartbeat recorded: 'kcompact abort' clears it"
+            lines.append(f"held by another job: {_count(len(rows), 'partition')} (owner {owner}, host {host}, "
+                         f"pid {pid}, {until}) -> {'it is' if len(rows) == 1 else 'they are'} cleaned once that job "
+                         "ends or its lease lapses")
+            by_dir: dict[str, list[str]] = {}
+            for h in rows:
+                by_dir.setdefault(h["log_dir"], []).append(h["partition"])
+            lines += [f"  {log_dir}: {', '.join(names)}" for log_dir, names in by_dir.items()]
+        return lines
+
     def notes(self) -> list[str]:
         """What the plan noted without holding anything back (torn tails of active segments)."""
         return [note for r in self.planned or [] for note in r["notes"] or []]
@@ -283,6 +320,7 @@ class Report:
         if blocked:
             lines.append(f"not cleaned until fixed ({_count(len(blocked), 'partition')}):")
             lines += [f"  {b['partition']}: {b['why']} -> {b['way_out']}" for b in blocked]
+        lines += self._held_lines()
         lines += [f"reset the cleaner checkpoint of {r['topic']}-{r['partition']} ({r['log_dir']}): {r['why']}, "
                   f"now the log start {r['offset']}, as Kafka's cleaner resets it" for r in self.checkpoint_resets]
         lines += self.notes()
@@ -313,11 +351,14 @@ class Report:
         if self.planned is None:
             return head
         blocked, paused = len(self.blocked()), sum(len(names) for names in self.paused().values())
+        held = len(self.held())
         compacted = sum(1 for r in self.planned if r["topic"] is not None and "compact" in (r["cleanup_policy"] or ""))
         why = [f"{_count(blocked, 'partition')} held back until fixed (above)"] if blocked else []
+        if held:
+            why.append(f"{held if why else _count(held, 'partition')} held by another job (above)")
         if paused:
             why.append(f"{paused if why else _count(paused, 'partition')} paused (above)")
-        rest = compacted - blocked - paused
+        rest = compacted - blocked - paused - held
         if rest > 0:
             plan = "('kcompact plan' says why)"
             why.append(f"{rest} other{'' if rest == 1 else 's'} not due {plan}" if why else
@@ -328,7 +369,8 @@ class Report:
         metrics, notes = self.metrics()
         return {"run": self.run, "now": self.now, "dry_run": self.dry_run, "units": UNIT_NOTE,
                 "totals": self.totals(), "stages": self.stages, "metrics": metrics, "metric_notes": notes,
-                "blocked": self.blocked(), "paused": self.paused(), "checkpoint_resets": self.checkpoint_resets,
+                "blocked": self.blocked(), "held": self.held(), "paused": self.paused(),
+                "checkpoint_resets": self.checkpoint_resets,
                 "notes": self.notes(),
                 "partitions": [asdict(p) | {"mb_per_s": p.mb_per_s} for p in self.partitions]}
 

@@ -34,6 +34,10 @@ def _row(part, state: states.CleaningState) -> Row:
             return Row(name, part.path, f"{state.state} (lease expired)",
                        f"{state.holder} stopped renewing its lease at {states.utc(state.heartbeat_ms)}",
                        "none needed: the next job takes it over ('kcompact abort' clears it now)")
+        if state.holder_gone():
+            return Row(name, part.path, f"{state.state} (holder gone)",
+                       f"{state.holder}: that process no longer runs on this host; {state.lease_end}",
+                       "none needed: the next job takes it over ('kcompact abort' clears it now)")
         pause = f", {state.pause_count} pause(s) requested" if state.pause_count else ""
         return Row(name, part.path, state.state,
                    f"{state.holder}, started {states.utc(state.started_ms)}, {state.lease_end}{pause}",

@@ -229,7 +229,8 @@ def _empty(paths: list[str], plan) -> list[str]:
 
 def _compact(args: argparse.Namespace) -> int:
     """Recover, plan (or take --plan), clean every selected partition, report; exit 0 when all
-    were cleaned, 4 when some failed, were blocked or their log dir was in use, 5 when none could be."""
+    were cleaned, 4 when some failed, were blocked, held by another job or their log dir was in use,
+    5 when none could be."""
     say = _say(args)
     now = args.now if args.now is not None else wall_ms()
     plan = args.plan_read if args.plan else None
@@ -252,7 +253,7 @@ def _compact(args: argparse.Namespace) -> int:
             _write_report(args, report.to_json(), spark=spark, paths=paths)
     totals = report.totals()
     return _exit_status(totals["failed"] + len(busy), totals["partitions"] - totals["skipped"] + len(busy),
-                        incomplete=len(report.blocked()) + len(empty))
+                        incomplete=len(report.blocked()) + len(report.held()) + len(empty))
 
 
 @contextlib.contextmanager
@@ -337,7 +338,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.report:
             _write_report(args, result.to_json(), spark=spark)
     return _exit_status(result.failed + len(busy), result.attempted + len(busy),
-                        incomplete=result.blocked + len(empty))
+                        incomplete=result.blocked + len(result.compaction.held()) + len(empty))
 
 
 COMMANDS = {"dump": _dump, "verify": _verify, "gen": _gen, "plan": _plan, "compact": _compact, "retain": _retain,

@@ -275,6 +275,8 @@ class RecoveryReport:
     partitions: list[PartitionRecovery] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # partition dir or log dir -> why
     temp_files: list[str] = field(default_factory=list)
+    # partition dir -> the live lease of another job (its holder, its end): that job's to finish, not a failure
+    held: dict[str, str] = field(default_factory=dict)
 
     @property
     def failed(self) -> int:
@@ -285,15 +287,20 @@ class RecoveryReport:
         lines = [p.summary() for p in self.partitions if p.problems]
         lines += [f"{path}: skipped: {why}" for path, why in self.skipped.items()]
         lines += [f"{path}: removed (interrupted atomic write)" for path in self.temp_files]
+        lines += [f"note: {path}: held by another job: {why} -> left to it; recovered by the next job or "
+                  "'kcompact recover' once it ends or its lease lapses" for path, why in self.held.items()]
         changed = sum(p.changed for p in self.partitions)
         n = len(self.partitions)
+        held = f", {len(self.held)} held by another job" if self.held else ""
         lines.append(f"recovery: {n} partition{'' if n == 1 else 's'} checked, {changed} recovered, "
-                     f"{len(self.skipped)} skipped, {sum(bool(p.problems) for p in self.partitions)} with problems")
+                     f"{len(self.skipped)} skipped, {sum(bool(p.problems) for p in self.partitions)} with problems"
+                     + held)
         return "\n".join(lines)
 
     def to_json(self) -> dict:
         return {"partitions": [asdict(p) for p in self.partitions if p.changed or p.problems],
-                "checked": len(self.partitions), "skipped": self.skipped, "temp_files": self.temp_files}
+                "checked": len(self.partitions), "skipped": self.skipped, "temp_files": self.temp_files,
+                "held": self.held}
 
 
 def recover_log_dirs(paths: Iterable[str], progress=print, torn_tails: bool = False) -> RecoveryReport:
@@ -302,8 +309,11 @@ def recover_log_dirs(paths: Iterable[str], progress=print, torn_tails: bool = Fa
     A log dir another process locks is skipped with the holder named. A job holds a local
     log dir's ``.lock`` for as long as it runs, so a lease found there is a dead job's (killed,
     say): its partition is recovered and the lease given back, as if it had expired. On an object
-    store a partition with a commit to finish or staged files to delete is recovered under a lease
-    of its own, so no job commits to it meanwhile. ``torn_tails``: see ``recover_partition``."""
+    store the same is done with a lease whose holder is known dead (``CleaningState.holder_gone``:
+    a process of this host that no longer runs); a live job's lease, or one of another host, is
+    left to its job until it lapses (``held``: a note, not a failure). There a partition with a
+    commit to finish or staged files to delete is recovered under a lease of its own, so no job
+    commits to it meanwhile. ``torn_tails``: see ``recover_partition``."""
     import uuid
 
     report = RecoveryReport()
@@ -328,9 +338,13 @@ def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress,
     for part in scan_log_dir(log_dir).partitions:
         state, version = states.read(part.path)
         leased = state.state in (states.IN_PROGRESS, states.ABORTED)
-        if leased and not state.expired() and not locked:
-            report.skipped[part.path] = state.skip_reason
-            continue
+        if leased and not locked:
+            why = state.skip_reason  # None once the lease lapsed: expired, or its holder gone
+            if why is not None:
+                report.held[part.path] = why
+                continue
+            if not state.expired():
+                progress(f"  {part.path}: taking over the lease of {state.holder}: that process no longer runs")
         if not locked and state.skip_reason is None and commits.pending(part.commit, part.staged):
             lease = states.acquire(part.path, owner)  # paused, uncleanable: no job can take it anyway
             if isinstance(lease, str):

@@ -201,7 +201,7 @@ def _live_owner(partition_dir: str) -> str | None:
     from operations import states
 
     state, _ = states.read(partition_dir)
-    if state.state in (states.IN_PROGRESS, states.ABORTED) and not state.expired():
+    if state.state in (states.IN_PROGRESS, states.ABORTED) and not state.lapsed():
         return state.owner
     return None
 

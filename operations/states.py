@@ -18,9 +18,14 @@ one partition cannot both win, and an operator's abort cannot be lost under a he
 
 An in-progress lease is valid until ``heartbeat_ms + lease_ms`` on the wall clock; after
 that its owner is taken for dead and the next job takes the partition over, so no state
-can strand a partition (KAFKA-9087's lesson). ``aborted`` is an abort the owner has not yet
-acknowledged; ``pause_count`` on it is the pause requested meanwhile (Kafka's
-abortAndPauseCleaning), which the partition keeps once the owner lets go.
+can strand a partition (KAFKA-9087's lesson). Sooner when its holder is known dead
+(``CleaningState.holder_gone``): a process of this host that no longer runs, or whose pid a
+later process now has. (On local disk every lease a job finds under the log dir's ``.lock``
+is a dead job's: ``operations.recover`` gives them back.)
+
+``aborted`` is an abort the owner has not yet acknowledged; ``pause_count`` on it is the pause
+requested meanwhile (Kafka's abortAndPauseCleaning), which the partition keeps once the owner
+lets go.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ from readers.errors import FormatError
 IDLE, IN_PROGRESS, ABORTED, PAUSED, UNCLEANABLE = "idle", "in_progress", "aborted", "paused", "uncleanable"
 STATES = (IDLE, IN_PROGRESS, ABORTED, PAUSED, UNCLEANABLE)
 LEASE_MS = 120_000  # default lease; the holder renews it every quarter of that
+# A process that started more than this after a lease was taken is not its holder (a reused pid).
+# The slack covers /proc's start time, known to the second, and steps of the wall clock since boot.
+PID_START_SLACK_MS = 10_000
 _FILE = re.compile(r"^kcompact-state\.(?P<topic>.+)-(?P<partition>\d+)\.json$")
 
 
@@ -67,12 +75,29 @@ class CleaningState:
     started_ms: int | None = None
     heartbeat_ms: int | None = None
     lease_ms: int | None = None
+    pid_ns: str | None = None  # the holder's pid namespace (/proc/self/ns/pid): its pid means nothing in another
 
     def expired(self, at_ms: int | None = None) -> bool:
         """An in-progress or aborted lease whose owner stopped renewing it."""
         if self.state not in (IN_PROGRESS, ABORTED) or self.heartbeat_ms is None:
             return False
         return (wall_ms() if at_ms is None else at_ms) > self.heartbeat_ms + (self.lease_ms or LEASE_MS)
+
+    def holder_gone(self) -> bool:
+        """An in-progress or aborted lease whose holder is known dead: taken on this host (the
+        same host name, and the same pid namespace when the lease names one) by a process that
+        no longer runs, or whose pid now belongs to a process started after the lease was taken.
+        A lease of another host, or of a live process, cannot be judged so: it stands until it
+        expires."""
+        if self.state not in (IN_PROGRESS, ABORTED) or type(self.pid) is not int or self.pid <= 0:
+            return False
+        if self.host != socket.gethostname() or self.pid_ns not in (None, pid_namespace()):
+            return False
+        return process_gone(self.pid, self.started_ms)
+
+    def lapsed(self) -> bool:
+        """A lease no job holds any more: expired, or its holder gone. The next job takes it over."""
+        return self.expired() or self.holder_gone()
 
     @property
     def lease_end(self) -> str:
@@ -90,7 +115,7 @@ class CleaningState:
         job may take it (idle, or a lease whose owner died)."""
         if self.state == PAUSED:
             return f"paused ({self.pause_count}x; resume to clean)"
-        if self.state in (IN_PROGRESS, ABORTED) and not self.expired():
+        if self.state in (IN_PROGRESS, ABORTED) and not self.lapsed():
             what = "in progress" if self.state == IN_PROGRESS else "aborted, waiting for its job to stop"
             return f"{what} ({self.holder}; {self.lease_end}; 'kcompact abort' to stop it)"
         if self.state == UNCLEANABLE:
@@ -99,6 +124,64 @@ class CleaningState:
 
     def to_json(self) -> bytes:
         return json.dumps({k: v for k, v in asdict(self).items() if v is not None and v != 0 or k == "state"}).encode()
+
+
+_HELD = re.compile(r"^(?:in progress|aborted, waiting for its job to stop) \(owner (?P<owner>.*) on (?P<host>\S*) "
+                   r"pid (?P<pid>\S*); (?:lease valid until (?P<until>[^;]*)|no heartbeat recorded); ")
+
+
+def lease_holder(reason: str | None) -> dict | None:
+    """The holder named in a ``skip_reason`` that another job's lease gave (a plan's row, a job's
+    refusal): ``{"owner", "host", "pid", "until"}`` (``until``: the lease's end in UTC, None when
+    no heartbeat was recorded; host and pid None when the lease names none); None for any other
+    reason."""
+    match = _HELD.match(reason or "")
+    if match is None:
+        return None
+    found = match.groupdict()
+    pid, host = found["pid"], found["host"]
+    return found | {"host": None if host == "None" else host, "pid": int(pid) if pid.isdigit() else None}
+
+
+def pid_namespace() -> str | None:
+    """This process's pid namespace (``pid:[4026531836]``), None where /proc does not say."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def process_gone(pid: int, since_ms: int | None) -> bool:
+    """No process of this host with ``pid`` can have taken a lease at ``since_ms`` (wall ms): none
+    runs (or only its zombie), or the one running started after (a reused pid: its start time
+    from ``/proc/<pid>/stat`` and the boot time, ``PID_START_SLACK_MS`` allowed). False when it
+    cannot be told (no /proc: a live pid is taken for the holder)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+    except FileNotFoundError:
+        return os.path.isdir("/proc/self")  # /proc is there and the process is not: it ended just now
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False
+    fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": field 3 (state) on
+    try:
+        state, start_ticks = fields[0], int(fields[19])  # fields 3 and 22 of proc(5)
+    except (IndexError, ValueError):
+        return False
+    if state in (b"Z", b"X"):  # a zombie holds nothing: it only waits for its parent
+        return True
+    if since_ms is None:
+        return False
+    started_ms = boot * 1000 + start_ticks * 1000 // os.sysconf("SC_CLK_TCK")
+    return started_ms > since_ms + PID_START_SLACK_MS
 
 
 def retention_skip(state: CleaningState, policy: str) -> str | None:
@@ -179,8 +262,8 @@ def _change(partition_dir: str, step: Callable[[CleaningState], CleaningState | 
 
 def acquire(partition_dir: str, owner: str, lease_ms: int = LEASE_MS) -> Lease | str:
     """Take the partition for cleaning: a Lease, or the reason it is not free (another live
-    job, paused, uncleanable). A lease whose owner died is taken over; a dead owner's
-    pending pause is kept instead."""
+    job, paused, uncleanable). A lease whose owner died (expired, or its holder gone) is taken
+    over; a dead owner's pending pause is kept instead."""
     path = state_path(partition_dir)
     while True:
         old, version = read(partition_dir)
@@ -192,7 +275,7 @@ def acquire(partition_dir: str, owner: str, lease_ms: int = LEASE_MS) -> Lease |
             continue
         now = wall_ms()
         new = CleaningState(IN_PROGRESS, owner=owner, host=socket.gethostname(), pid=os.getpid(),
-                            started_ms=now, heartbeat_ms=now, lease_ms=lease_ms)
+                            started_ms=now, heartbeat_ms=now, lease_ms=lease_ms, pid_ns=pid_namespace())
         data = new.to_json()
         if storage.write_if(path, data, version):
             return Lease(partition_dir, new, storage.read_versioned(path)[1])
@@ -283,7 +366,7 @@ def abort(partition_dir: str) -> CleaningState:
     def step(old: CleaningState) -> CleaningState | None:
         if old.state not in (IN_PROGRESS, ABORTED):
             raise StateError(f"not being cleaned (state {old.state})")
-        if old.expired() or old.heartbeat_ms is None:  # nobody left to acknowledge the abort
+        if old.lapsed() or old.heartbeat_ms is None:  # nobody left to acknowledge the abort
             return CleaningState(PAUSED, pause_count=old.pause_count) if old.pause_count else None
         return replace(old, state=ABORTED)
 

@@ -146,6 +146,7 @@ def _choose_target(shipped: dict) -> bool:
 
 def _source_dir(py_file: str) -> str | None:
     """The package dir of a source file of ours (``readers``, ``tools/generator``), else None."""
+    py_file = os.path.abspath(py_file)  # relative where its zip is on sys.path so (Spark's executors)
     if not py_file.startswith(ROOT + os.sep):
         return None
     package = os.path.dirname(os.path.relpath(py_file, ROOT)).replace(os.sep, "/")

@@ -461,10 +461,15 @@ def test_killed_jobs_show_old_or_new_then_recover_and_converge(jobs, s3, gen, lo
 def test_two_jobs_at_once_never_clean_the_same_partition(jobs, s3, gen, local_truth):
     """Two `kcompact compact` processes started at the same moment on one s3:// log dir: each
     partition is cleaned by exactly one of them (leases; a plan overtaken by the other job's
-    commit is noticed), and the result is the single job's."""
+    commit is noticed), and the result is the single job's. A job that found a partition under the
+    other's lease says so, with the holder and the lease's end, and ends partial (4), not 0."""
     for i in range(2):
         code, out, err = jobs.end(f"leases-{i}")
-        assert code == 0, err[-3000:]
+        held = json.loads((jobs.out / f"leases-{i}.json").read_text())["held"]
+        assert code == (4 if held else 0), err[-3000:]
+        for h in held:
+            assert h["owner"].startswith("kcompact-") and h["until"], h
+            assert "held by another job: " in out and f"(owner {h['owner']}, host {h['host']}, pid {h['pid']}, " in out
         assert_no_secret(out, err)
     reports = [json.loads((jobs.out / f"leases-{i}.json").read_text())["partitions"] for i in range(2)]
     cleaned = [{f"{p['topic']}-{p['partition']}" for p in r if p["committed"]} for r in reports]
