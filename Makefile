@@ -24,7 +24,7 @@ $(STAMP): setup.cfg constraints.txt pyproject.toml
 	$(BIN)/python -m jobs.cds || true
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) $(KERNELS)
 	rm -rf $(DEMO_DIR) $(DEMO_DIR)-plan.json $(DEMO_DIR)-plan.png $(DEMO_DIR)-report.json $(DEMO_DIR)-report.html
 	$(BIN)/kcompact gen --out $(DEMO_DIR) --seed 7
 	$(BIN)/kcompact dump $(DEMO_DIR)/orders-0 | head -n 12

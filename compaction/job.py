@@ -29,10 +29,10 @@ from compaction.map_pass import Planned
 from compaction.report import PartitionReport, Report, group_outcomes
 from compaction.results import ABORTED_BY_OPERATOR, IO_ERROR, OUT_OF_MEMORY, fate_counts
 from compaction.rewrite import GroupJob, GroupPlans
-from compaction.routing import MAP_MEMORY, THREADS, WORKER_IMPORTS, route
+from compaction.routing import route
+from compaction.settings import DIRECT_WRITES, check_settings
 from compaction.tasks import JOB_CONF, sql_conf
 from compaction.to_clean import PartitionToClean, to_clean
-from conf.units import spark_size
 from operations import commit, s3commit, states
 from operations.cleaned import WrittenGroup
 from operations.checkpoints import update_cleaner_offsets
@@ -45,11 +45,6 @@ from planner.plan import Plan
 from planner.scan import UNREADABLE
 from writers.chunks import BufferSizes
 
-# Whether the rewrite writes its .log files past the page cache (``storage.DirectFile``), "true" by
-# default; "false" writes them through it, as Kafka's cleaner does, leaving them in the cache.
-DIRECT_WRITES = "spark.kcompact.write.direct"
-# Spark's cap on a Python worker's address space: below WORKER_IMPORTS a worker cannot even import its modules
-WORKER_MEMORY = "spark.executor.pyspark.memory"
 
 
 @dataclass(slots=True)
@@ -451,38 +446,6 @@ def _clean_groups(spark, rows: list[dict], batches: Batches, jobs: dict[int, tup
         return []
     union = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
     return union.toArrow().to_pylist()
-
-
-def check_settings(spark) -> None:
-    """The session's values of this job's settings, checked as ``check_setting`` checks one (the
-    command line checks its own ``--spark-conf``; spark-submit's ``--conf`` and a notebook's come
-    unchecked)."""
-    for key in (MAP_MEMORY, THREADS, DIRECT_WRITES, WORKER_MEMORY):
-        value = spark.conf.get(key, None)
-        if value is not None:
-            check_setting(key, value)
-
-
-def check_setting(key: str, value: str) -> None:
-    """A ValueError naming the setting unless ``value`` suits ``key`` (any key but this job's passes)."""
-    if key == MAP_MEMORY:
-        try:
-            spark_size(value)
-        except ValueError as exc:
-            raise ValueError(f"{key}: {exc}") from None
-    if key == THREADS and not (value.isdigit() and int(value) >= 1):
-        raise ValueError(f"{key}={value!r}: the threads of a task are a whole number of at least 1")
-    if key == DIRECT_WRITES and value.strip().lower() not in ("true", "false"):
-        raise ValueError(f"{key}={value!r}: true or false")
-    if key == WORKER_MEMORY:
-        try:
-            cap = spark_size(value)
-        except ValueError as exc:
-            raise ValueError(f"{key}: {exc}") from None
-        if cap < WORKER_IMPORTS:
-            raise ValueError(f"{key}={value}: a Python worker so capped cannot even import its modules, which take "
-                             f"{WORKER_IMPORTS >> 20} MiB (measured): give it at least {WORKER_IMPORTS >> 20}m "
-                             "(more to hold data), or leave it unset")
 
 
 def _commit(row: dict, groups: list[dict], owner: str, generation: int | None) -> list[str]:

@@ -49,6 +49,20 @@ def s3_endpoint():
         server.stop()
 
 
+# -- a live process of this host (a lease holder that still runs) ------------------------------------
+@pytest.fixture
+def live_child():
+    """A live process of this host, started before the lease it is said to hold."""
+    import subprocess
+
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 # -- the embedded JVM's output of the kcompact processes the tests start ------------------------------
 @pytest.fixture(scope="session", autouse=True)
 def spark_log(tmp_path_factory):

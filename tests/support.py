@@ -438,7 +438,7 @@ def use_job_path(request, spark) -> None:
     "threads" (the same by four threads: four key shards), "shared" (every partition treated as larger
     than a task and its map as larger than a task's memory: the map made by many tasks and a shuffle),
     "page cache" (the .log files written through the page cache, ``spark.kcompact.write.direct=false``)."""
-    from compaction import job, routing
+    from compaction import routing, settings
 
     if request.param == "shared":
         saved, routing.WHOLE_BYTES = routing.WHOLE_BYTES, 0
@@ -448,8 +448,8 @@ def use_job_path(request, spark) -> None:
         spark.conf.set(routing.THREADS, "4")
         request.addfinalizer(lambda: spark.conf.unset(routing.THREADS))
     if request.param == "page cache":
-        spark.conf.set(job.DIRECT_WRITES, "false")
-        request.addfinalizer(lambda: spark.conf.unset(job.DIRECT_WRITES))
+        spark.conf.set(settings.DIRECT_WRITES, "false")
+        request.addfinalizer(lambda: spark.conf.unset(settings.DIRECT_WRITES))
 
 
 def pages_in_cache(path: str) -> tuple[int, int]:

@@ -134,18 +134,22 @@ def test_recover_on_a_log_dir_without_partitions_ends_partial(tmp_path, capsys):
 
 
 # -- 5. an output is checked by trying what writing it needs ---------------------------------------
-@pytest.fixture
-def read_only_dir(tmp_path):
-    """A read-only mount (a tmpfs mounted ro)."""
-    mount = tmp_path / "ro"
+def tmpfs(mount: Path, options: str):
+    """A tmpfs mounted at ``mount`` with ``options``, unmounted afterwards."""
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(mount)], check=False)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], check=False)
     if done.returncode != 0:
         pytest.skip("cannot mount a tmpfs here")
     try:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A read-only mount (a tmpfs mounted ro)."""
+    yield from tmpfs(tmp_path / "ro", "ro,size=64k")
 
 
 def test_outputs_that_cannot_be_written_are_refused_before_the_job(tmp_path, read_only_dir, capsys):
@@ -197,15 +201,7 @@ def test_dump_of_a_dir_without_segment_files_says_so(tmp_path, capsys):
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A size-limited directory: a tmpfs mount of 160 KiB."""
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount)], check=False)
-    if done.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+    yield from tmpfs(tmp_path / "tiny", "size=160k")
 
 
 def test_a_full_disk_names_the_mount_the_file_and_the_room_needed(spark, tiny_disk):

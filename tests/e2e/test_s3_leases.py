@@ -34,17 +34,6 @@ def s3(s3_endpoint):
     return fs
 
 
-@pytest.fixture
-def live_child():
-    """A live process of this host, started before the lease it is said to hold."""
-    proc = subprocess.Popen(["sleep", "60"])
-    try:
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-
-
 def dead_pid() -> int:
     proc = subprocess.Popen(["sleep", "0"])
     proc.wait()

@@ -92,6 +92,13 @@ def signal_when(proc: subprocess.Popen, marker: Path, send) -> tuple[str, str]:
             proc.wait()
 
 
+def sigterm_twice(proc: subprocess.Popen) -> None:
+    """A scheduler that sends SIGTERM again while the job is still stopping."""
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+
+
 def assert_terminated(proc: subprocess.Popen, out: str, err: str) -> None:
     assert proc.returncode == 143, (out, err)
     lines = err.strip().splitlines()
@@ -176,12 +183,7 @@ def test_a_second_signal_during_a_commit_leaves_no_partition_mixed(tmp_path, hoo
     proc = start(["compact", str(log_dir), "--now", str(NOW), *COMPACT], child_env(tmp_path), hook,
                  "rename:.swap", marker, 3)
 
-    def twice(p):
-        p.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
-        p.send_signal(signal.SIGTERM)
-
-    out, err = signal_when(proc, marker, twice)
+    out, err = signal_when(proc, marker, sigterm_twice)
     assert_terminated(proc, out, err)
     after = local_files(log_dir)
     assert not [k for k in after if k.endswith(".swap")], sorted(after)
@@ -208,12 +210,7 @@ def test_sigterm_on_s3_keeps_the_bucket_safe(tmp_path, hook, s3_endpoint):
     marker = tmp_path / "committing"
     proc = start(["compact", url, "--now", str(NOW), *COMPACT], env, hook, "write_if:kcompact-commit.", marker, 3)
 
-    def twice(p):
-        p.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
-        p.send_signal(signal.SIGTERM)
-
-    out, err = signal_when(proc, marker, twice)
+    out, err = signal_when(proc, marker, sigterm_twice)
     assert_terminated(proc, out, err)
     states = {path: fs.cat_file(path) for path in fs.ls(f"{BUCKET}/logs", detail=False)
               if path.rsplit("/", 1)[-1].startswith("kcompact-state.")}

@@ -16,7 +16,7 @@ from botocore.exceptions import (ClientError, ConnectTimeoutError, EndpointConne
 from s3fs.errors import translate_boto_error
 
 import storage
-from compaction import job, routing
+from compaction import routing, settings
 from jobs import cli
 from jobs.spark import Sizing
 
@@ -126,19 +126,19 @@ def test_a_worker_short_of_memory_while_importing_is_a_configuration_error(monke
 @pytest.mark.parametrize("cap", ["10m", "512m", "100", f"{WORKER_IMPORTS_MIB - 1}m", "0.5g"])
 def test_a_worker_cap_below_its_imports_is_refused(cap):
     with pytest.raises(ValueError) as refusal:
-        job.check_setting("spark.executor.pyspark.memory", cap)
+        settings.check_setting("spark.executor.pyspark.memory", cap)
     text = str(refusal.value)
     assert f"spark.executor.pyspark.memory={cap}" in text and f"{WORKER_IMPORTS_MIB} MiB" in text, text
 
 
 @pytest.mark.parametrize("cap", [f"{WORKER_IMPORTS_MIB}m", "1g", "4096"])
 def test_a_worker_cap_that_holds_the_imports_passes(cap):
-    job.check_setting("spark.executor.pyspark.memory", cap)
+    settings.check_setting("spark.executor.pyspark.memory", cap)
 
 
 def test_a_worker_cap_that_is_no_size_is_refused():
     with pytest.raises(ValueError, match="spark.executor.pyspark.memory"):
-        job.check_setting("spark.executor.pyspark.memory", "lots")
+        settings.check_setting("spark.executor.pyspark.memory", "lots")
 
 
 class Conf:
@@ -159,8 +159,8 @@ class Session:
 def test_the_sessions_worker_cap_is_checked():
     """Under spark-submit the cap comes with the session, unchecked: refused before any task runs."""
     with pytest.raises(ValueError, match=f"{WORKER_IMPORTS_MIB} MiB"):
-        job.check_settings(Session({"spark.executor.pyspark.memory": "512m"}))
-    job.check_settings(Session({"spark.executor.pyspark.memory": "2g"}))
+        settings.check_settings(Session({"spark.executor.pyspark.memory": "512m"}))
+    settings.check_settings(Session({"spark.executor.pyspark.memory": "2g"}))
 
 
 # -- sizing embedded Spark --------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ import subprocess
 import time
 
 import pyarrow as pa
-import pytest
 
 from compaction.report import PartitionReport, Report
 from jobs.cli import EXIT_OK, EXIT_PARTIAL, _exit_status
@@ -29,16 +28,6 @@ def dead_pid() -> int:
     proc = subprocess.Popen(["sleep", "0"])
     proc.wait()
     return proc.pid
-
-
-@pytest.fixture
-def live_child():
-    proc = subprocess.Popen(["sleep", "60"])
-    try:
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def lease(pid: int, host: str | None = None, started_ms: int | None = None, owner: str = "job-x",

@@ -13,7 +13,8 @@ from typing import Any
 import storage
 from logdir.listing import segment_name
 from readers import snapshot
-from tools.generator.producers import COORDINATOR_EPOCH, _Encoded, _PartitionProducer, _produce
+from tools.generator.producers import COORDINATOR_EPOCH, _PartitionProducer, _produce
+from tools.generator.truth import _Encoded
 from tools.generator.spec import _INT32_MAX
 from tools.generator.truth import PartitionTruth, WrittenSegment, _truth
 from writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentFiles, SegmentWriter

@@ -16,7 +16,7 @@ from readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP
 from readers.indexes import AbortedTxn
 from readers.records import ABORT, COMMIT, Record, control_key, control_value
 from tools.generator.spec import _INT32_MAX
-from tools.generator.truth import WrittenBatch, WrittenRecord
+from tools.generator.truth import WrittenBatch, WrittenRecord, _Encoded
 from writers import legacy
 from writers.batch import encode_batch
 
@@ -43,14 +43,6 @@ class _Producer:
 class _OpenTxn:
     first_offset: int
     batches_left: int
-
-
-@dataclass(slots=True)
-class _Encoded:
-    data: bytes
-    batch: WrittenBatch
-    aborted: AbortedTxn | None = None
-    wall_ms: int = 0  # when the broker appended it: its records' nominal time (magic 0 has no timestamps)
 
 
 @dataclass(slots=True)

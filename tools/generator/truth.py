@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from readers.indexes import AbortedTxn
 from readers.records import Header
-
-if TYPE_CHECKING:
-    from tools.generator.producers import _Encoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +36,17 @@ class WrittenBatch:
     max_timestamp: int
     size: int
     magic: int = 2
+
+
+@dataclass(slots=True)
+class _Encoded:
+    """A batch as the producer wrote it, with what the truth needs of it."""
+
+    data: bytes
+    batch: WrittenBatch
+    aborted: AbortedTxn | None = None
+    wall_ms: int = 0  # when the broker appended it: its records' nominal time (magic 0 has no timestamps)
+
 
 
 @dataclass(frozen=True, slots=True)
