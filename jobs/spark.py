@@ -28,8 +28,8 @@ LOG4J = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
 # The Python workers' environment. spark.executor.pyspark.memory caps a worker's address space,
 # not its memory: Arrow's default allocator (mimalloc) reserves a gigabyte of address space up
 # front, and glibc a 64 MiB heap per thread, so a capped worker would fail with little in use.
-# OpenBLAS (numpy's; the workers never call it) starts a thread with a buffer per core: 41 MB of
-# address space on two cores, of the 1 GiB a capped worker has (its imports take about 500 MB).
+# OpenBLAS (numpy's; the workers never call it) starts a thread with a buffer per core, address
+# space a capped worker needs for its own work (docs/benchmarks.md has the figures).
 WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2", "OPENBLAS_NUM_THREADS": "1"}
 _LET_GO = threading.Event()
 _LOG: list[str] = []  # the file this process's JVM writes to, once it started one
@@ -118,14 +118,13 @@ def session(app_name: str, sizing: Sizing | None = None):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = (builder.master(f"local[{sizing.cores or '*'}]")
                    # C1 only: a command's JVM lives seconds, and C2's compilations cost more CPU
-                   # than they win back (bench-compact: JVM CPU 22.7 -> 13.7 s, whole run 22.9 -> 20.2 s)
+                   # than they win back (docs/benchmarks.md)
                    .config("spark.driver.extraJavaOptions",
                            f"-Dlog4j2.configurationFile={LOG4J.as_uri()} -XX:TieredStopAtLevel=1 {cds.java_options()}")
                    .config("spark.ui.enabled", str(sizing.ui).lower())
                    .config("spark.ui.showConsoleProgress", "false")
                    # a task's result larger than this goes through the block manager, one more
-                   # fetch (default 1 MiB): batch plans are 38 bytes a batch, 3.8 MB for single's
-                   # partition, whose stage 1 took 0.07 s longer so
+                   # fetch (default 1 MiB): a large partition's batch plans are several MB
                    .config("spark.task.maxDirectResultSize", "64m")
                    .config("spark.sql.debug.maxToStringFields", "200")
                    .config("spark.sql.shuffle.partitions", str(max(2, (sizing.cores or os.cpu_count() or 2) * 2))))
@@ -179,10 +178,10 @@ def started_jvm() -> bool:
 
 def let_go() -> None:
     """Stop the Spark this process started, now that its command needs it no more. Left to this
-    process's exit, the JVM stops Spark and its Python gateway only when its stdin ends, and exits
-    0.45 s after this process; stopped here (0.1 s), it exits 0.05 s after. Only the JVM's half of
-    ``SparkContext.stop``: the other half stops this process's accumulator server, waiting up to
-    0.5 s for its polling loop, for a process about to exit. The JVM must not exit first: that
+    process's exit, the JVM stops Spark and its Python gateway only when its stdin ends, well after
+    this process; stopped here, it exits with it. Only the JVM's half of ``SparkContext.stop``: the
+    other half stops this process's accumulator server, waiting for its polling loop, for a process
+    about to exit. The JVM must not exit first: that
     server would print a traceback on losing it. A JVM that started this process (spark-submit's)
     is left alone."""
     if _LET_GO.is_set() or "pyspark" not in sys.modules:  # done, or no Spark here (nothing to import)

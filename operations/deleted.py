@@ -3,7 +3,7 @@
 A ``.deleted`` file is garbage from the moment it is renamed: no reader takes it for a segment,
 a broker deletes it on its scheduler (``file.delete.delay.ms`` later) or when it loads the log,
 and ``kcompact recover`` removes any that are left. Removing one is not free: the kernel drops
-the file's pages from the page cache, 16-24 ms for a 64 MiB segment here. So the job commits
+the file's pages from the page cache, milliseconds for a large segment. So the job commits
 every partition first and removes the files afterwards, while the command writes its report,
 still holding the log dirs' locks.
 """

@@ -54,8 +54,10 @@ def owners(log_dir: Path) -> dict[str, tuple[int, int, int]]:
 
 
 def kcompact(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """The command in a session of its own (a crash point kills its whole session)."""
     environ = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, **env)
-    return subprocess.run([*KCOMPACT, *args], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=600)
+    return subprocess.run([*KCOMPACT, *args], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=600,
+                          start_new_session=True)
 
 
 def as_user(uid: int, gid: int, work) -> tuple[int, str]:
@@ -124,7 +126,7 @@ def test_a_crash_in_the_middle_of_a_swap_then_recover(scratch):
     log_dir = broker_owned(scratch)
     before = owners(log_dir)
     crashed = kcompact("compact", str(log_dir), "--now", NOW, "-q", KCOMPACT_CRASH_AT="rename:.swap:2:after",
-                       PYTHONPATH=str(ROOT / "tests" / "faults"))
+                       KCOMPACT_CRASH_COUNTER=str(scratch / "crash-count"), PYTHONPATH=str(ROOT / "tests" / "faults"))
     assert crashed.returncode != 0
     assert any(p.endswith((".swap", ".deleted", ".cleaned")) for p in owners(log_dir)), "the crash left a swap half done"
     assert_broker_owned(log_dir, before)
