@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
 from conf.units import MB, UNIT_NOTE
-from operations.states import IDLE, PAUSED, UNCLEANABLE, lease_holder
+from operations.states import IDLE, PAUSED, UNCLEANABLE, lease_holder, paused_lines
 
 REASONS = ("superseded", "tombstone", "aborted", "keyless", "marker")
 MIB = MB  # LogCleaner.recordStats: mb(bytes) = bytes / (1024 * 1024)
@@ -329,8 +329,7 @@ class Report:
                 f"{log_dir}: {len(paths)}" + (f" ({', '.join(p.rstrip('/').rpartition('/')[2] for p in paths)})"
                                               if paths else "")
                 for log_dir, paths in self.uncleanable().items()) or "none"))
-        lines += [f"paused partitions: {log_dir}: {len(names)} ({', '.join(names)}) -> "
-                  f"'kcompact resume {log_dir} {' '.join(names)}'" for log_dir, names in self.paused().items()]
+        lines += paused_lines(self.paused())
         t = self.totals()
         if t["partitions"] == 0:
             lines.append(self._nothing())

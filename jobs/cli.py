@@ -386,44 +386,51 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_OK
     except KeyboardInterrupt:
         return _interrupted()
-    except BadArgument as exc:
+    except Exception as exc:
+        # After a Ctrl-C or SIGTERM, what broke on the way out (Spark's cancelled jobs, a JVM the
+        # same signal ended, as a signal to the whole process group does) is not news
+        if spark.interrupted():
+            return _interrupted()
+        return _failed(args, exc)
+
+
+def _failed(args: argparse.Namespace, exc: Exception) -> int:
+    """The one line and exit status of a command that ``exc`` ended; the CLI promises no traceback
+    (``KCOMPACT_DEBUG`` shows it)."""
+    import storage
+    from jobs import spark
+
+    if isinstance(exc, BadArgument):
         _warn(str(exc))
         return EXIT_USAGE
-    except FormatError as exc:
+    if isinstance(exc, FormatError):
         _warn(str(exc))
         return EXIT_PROBLEMS
-    except ConfigError as exc:
+    if isinstance(exc, ConfigError):
         _warn(f"configuration error: {exc}")
         return EXIT_USAGE
-    except OSError as exc:
-        import storage
-
+    if isinstance(exc, OSError):
         _warn(f"error: {storage.describe_failure(exc, getattr(args, 'argv', ()))}")
         return EXIT_USAGE
-    except ValueError as exc:
+    if isinstance(exc, ValueError):
         _warn(f"error: {exc}")
         return EXIT_USAGE
-    except Exception as exc:  # the CLI promises no traceback; KCOMPACT_DEBUG shows it
-        if spark.interrupted():  # Spark's jobs cancelled by the Ctrl-C: their errors are not news
-            return _interrupted()
-        import storage
-
-        storage_failure = storage.describe_failure(exc, getattr(args, "argv", ()))  # unreachable, no credentials
-        if storage_failure is not None:
-            _warn(f"error: {storage_failure}")
-            return EXIT_USAGE
-        if os.environ.get("KCOMPACT_DEBUG"):
-            raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        log = f"; Spark's log: {spark.log_path()}" if spark.started_jvm() else ""
-        # a Spark task's (Python's MemoryError, the JVM's OutOfMemoryError, an allocation refused: ENOMEM)
-        if any(sign in str(exc) for sign in ("MemoryError", "ENOMEM", "Cannot allocate memory")):
-            _warn("error: a Spark task ran out of memory: give it more (spark.executor.pyspark.memory caps a Python "
-                  "worker's address space, --driver-memory the JVM's heap) or lower spark.kcompact.map.memory, "
-                  f"so that large partitions take the shared path (set KCOMPACT_DEBUG=1 for details{log})")
-            return EXIT_USAGE
-        _warn(f"internal error: {type(exc).__name__}: {first[:300]} (set KCOMPACT_DEBUG=1 for details{log})")
-        return EXIT_INTERNAL
+    storage_failure = storage.describe_failure(exc, getattr(args, "argv", ()))  # unreachable, no credentials
+    if storage_failure is not None:
+        _warn(f"error: {storage_failure}")
+        return EXIT_USAGE
+    if os.environ.get("KCOMPACT_DEBUG"):
+        raise exc
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    log = f"; Spark's log: {spark.log_path()}" if spark.started_jvm() else ""
+    # a Spark task's (Python's MemoryError, the JVM's OutOfMemoryError, an allocation refused: ENOMEM)
+    if any(sign in str(exc) for sign in ("MemoryError", "ENOMEM", "Cannot allocate memory")):
+        _warn("error: a Spark task ran out of memory: give it more (spark.executor.pyspark.memory caps a Python "
+              "worker's address space, --driver-memory the JVM's heap) or lower spark.kcompact.map.memory, "
+              f"so that large partitions take the shared path (set KCOMPACT_DEBUG=1 for details{log})")
+        return EXIT_USAGE
+    _warn(f"internal error: {type(exc).__name__}: {first[:300]} (set KCOMPACT_DEBUG=1 for details{log})")
+    return EXIT_INTERNAL
 
 
 def _interrupted() -> int:

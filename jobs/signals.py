@@ -45,11 +45,17 @@ def _cancel_spark_jobs() -> None:
     from pyspark import SparkContext
 
     sc = SparkContext._active_spark_context
-    if sc is not None and getattr(sc, "_jsc", None) is not None:
-        try:
-            sc.cancelAllJobs()
-        except Exception:  # noqa: BLE001 - a JVM already gone (a signal to the whole group) has no jobs left
-            pass
+    if sc is None or getattr(sc, "_jsc", None) is None:
+        return
+    # The JVM may be stopping too (a signal to the whole process group): the accumulator server's
+    # connection from it then breaks, which is no news, and no traceback on the console.
+    server = getattr(sc, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, client_address: None
+    try:
+        sc.cancelAllJobs()
+    except Exception:  # noqa: BLE001 - a JVM already gone has no jobs left
+        pass
 
 
 def received() -> bool:

@@ -193,10 +193,12 @@ def let_go() -> None:
     if sc is None or getattr(SparkContext._gateway, "proc", None) is None:
         return
     _LET_GO.set()
-    try:
-        sc._jsc.stop()
-    except Py4JError as exc:  # the JVM died first: nothing left to stop
-        print(f"kcompact: stopping Spark: {exc}", file=sys.stderr)
+    if SparkContext._gateway.proc.poll() is None:  # a signal to the whole process group ends the JVM first
+        try:
+            sc._jsc.stop()
+        except (Py4JError, OSError) as exc:  # the JVM died meanwhile: nothing left to stop
+            if not signals.received():  # news only when nobody asked it to stop
+                print(f"kcompact: stopping Spark: {exc}", file=sys.stderr)
     SparkContext._gateway.shutdown()
 
 

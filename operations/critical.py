@@ -29,8 +29,8 @@ def section() -> Iterator[None]:
         yield
     finally:
         _depth -= 1
-    if _depth == 0 and _held:
-        raise _held.pop(0)
+        if _depth == 0 and _held:  # raised even over the section's own error: the stop was asked for
+            raise _held.pop(0)
 
 
 def hold(exc: BaseException) -> bool:

@@ -135,8 +135,7 @@ class RetentionReport:
     def text(self) -> str:
         """Every partition's line but those ``execute`` printed as it deleted them, then the totals."""
         lines = [p.summary(self.dry_run) for p in self.partitions if not p.deleted or p.error]
-        lines += [f"paused partitions: {log_dir}: {len(names)} ({', '.join(names)}) -> "
-                  f"'kcompact resume {log_dir} {' '.join(names)}'" for log_dir, names in self.paused.items()]
+        lines += states.paused_lines(self.paused)
         t = self.totals()
         verb = "to delete" if self.dry_run else "deleted"
         lines.append(f"retention: {t['partitions']} partition{'' if t['partitions'] == 1 else 's'} "

@@ -143,6 +143,13 @@ def lease_holder(reason: str | None) -> dict | None:
     return found | {"host": None if host == "None" else host, "pid": int(pid) if pid.isdigit() else None}
 
 
+def paused_lines(paused: dict[str, list[str]]) -> list[str]:
+    """The summary's lines for the paused partitions of each log dir (names in order), with the
+    way out: a forgotten pause must not stop cleaning silently."""
+    return [f"paused partitions: {log_dir}: {len(names)} ({', '.join(names)}) -> "
+            f"'kcompact resume {log_dir} {' '.join(names)}'" for log_dir, names in paused.items()]
+
+
 def pid_namespace() -> str | None:
     """This process's pid namespace (``pid:[4026531836]``), None where /proc does not say."""
     try:

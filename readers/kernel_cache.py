@@ -2,8 +2,8 @@
 
 Why: numba compiles each ``@njit(cache=True)`` kernel at its first call and keeps the result in
 its cache (``__pycache__`` beside the source, ``NUMBA_CACHE_DIR``, or the user's cache dir for a
-zip). A process whose cache is empty compiles every kernel it calls again: about 13 s of CPU in
-each executor's first tasks. Ephemeral clusters (Kubernetes pods, fresh YARN containers, a
+zip). A process whose cache is empty compiles every kernel it calls again: seconds of CPU in
+each executor's first tasks, more than the tiny job itself (docs/benchmarks.md). Ephemeral clusters (Kubernetes pods, fresh YARN containers, a
 ``--py-files`` zip, a read-only site-packages) start every run with an empty cache, so every run
 paid it on every executor.
 
@@ -33,11 +33,9 @@ the baseline of every x86 server CPU since 2013-2015), and a process that finds 
 cache sets that target for numba (``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES``, before its first
 kernel is decorated) when its CPU has every feature of it: one target for every machine, so a
 cache built anywhere serves every executor, where a build for the host's CPU would serve only
-executors of the build machine's model. Its cost, measured: the kernels are byte-oriented scalar
-loops (varints, hashes, CRCs through C routines), and compiled for x86-64-v3 they ran as fast as
-for this machine's own CPU (znver5, AVX-512), within 3% either way (median CPU seconds of 4 runs
-each: header scan 0.027 vs 0.028, keys+offsets 0.072 vs 0.075 and lz4 0.175 vs 0.173 on 67 MB,
-a million-key table filled twice and looked up 0.661 vs 0.660). A host without those features,
+executors of the build machine's model. It costs next to nothing: the kernels are
+byte-oriented scalar loops (varints, hashes, CRCs through C routines) that wider vector units do
+not speed up (docs/benchmarks.md). A host without those features,
 another architecture, Python or numba, or ``NUMBA_CPU_NAME`` set by hand: the shipped entries do
 not match, and the kernels compile for the host as before. ``KCOMPACT_KERNELS=host`` always does.
 """

@@ -89,10 +89,23 @@ def _widest(modes: list[int]) -> int:
     return out
 
 
-def _umask() -> int:
+def _process_umask() -> int:
+    """This process's umask, read once: Linux says it in /proc/self/status; elsewhere it is set and
+    put back, which only import (one thread) may do, since files other threads create meanwhile
+    would get no umask."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+_UMASK = _process_umask()
 
 
 def for_file(fs_path: str) -> Owner:
@@ -109,7 +122,7 @@ def for_file(fs_path: str) -> Owner:
     directory = posixpath.dirname(final) or "."
     parent = os.stat(directory)
     same, every = _sibling_modes(directory, final)
-    mode = _narrowest(same) if same else 0o666 & ~_umask()
+    mode = _narrowest(same) if same else 0o666 & ~_UMASK
     if every:
         mode &= _widest(every)
     return Owner(parent.st_uid, parent.st_gid, mode & 0o666 & _NOT_WORLD_WRITABLE)
@@ -119,7 +132,7 @@ def for_dir(fs_path: str) -> Owner:
     """Who a new local directory must belong to: its parent's owner and group, and bits no wider
     than its parent's."""
     parent = os.stat(posixpath.dirname(fs_path.rstrip("/")) or ".")
-    return Owner(parent.st_uid, parent.st_gid, stat.S_IMODE(parent.st_mode) & 0o777 & ~_umask() & _NOT_WORLD_WRITABLE)
+    return Owner(parent.st_uid, parent.st_gid, stat.S_IMODE(parent.st_mode) & 0o777 & ~_UMASK & _NOT_WORLD_WRITABLE)
 
 
 def give(fd: int, owner: Owner) -> None:
