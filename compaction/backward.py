@@ -184,7 +184,7 @@ class _Backward(Rewriter):
         base = int(plans.segment[lo])
         path = storage.join(self.job.path, segment_name(base, "log"))
         start, end = int(plans.position[lo]), int(plans.position[hi - 1] + sizes[hi - 1])
-        with storage.open_read(path) as f:  # the range in one buffer: the chunks are kept
+        with storage.open_read(path, self.job.size_of(base)) as f:  # the range in one buffer: the chunks are kept
             chunks = list(walk.read_chunks(f, path, start, end, chunk_size=end - start))
         i, found = lo, []
         for chunk in chunks:
@@ -213,23 +213,31 @@ class _Backward(Rewriter):
         return mapped
 
 
+HELD_EVERY_S = 5.0
+
+
 def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, held=lambda path: True,
                     threads: int = 1, keys: int = 0) -> list[dict]:
     """Every group of one partition read once, from the last record back, the offset map made on
     the way (``KeyTable.backward``): each record's fate is known when it is read, since every
     record that could supersede it was read before. Then each group's ``.cleaned`` files (or,
     not ``render``ing, its fate counts), written while the group before it is read. ``held(path)``:
-    the job still holds the partition's lease (checked before each group, so an abort stops it at
-    a group boundary). A group that fails stops the partition: the groups before it are not
+    the job still holds the partition's lease (asked before the first group and then at a group
+    boundary once ``HELD_EVERY_S`` passed since it was last asked: an abort stops the partition at
+    a group boundary that soon, and a partition read in less time asks once; on an object store
+    each question is a request). A group that fails stops the partition: the groups before it are not
     written. ``threads``: cores to use, the map split in as many key shards; ``keys``: at most
     how many keys the map will hold (the tables are sized for them up front rather than grown)."""
     tables = [KeyTable.for_keys(-(-keys // threads)) for _ in range(threads)]
     results: list[dict] = []
     writing = None  # the group being written while the next one is read
+    asked = None
     with _Pools(threads) as pools:
         for job, plans in reversed(groups):
             started, base = time.monotonic(), unwritten(job)
-            if render and not held(job.path):
+            due = render and (asked is None or started - asked >= HELD_EVERY_S)
+            asked = started if due else asked
+            if due and not held(job.path):
                 if _written(writing, results):
                     results.append(base | {"seconds": 0.0, "error": ABORTED_BY_OPERATOR,
                                            "codes": [0] * len(REASON_OF_CODE)})

@@ -32,7 +32,7 @@ BATCH_PLAN = np.dtype([
 ])
 GROUP = pa.struct([
     ("group", pa.int32()), ("base_offset", pa.int64()), ("segments", pa.list_(pa.int64())),
-    ("mtime_ms", pa.int64()),
+    ("sizes", pa.list_(pa.int64())), ("mtime_ms", pa.int64()),
     ("aborted", pa.list_(pa.struct([("producer_id", pa.int64()), ("first_offset", pa.int64()),
                                     ("last_offset", pa.int64()), ("last_stable_offset", pa.int64())]))),
 ])
@@ -75,7 +75,8 @@ def plan_one(p: PartitionToClean, now: int, threads: int = 1) -> dict:
     try:
         _, table, decided = partition_scan.plan(
             p.path, p.topic, p.partition, log_start=p.log_start_offset, first_dirty=p.first_dirty_offset,
-            first_uncleanable=p.first_uncleanable_dirty_offset, now=now, config=p.config, threads=threads)
+            first_uncleanable=p.first_uncleanable_dirty_offset, now=now, config=p.config, threads=threads,
+            listed=p.listed)
     except (FormatError, OSError, MemoryError) as exc:
         return {**base, "seconds": time.monotonic() - started, "error": read_error(exc, p.path)}
     rewritten = decided.group >= 0
@@ -89,6 +90,7 @@ def plan_one(p: PartitionToClean, now: int, threads: int = 1) -> dict:
     base["batches"] = plans.tobytes()
     base["groups"] = [
         {"group": g, "base_offset": group[0].base_offset, "segments": [s.base_offset for s in group],
+         "sizes": [s.size for s in group],
          "mtime_ms": group[-1].mtime_ms,
          "aborted": [{"producer_id": t.producer_id, "first_offset": t.first_offset, "last_offset": t.last_offset,
                       "last_stable_offset": t.last_stable_offset} for t in decided.txn_index.get(g, [])]}

@@ -37,10 +37,10 @@ from operations import commit, s3commit, states
 from operations.cleaned import WrittenGroup
 from operations.checkpoints import update_cleaner_offsets
 from operations.deleted import Removal
-from operations.recover import recover_partition
+from operations.recover import needs_recovery, recover_partition
 from readers.errors import FormatError
 from readers.indexes import AbortedTxn
-from logdir.listing import scan_partition
+from logdir.listing import Listing, Partition, list_log_dir, scan_partition
 from planner.plan import Plan
 from planner.scan import UNREADABLE
 from writers.chunks import BufferSizes
@@ -53,6 +53,8 @@ class JobResult:
     uncleanable: dict[str, str] = field(default_factory=dict)  # partition dir -> reason
     # object stores: partition dir -> the latest commit record generation seen under our lease
     generations: dict[str, int] = field(default_factory=dict)
+    # object stores: partition dir -> the partition as listed under our lease, for the tasks to read
+    listed: dict[str, Partition] = field(default_factory=dict)
     # log dir -> {(topic, partition): first dirty offset} of the partitions whose cleaning failed:
     # Kafka's cleanLog writes that entry (doneCleaning) whether the cleaning succeeded or threw
     done_cleaning: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
@@ -173,7 +175,7 @@ def run(spark, plan: Plan, now: int, dry_run: bool = False, progress=print,
             _reset_checkpoints(table, selected, result, progress)
         for row in corrupt_in_plan(table):
             result.fail(row, cleaning=False)
-        partitions = to_clean(selected)
+        partitions = to_clean(selected, result.listed)
         if partitions:
             try:
                 _clean(spark, partitions, now, dry_run, progress, watch, result, keeper)
@@ -197,12 +199,15 @@ def _take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult,
     each selected partition and finish any swap a crashed run left in it (the broker's recovery).
     A partition in a log dir another process locks, or that another job holds, is skipped; one
     where recovery changed files is skipped too, since the plan no longer describes it (the next
-    run plans it afresh)."""
+    run plans it afresh). Each log dir is listed once, after its partitions are leased, and its
+    cleaner checkpoint read once (an object store is asked nothing per partition that a listing
+    tells); on an object store the partitions as listed go to the tasks (``result.listed``)."""
     import storage
 
-    keep, locked = [], {}
+    leased, locked = [], {}
     columns = ["path", "log_dir", "topic", "partition", "first_dirty_offset", "checkpoint_offset"]
-    for i, row in enumerate(selected.select(columns).to_pylist()):
+    rows = selected.select(columns).to_pylist()
+    for i, row in enumerate(rows):
         if row["log_dir"] not in locked:
             try:
                 held.enter_context(storage.LogDirLock(row["log_dir"]))
@@ -214,22 +219,35 @@ def _take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult,
             result.report.partitions.append(PartitionReport.skipped_for(row, busy))
             progress(f"  skipped {row['topic']}-{row['partition']}: {busy}")
             continue
-        # swaps only: the command line recovered the whole log dirs (indexes too) before planning
-        recovered = recover_partition(row["path"], indexes=False)
-        if recovered.generation is not None:
-            result.generations[row["path"]] = recovered.generation
-        if recovered.changed:
+        leased.append(i)
+    listings = {log_dir: list_log_dir(log_dir) for log_dir in dict.fromkeys(rows[i]["log_dir"] for i in leased)}
+    checkpoints: dict[str, dict | str] = {}
+    keep = []
+    for i in leased:
+        row = rows[i]
+        listing = listings[row["log_dir"]]
+        part = listing.partition(row["path"], row["topic"], row["partition"])
+        # swaps only: the command line recovered the whole log dirs before planning
+        recovered = recover_partition(row["path"], indexes=False) if needs_recovery(part) else None
+        if recovered is not None and recovered.changed:
             keeper.release(row["path"])
             why = f"recovered an interrupted run first ({recovered.summary()}); planned again next run"
             result.report.partitions.append(PartitionReport.skipped_for(row, why))
             progress(f"  skipped {row['topic']}-{row['partition']}: {why}")
             continue
-        moved = _cleaned_since_plan(row)
+        if row["log_dir"] not in checkpoints:
+            checkpoints[row["log_dir"]] = _cleaner_checkpoint(row["log_dir"])
+        moved = _cleaned_since_plan(row, checkpoints[row["log_dir"]])
         if moved:
             keeper.release(row["path"])
             result.report.partitions.append(PartitionReport.skipped_for(row, moved))
             progress(f"  skipped {row['topic']}-{row['partition']}: {moved}")
             continue
+        if not storage.is_local_path(row["path"]):
+            result.generations[row["path"]] = (recovered.generation if recovered is not None
+                                               else listing.generation(row["topic"], row["partition"]))
+            if recovered is None:
+                result.listed[row["path"]] = part
         keep.append(i)
     return selected.take(pa.array(keep, pa.int64()))  # an empty list alone has no type
 
@@ -282,18 +300,26 @@ def _done_cleaning(result: JobResult, progress) -> None:
             progress(f"  cleaner checkpoint of {log_dir} not written after failed cleanings: {exc}")
 
 
-def _cleaned_since_plan(row: dict) -> str | None:
-    """Another job cleaned the partition between this plan and our lease (its cleaner checkpoint
-    entry moved): the plan's dirty range is stale, and cleaning it again would redo that work."""
+def _cleaner_checkpoint(log_dir: str) -> dict | str:
+    """The entries of ``log_dir``'s cleaner-offset-checkpoint, or what is wrong with the file."""
     import storage
     from readers import checkpoint
 
-    path = storage.join(row["log_dir"], checkpoint.CLEANER_OFFSET)
+    path = storage.join(log_dir, checkpoint.CLEANER_OFFSET)
     found = storage.read_versioned(path)
     try:
-        now = checkpoint.parse(path, found[0]).get((row["topic"], row["partition"])) if found else None
+        return checkpoint.parse(path, found[0]) if found else {}
     except FormatError as exc:
-        return f"{exc}; planned again next run"
+        return str(exc)
+
+
+def _cleaned_since_plan(row: dict, entries: dict | str) -> str | None:
+    """Another job cleaned the partition between this plan and our lease (its cleaner checkpoint
+    entry moved; ``entries``: the checkpoint read after the lease): the plan's dirty range is
+    stale, and cleaning it again would redo that work."""
+    if isinstance(entries, str):
+        return f"{entries}; planned again next run"
+    now = entries.get((row["topic"], row["partition"]))
     if now == row["checkpoint_offset"]:
         return None
     return f"cleaned by another job since it was planned (checkpoint {row['checkpoint_offset']} -> {now}); planned again next run"
@@ -332,6 +358,10 @@ def _clean(spark, taken: list[PartitionToClean], now: int, dry_run: bool, progre
     ready = sum(row["path"] not in failing for row in rows)
     progress(f"stage 5/5: committing {ready} of {len(rows)} partitions (swap, checkpoint)" if ready else
              "stage 5/5: nothing to commit: every partition failed")
+    # an object store's log dirs listed once for the stage, after every group was written
+    listings = {log_dir: list_log_dir(log_dir) for log_dir in dict.fromkeys(row["log_dir"] for row in rows)
+                if commit.by_record(log_dir)}
+    wave, in_wave = commit.Wave(), {}
     for pid, row in enumerate(rows):
         groups = [w for w in written if w["path"] == row["path"]]
         errors = [w["error"] for w in groups if w["error"]]
@@ -343,7 +373,7 @@ def _clean(spark, taken: list[PartitionToClean], now: int, dry_run: bool, progre
             else:
                 result.fail(row | {"error": error}, groups=group_outcomes(row, groups, "written"))
             continue
-        changed = _changed_since_plan(row)
+        changed = _changed_since_plan(row, listings.get(row["log_dir"]))
         if changed:
             _discard(groups)
             result.fail(row | {"error": changed}, transient=True)
@@ -353,7 +383,7 @@ def _clean(spark, taken: list[PartitionToClean], now: int, dry_run: bool, progre
             _aborted(row, result, progress)
             continue
         try:
-            result.deleted += _commit(row, groups, keeper.owner, result.generations.get(row["path"]))
+            result.deleted += _commit(row, groups, keeper.owner, result.generations.get(row["path"]), wave)
         except s3commit.CommitLost as exc:
             result.fail(row | {"error": str(exc)}, transient=True)
             continue
@@ -365,9 +395,15 @@ def _clean(spark, taken: list[PartitionToClean], now: int, dry_run: bool, progre
                 error = f"{IO_ERROR}commit failed ({exc}), recovery too ({again}): run 'kcompact recover'"
             result.fail(row | {"error": error})
             continue
+        in_wave.setdefault(row["log_dir"], []).append((row, len(report.partitions)))
         report.partitions.append(PartitionReport.of(batches.report_row(row, pid), counts, groups, committed=True))
         progress(f"  committed {row['topic']}-{row['partition']} ({pid + 1}/{len(rows)}): "
                  f"checkpoint {row['latest_offset'] + 1}")
+    for log_dir, exc in wave.finish().items():
+        for row, at in in_wave[log_dir]:  # committed (readers see the new segments): the rest is recovery's
+            error = f"{IO_ERROR}committed, but the commit record's apply did not finish ({exc}); the next run finishes it"
+            report.partitions[at] = PartitionReport.failed(row | {"error": error}, [])
+            progress(f"  {row['topic']}-{row['partition']}: {error}")
     watch.lap("5 commit")
 
 
@@ -376,11 +412,13 @@ def _aborted(row: dict, result: JobResult, progress) -> None:
     progress(f"  aborted {row['topic']}-{row['partition']}: old segments kept")
 
 
-def _changed_since_plan(row: dict) -> str | None:
+def _changed_since_plan(row: dict, listing: Listing | None) -> str | None:
     """The segments the commit would replace are not those the job read (retention, another
-    cleaner, a restarted broker got there first): committing would lose records."""
-    now = [s.base_offset for s in scan_partition(row["path"], row["topic"], row["partition"]).segments
-           if s.base_offset <= row["latest_offset"]]
+    cleaner, a restarted broker got there first): committing would lose records. ``listing``:
+    the log dir as listed for the commits (object stores; else the partition dir is listed now)."""
+    part = (listing.partition(row["path"], row["topic"], row["partition"]) if listing is not None
+            else scan_partition(row["path"], row["topic"], row["partition"]))
+    now = [s.base_offset for s in part.segments if s.base_offset <= row["latest_offset"]]
     read = [base for g in row["groups"] for base in g["segments"]]
     if now != read:
         return f"the partition changed while it was being cleaned (segments {read} became {now}); cleaned next run"
@@ -413,6 +451,7 @@ def _group_jobs(rows: list[dict], batches: Batches, now: int, owner: str,
         for g in row["groups"]:
             job = GroupJob(
                 path=row["path"], group=g["group"], base_offset=g["base_offset"], segments=tuple(g["segments"]),
+                sizes=tuple(g["sizes"]),
                 mtime_ms=g["mtime_ms"], aborted=tuple(AbortedTxn(**t) for t in g["aborted"]),
                 index_interval_bytes=config.index_interval_bytes, max_index_bytes=config.segment_index_bytes,
                 buffers=buffers, delete_retention_ms=config.delete_retention_ms, now=now,
@@ -448,13 +487,13 @@ def _clean_groups(spark, rows: list[dict], batches: Batches, jobs: dict[int, tup
     return union.toArrow().to_pylist()
 
 
-def _commit(row: dict, groups: list[dict], owner: str, generation: int | None) -> list[str]:
+def _commit(row: dict, groups: list[dict], owner: str, generation: int | None, wave: commit.Wave) -> list[str]:
     """The commit step (``operations.commit``) for a partition whose groups are all written."""
     written = [WrittenGroup(g["base_offset"], g["size"], g["batches"], g["records"], tuple(g["files"]))
                for g in groups]
     read = [base for g in row["groups"] for base in g["segments"]]
     return commit.commit_cleaned(row["log_dir"], row["path"], row["topic"], row["partition"], written, read,
-                                 row["latest_offset"] + 1, owner, generation)
+                                 row["latest_offset"] + 1, owner, generation, wave)
 
 
 def _discard(groups: list[dict]) -> None:

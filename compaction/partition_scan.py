@@ -24,14 +24,15 @@ from logdir.listing import Partition, Segment, scan_partition
 from readers.segment import to_torn_tail
 
 
-def read_partition(path: str, topic: str, number: int, first_dirty: int,
-                   threads: int = 1) -> tuple[Partition, list[SegmentInfo], np.ndarray]:
+def read_partition(path: str, topic: str, number: int, first_dirty: int, threads: int = 1,
+                   listed: Partition | None = None) -> tuple[Partition, list[SegmentInfo], np.ndarray]:
     """The partition's segments and its batch table (``compaction.model.BATCH_TABLE``): every
     batch header, a chunk of the file at a time (``readers.walk``, CRCs checked); a control
     batch's type and a legacy entry's inner messages decoded one by one (both are rare).
     ``threads``: segments read at once (the walk and the CRCs release the GIL); the first bad
-    segment's error is the one raised, as when they are read in turn."""
-    part = scan_partition(path, topic, number)
+    segment's error is the one raised, as when they are read in turn. ``listed``: the partition
+    as the driver listed it (else it is listed here)."""
+    part = listed if listed is not None else scan_partition(path, topic, number)
     segments = []
     for i, seg in enumerate(part.segments):
         holds_first_dirty = seg.base_offset <= first_dirty and (
@@ -41,7 +42,7 @@ def read_partition(path: str, topic: str, number: int, first_dirty: int,
             index_size=seg.index.size if seg.index else 0,
             timeindex_size=seg.timeindex.size if seg.timeindex else 0,
             aborted=tuple(parse_txn_index(seg.txnindex.path, storage.read_bytes(seg.txnindex.path)))
-            if seg.txnindex else (),
+            if seg.txnindex and seg.txnindex.size else (),  # an empty one is not read
             offset_index=tuple(parse_offset_index(seg.index.path, storage.read_bytes(seg.index.path)))
             if seg.index and holds_first_dirty else (),
         ))
@@ -55,7 +56,7 @@ def read_partition(path: str, topic: str, number: int, first_dirty: int,
 def _tables(seg: Segment, active: bool) -> list[np.ndarray]:
     """A segment's batch tables, a chunk each; the active segment's end at a torn tail, as the log's."""
     path = seg.log.path
-    with storage.open_read(path) as f:
+    with storage.open_read(path, seg.size) as f:
         chunks = walk.read_chunks(f, path)
         return [_table(chunk, seg.base_offset) for chunk in (to_torn_tail(chunks, f, path) if active else chunks)]
 
@@ -81,8 +82,9 @@ def _table(chunk: walk.Chunk, segment: int) -> np.ndarray:
 
 
 def plan(path: str, topic: str, number: int, *, log_start: int, first_dirty: int, first_uncleanable: int,
-         now: int, config: CleanerConfig, threads: int = 1) -> tuple[Partition, np.ndarray, PartitionPlan]:
-    part, segments, batches = read_partition(path, topic, number, first_dirty, threads)
+         now: int, config: CleanerConfig, threads: int = 1,
+         listed: Partition | None = None) -> tuple[Partition, np.ndarray, PartitionPlan]:
+    part, segments, batches = read_partition(path, topic, number, first_dirty, threads, listed)
     decided = plan_partition(
         segments, batches, log_start=log_start, first_dirty=first_dirty, first_uncleanable=first_uncleanable,
         now=now, delete_retention_ms=config.delete_retention_ms, segment_bytes=config.segment_bytes,

@@ -89,6 +89,11 @@ class GroupJob:
     first_dirty: int  # records feed the map from this offset on
     owner: str | None = None  # the job's lease owner: names the staged files on an object store
     direct: bool = True  # the .log written past the page cache (``storage.DirectFile``) where it can be
+    sizes: tuple[int, ...] = ()  # of the segments' .log files, as listed (an object store is not asked)
+
+    def size_of(self, base: int) -> int | None:
+        """The listed size of segment ``base``'s .log, if known."""
+        return dict(zip(self.segments, self.sizes)).get(base)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +246,7 @@ class Rewriter:
         i = 0
         for base in self.job.segments:
             path = storage.join(self.job.path, segment_name(base, "log"))
-            with storage.open_read(path) as f:
+            with storage.open_read(path, self.job.size_of(base)) as f:
                 for chunk in walk.read_chunks(f, path):
                     n = len(chunk.entries)
                     self._check_plan(chunk, base, i)

@@ -3,12 +3,13 @@ driver from the plan's selected rows (``to_clean``) and shipped to the tasks as 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from compaction.cleaner_config import CleanerConfig
+from logdir.listing import Partition
 
 # the plan's columns a PartitionToClean takes as they are (its config is typed from the plan's)
 PLAN_COLUMNS = ("path", "log_dir", "topic", "partition", "log_start_offset", "first_dirty_offset",
@@ -29,6 +30,7 @@ class PartitionToClean:
     first_uncleanable_dirty_offset: int
     total_bytes: int
     config: CleanerConfig
+    listed: Partition | None = None  # as the job listed it under its lease (object stores: no task lists it again)
 
     @classmethod
     def of(cls, row: dict) -> PartitionToClean:
@@ -37,7 +39,9 @@ class PartitionToClean:
                    total_bytes=row["total_bytes"] or 0, config=CleanerConfig.of(row["config"]))
 
 
-def to_clean(rows: pa.Table) -> list[PartitionToClean]:
-    """The selected partitions of ``rows`` (a plan's table, or some of its rows), in their order."""
+def to_clean(rows: pa.Table, listed: dict[str, Partition] | None = None) -> list[PartitionToClean]:
+    """The selected partitions of ``rows`` (a plan's table, or some of its rows), in their order;
+    ``listed``: partitions as listed, by path."""
     selected = rows.filter(pc.equal(rows.column("selected"), True))
-    return [PartitionToClean.of(row) for row in selected.select([*PLAN_COLUMNS, "config"]).to_pylist()]
+    found = [PartitionToClean.of(row) for row in selected.select([*PLAN_COLUMNS, "config"]).to_pylist()]
+    return [replace(p, listed=listed[p.path]) if listed and p.path in listed else p for p in found]

@@ -132,7 +132,9 @@ def _held(log_dirs: Sequence[str], dry_run: bool) -> Iterator[None]:
 def _recovered(log_dirs: Sequence[str], progress: Say, summary: Say) -> None:
     """Interrupted swaps of an earlier run finished or undone, as a broker would on start; the
     summary said only when something was repaired."""
-    report = recover(log_dirs, torn_tails=False, progress=progress)
+    from operations.recover import recover_log_dirs
+
+    report = recover_log_dirs(list(log_dirs), progress=progress, object_store_indexes=False)
     if any(p.changed for p in report.partitions) or report.skipped or report.temp_files:
         summary(report.text())
 

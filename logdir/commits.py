@@ -137,10 +137,13 @@ class Followed:
     problem: Problem | None = None
 
 
-def follow(partition_dir: str, files: list[FileInfo], generations: dict[tuple[str, int], int] | None) -> Followed:
+def follow(partition_dir: str, files: list[FileInfo], generations: dict[tuple[str, int], int] | None,
+           after: dict[tuple[str, int], int] | None = None) -> Followed:
     """What ``scan_partition`` shows of an object-store listing ``files``. ``generations``: the
     latest generation per partition of a listing of the log dir root made before ``files``
-    (None: list the root now). The record is read, and the next generation asked for, after."""
+    (None: list the root now). ``after``: the same of a listing of the root made after ``files``
+    (a log dir listed whole, ``logdir.listing.list_log_dir``): a commit began meanwhile when it
+    differs. Without it, the next generation is asked for after the record is read."""
     log_dir, topic, partition = split_partition_dir(partition_dir)
     if generations is None:
         generations = latest_generations(storage.list_dir(log_dir)[0])
@@ -151,7 +154,10 @@ def follow(partition_dir: str, files: list[FileInfo], generations: dict[tuple[st
         if seen:
             path = record_path(log_dir, topic, partition, seen)
             record = CommitRecord.parse(path, storage.read_bytes(path))
-        moved = storage.read_versioned(record_path(log_dir, topic, partition, seen + 1)) is not None
+        if after is not None:
+            moved = after.get((topic, partition), 0) != seen
+        else:
+            moved = storage.read_versioned(record_path(log_dir, topic, partition, seen + 1)) is not None
     except FileNotFoundError:
         moved = True
     except FormatError as exc:

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 import storage
+from storage import FileInfo
 from readers import metadata
 from readers.batch import Batch
 from readers.errors import FormatError
@@ -75,22 +76,22 @@ class MetadataConfigs:
             values[record.name] = record.value
 
 
-def _listing(metadata_dir: str) -> tuple[list[tuple[int, str]], list[tuple[int, int, str]]]:
-    """Segments (base offset, path) and snapshots (end offset, epoch, path), sorted."""
+def _listing(metadata_dir: str) -> tuple[list[tuple[int, FileInfo]], list[tuple[int, int, FileInfo]]]:
+    """Segments (base offset, file) and snapshots (end offset, epoch, file), sorted."""
     files, _ = storage.list_dir(metadata_dir)
     segments, snapshots = [], []
     for info in files:
         name = posixpath.basename(info.path)
         if match := _SEGMENT.match(name):
-            segments.append((int(match[1]), info.path))
+            segments.append((int(match[1]), info))
         elif match := _SNAPSHOT.match(name):
-            snapshots.append((int(match[1]), int(match[2]), info.path))
-    return sorted(segments), sorted(snapshots)
+            snapshots.append((int(match[1]), int(match[2]), info))
+    return sorted(segments, key=lambda s: s[0]), sorted(snapshots, key=lambda s: s[:2])
 
 
-def _segments_from(segments: list[tuple[int, str]], start: int) -> list[str]:
-    """Paths of the segments that may hold offsets >= ``start`` (a segment ends where the next begins)."""
-    return [path for i, (_, path) in enumerate(segments) if i + 1 == len(segments) or segments[i + 1][0] > start]
+def _segments_from(segments: list[tuple[int, FileInfo]], start: int) -> list[FileInfo]:
+    """The segments that may hold offsets >= ``start`` (a segment ends where the next begins)."""
+    return [info for i, (_, info) in enumerate(segments) if i + 1 == len(segments) or segments[i + 1][0] > start]
 
 
 def _decode(batch: Batch, record: Record) -> metadata.MetadataRecord:
@@ -103,10 +104,11 @@ def _decode(batch: Batch, record: Record) -> metadata.MetadataRecord:
         raise FormatError(batch.path, batch.position, f"{where}: byte {exc.position} of its value: {exc.what}") from None
 
 
-def _replay(state: MetadataConfigs, path: str, start: int) -> None:
+def _replay(state: MetadataConfigs, info: FileInfo, start: int) -> None:
     """Apply the records at offsets >= ``start`` of one file; control batches (leader changes,
     snapshot headers and footers, voter sets) carry no configuration."""
-    with storage.open_read(path) as f:
+    path = info.path
+    with storage.open_read(path, info.size) as f:
         for batch in iter_batches(f, path):
             if batch.is_control or batch.last_offset < start:
                 continue
@@ -125,8 +127,8 @@ def read_metadata(metadata_dir: str) -> MetadataConfigs | None:
     if snapshots:
         start, _, snapshot = snapshots[-1]
         _replay(state, snapshot, 0)
-    for path in _segments_from(segments, start):
-        _replay(state, path, start)
+    for info in _segments_from(segments, start):
+        _replay(state, info, start)
     return state
 
 

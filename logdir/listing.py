@@ -56,6 +56,7 @@ class Partition:
     path: str
     segments: list[Segment] = field(default_factory=list)
     leftovers: list[FileInfo] = field(default_factory=list)
+    temporary: list[FileInfo] = field(default_factory=list)  # ``*.tmp``: a write cut short (kcompact's or the broker's)
     problems: list[Problem] = field(default_factory=list)
     # object stores (logdir.commits): the latest commit record, the staged files no reader sees,
     # and why the records could not be followed (also in ``problems``)
@@ -96,16 +97,18 @@ def is_live_partition_dir(name: str) -> bool:
 
 
 def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] | None = None,
-                   commits: dict[tuple[str, int], int] | None = None) -> Partition:
+                   commits: dict[tuple[str, int], int] | None = None,
+                   after: dict[tuple[str, int], int] | None = None) -> Partition:
     """Group a partition dir's files into segments; ``files`` skips the listing when known. On an
     object store the files are those the latest commit record makes them (``logdir.commits``);
-    ``commits``: the latest record generations of a listing of the log dir root made before."""
+    ``commits``: the latest record generations of a listing of the log dir root made before;
+    ``after``: those of one made after (``Listing``)."""
     if files is None:
         files, _ = storage.list_dir(path)
     part = Partition(topic, partition, path)
     entries = [(posixpath.basename(info.path), info) for info in files]
     if not storage.is_local_path(path):
-        followed = follow(path, files, commits)
+        followed = follow(path, files, commits, after)
         entries, part.commit, part.staged = followed.entries, followed.record, followed.staged
         if followed.problem is not None:
             part.problems.append(followed.problem)
@@ -114,7 +117,9 @@ def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] 
     for name, info in entries:
         match = _SEGMENT_FILE.match(name)
         if match is None:
-            if name not in BROKER_FILES and not name.endswith(".tmp"):
+            if name.endswith(".tmp"):
+                part.temporary.append(info)
+            elif name not in BROKER_FILES:
                 part.problems.append(Problem(info.path, None, "not a Kafka segment file name"))
             continue
         base, kind, suffix = int(match.group(1)), match.group(2), match.group(3)
@@ -168,18 +173,53 @@ def held_partitions(log_dir: str) -> set[tuple[str, int]]:
     return {p for p in parsed if p is not None and p[0] != METADATA_TOPIC}
 
 
-def scan_log_dir(path: str) -> LogDir:
+@dataclass(slots=True)
+class Listing:
+    """A log dir listed for a stage of a command: its root, and on an object store, at once
+    whatever number of partitions it holds, the files of each partition dir and the commit record
+    generations of the root listed before the partition dirs and again after them. On local disk
+    a partition dir is listed when it is asked for (as cheap, and a dir that cannot be listed
+    fails its partition alone)."""
+
+    path: str
+    root: list[FileInfo]
+    dirs: list[str]
+    files: dict[str, list[FileInfo]] | None = None  # by partition dir (object stores)
+    before: dict[tuple[str, int], int] = field(default_factory=dict)
+    after: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def partition(self, path: str, topic: str, number: int) -> Partition:
+        """The partition dir at ``path`` as this listing shows it (``scan_partition``)."""
+        if self.files is None:
+            return scan_partition(path, topic, number)
+        return scan_partition(path, topic, number, self.files.get(path.rstrip("/"), []), self.before, self.after)
+
+    def generation(self, topic: str, number: int) -> int:
+        """The partition's latest commit record generation listed (0: none, or local disk)."""
+        return self.before.get((topic, number), 0)
+
+
+def list_log_dir(path: str) -> Listing:
+    """List ``path`` for a stage (``Listing``): on an object store three listings in all (the
+    root, every key under it, the root again) and not one a partition."""
     path = path.rstrip("/")
-    files, dirs = storage.list_dir(path)
-    logdir = LogDir(path)
-    commits = None
-    if not storage.is_local_path(path):
-        commits = latest_generations(files)
-    for info in files:
+    root, dirs = storage.list_dir(path)
+    if storage.is_local_path(path):
+        return Listing(path, root, dirs)
+    tree = storage.list_tree(path)
+    after = latest_generations(storage.list_dir(path)[0])
+    return Listing(path, root, dirs, tree, latest_generations(root), after)
+
+
+def scan_log_dir(path: str, listing: Listing | None = None) -> LogDir:
+    """Every partition of the log dir at ``path``; ``listing``: it as listed already."""
+    listing = listing or list_log_dir(path)
+    logdir = LogDir(listing.path)
+    for info in listing.root:
         name = posixpath.basename(info.path)
         if name in CHECKPOINTS:
             logdir.checkpoints[name] = info.path
-    for sub in sorted(dirs):
+    for sub in sorted(listing.dirs):
         name = posixpath.basename(sub.rstrip("/"))
         if not is_live_partition_dir(name):
             logdir.skipped.append(sub)
@@ -191,6 +231,6 @@ def scan_log_dir(path: str) -> LogDir:
         if parsed[0] == METADATA_TOPIC:
             logdir.metadata = sub
             continue
-        logdir.partitions.append(scan_partition(sub, *parsed, commits=commits))
+        logdir.partitions.append(listing.partition(sub, *parsed))
     logdir.partitions.sort(key=lambda p: (p.topic, p.partition))
     return logdir

@@ -76,13 +76,15 @@ def _update_held(log_dir: str, name: str, change: Callable[[dict], dict | None],
     update_checkpoint(log_dir, name, kept)
 
 
-def move_log_starts(log_dir: str, starts: dict[tuple[str, int], int]) -> None:
+def move_log_starts(log_dir: str, starts: dict[tuple[str, int], int],
+                    held: set[tuple[str, int]] | None = None) -> None:
     """Both checkpoints after retention moved the log starts of partitions of ``log_dir`` to
     ``starts`` (local retention: once per log dir; an object-store commit record: per partition):
     ``log-start-offset-checkpoint`` raised to them, a ``cleaner-offset-checkpoint`` entry below its
     new log start raised to it (what Kafka's cleaner does with one); each file keeps only the
-    entries of the partitions the log dir holds (and is written when that changes anything)."""
-    held = held_partitions(log_dir)
+    entries of the partitions the log dir holds (and is written when that changes anything);
+    ``held``: those partitions when known."""
+    held = held_partitions(log_dir) if held is None else held
     update_log_starts(log_dir, lambda entries: raise_log_starts(entries, starts), held)
     update_cleaner_offsets(log_dir, lambda entries: raise_cleaner_offsets(entries, starts), held)
 

@@ -12,7 +12,6 @@ commit record, created by a conditional PUT that exactly one writer wins, decide
 
 from __future__ import annotations
 
-import contextlib
 import errno
 from collections.abc import Iterable, Sequence
 
@@ -29,26 +28,56 @@ def by_record(path: str) -> bool:
     return not storage.is_local_path(path)
 
 
+class Wave:
+    """Commits made one after another whose object-store applies finish together, per log dir
+    (``s3commit.finish``): a few requests for all of them where each alone would send its own
+    deletes and checkpoint write. Each partition is committed, and its readers see it, once its
+    record exists; what ``finish`` leaves undone (an error) recovery finishes."""
+
+    def __init__(self) -> None:
+        self._applying: dict[str, list[s3commit.Applying]] = {}
+
+    def add(self, applying: s3commit.Applying) -> None:
+        self._applying.setdefault(applying.log_dir, []).append(applying)
+
+    def finish(self) -> dict[str, OSError]:
+        """Finish every apply; the error of each log dir whose applies did not all finish."""
+        failed = {}
+        for log_dir, applying in self._applying.items():
+            try:
+                with critical.section():
+                    s3commit.finish(log_dir, applying)
+            except OSError as exc:
+                failed[log_dir] = exc
+        self._applying.clear()
+        return failed
+
+
 def commit_cleaned(log_dir: str, partition_dir: str, topic: str, partition: int, written: Sequence[WrittenGroup],
-                   read: Sequence[int], end: int, owner: str, seen: int | None) -> list[str]:
+                   read: Sequence[int], end: int, owner: str, seen: int | None, wave: Wave | None = None) -> list[str]:
     """Put a partition's cleaned groups ``written`` in place of the segments the job ``read`` (their
     base offsets), all of them or none, and set its cleaner checkpoint entry to ``end``; returns
     the ``.deleted`` files to remove (none on object stores, whose commit deletes what it
     replaces). ``owner``: the job's lease owner; ``seen``: the latest commit record generation
     seen under its lease (object stores). Raises ``s3commit.CommitLost`` when another writer
     committed the partition first; an OSError inside the swap leaves it for recovery. A signal
-    that stops the command waits for the partition's commit to end (``operations.critical``)."""
+    that stops the command waits for the partition's commit to end (``operations.critical``).
+    ``wave``: an object store's apply is finished with the wave's (else at once)."""
     with critical.section():
-        return _commit_cleaned(log_dir, partition_dir, topic, partition, written, read, end, owner, seen)
+        return _commit_cleaned(log_dir, partition_dir, topic, partition, written, read, end, owner, seen, wave)
 
 
 def _commit_cleaned(log_dir: str, partition_dir: str, topic: str, partition: int, written: Sequence[WrittenGroup],
-                    read: Sequence[int], end: int, owner: str, seen: int | None) -> list[str]:
+                    read: Sequence[int], end: int, owner: str, seen: int | None, wave: Wave | None) -> list[str]:
     if by_record(partition_dir):
         replaced = [segment_name(base, kind) for base in read for kind in SEGMENT_KINDS]
         staged = [path for group in written for path in group.files]
         record = s3commit.plan_record(topic, partition, seen + 1, owner, staged, replaced, end)
-        s3commit.commit_partition(log_dir, partition_dir, record)
+        applying = s3commit.commit_record(log_dir, partition_dir, record)
+        if wave is None:
+            s3commit.finish(log_dir, [applying])
+        else:
+            wave.add(applying)
         return []
     part = scan_partition(partition_dir, topic, partition)
     replaced = [s for s in part.segments if s.base_offset < end]
@@ -66,10 +95,9 @@ def _commit_cleaned(log_dir: str, partition_dir: str, topic: str, partition: int
 
 
 def discard_cleaned(files: Iterable[str]) -> None:
-    """Remove the files of cleaned groups that will not be committed."""
-    for path in files:
-        with contextlib.suppress(FileNotFoundError):  # not asked first: an object store's cached listing may not know it
-            storage.remove(path)
+    """Remove the files of cleaned groups that will not be committed (not asked first whether
+    they exist: on an object store each question is a request)."""
+    storage.remove_many(list(files))
 
 
 def commit_deletion(log_dir: str, partition_dir: str, topic: str, partition: int, names: Sequence[str],

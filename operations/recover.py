@@ -42,7 +42,8 @@ import storage
 from readers import indexes
 from logdir import commits
 from readers.errors import FormatError
-from logdir.listing import segment_name
+from logdir.listing import Partition, segment_name
+from storage import FileInfo
 from readers.segment import iter_batches, torn_tail
 from operations import s3commit
 from writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentWriter
@@ -130,6 +131,14 @@ class PartitionRecovery:
         if self.problems:
             parts.append(f"problems: {'; '.join(self.problems)}")
         return f"{self.path}: " + ", ".join(parts)
+
+
+def needs_recovery(part: Partition) -> bool:
+    """Whether ``recover_partition`` without its index check and torn tails has anything to do in
+    a partition as a listing shows it: a temporary file, leftovers of an interrupted swap, or on an
+    object store a commit record not applied or staged files; or something the listing cannot
+    tell (a name it does not know, records that moved while it was made)."""
+    return bool(part.temporary or part.leftovers or part.problems) or commits.pending(part.commit, part.staged)
 
 
 def recover_partition(partition_dir: str, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
@@ -261,9 +270,10 @@ class _Sized:
         return self.size
 
 
-def remove_root_temp_files(log_dir: str) -> list[str]:
-    """Temp files of checkpoints and cleaning states an interrupted atomic write left behind."""
-    files, _ = storage.list_dir(log_dir)
+def remove_root_temp_files(log_dir: str, files: list[FileInfo] | None = None) -> list[str]:
+    """Temp files of checkpoints and cleaning states an interrupted atomic write left behind;
+    ``files``: the root's listing, when made."""
+    files = storage.list_dir(log_dir)[0] if files is None else files
     gone = [f.path for f in files if _ROOT_TEMP.match(posixpath.basename(f.path))]
     for path in gone:
         storage.remove(path)
@@ -303,7 +313,8 @@ class RecoveryReport:
                 "held": self.held}
 
 
-def recover_log_dirs(paths: Iterable[str], progress=print, torn_tails: bool = False) -> RecoveryReport:
+def recover_log_dirs(paths: Iterable[str], progress=print, torn_tails: bool = False,
+                     object_store_indexes: bool = True) -> RecoveryReport:
     """Recover every partition of the log dirs, holding their ``.lock`` (re-entrant: usually the
     caller's), except one a live job is working on: its swap is not interrupted, it is under way.
     A log dir another process locks is skipped with the holder named. A job holds a local
@@ -313,7 +324,11 @@ def recover_log_dirs(paths: Iterable[str], progress=print, torn_tails: bool = Fa
     a process of this host that no longer runs); a live job's lease, or one of another host, is
     left to its job until it lapses (``held``: a note, not a failure). There a partition with a
     commit to finish or staged files to delete is recovered under a lease of its own, so no job
-    commits to it meanwhile. ``torn_tails``: see ``recover_partition``."""
+    commits to it meanwhile. ``torn_tails``: see ``recover_partition``. ``object_store_indexes``:
+    check the index files of a log dir on an object store too (two reads a segment): no broker
+    crash leaves a torn index there, and kcompact's own are staged whole, so a job's recovery
+    before it starts leaves them to ``kcompact recover``. A partition a listing shows nothing to
+    recover in (``needs_recovery``) and no cleaning state for is then not read at all."""
     import uuid
 
     report = RecoveryReport()
@@ -325,17 +340,25 @@ def recover_log_dirs(paths: Iterable[str], progress=print, torn_tails: bool = Fa
             except storage.LogDirBusy as exc:
                 report.skipped[log_dir] = str(exc)
                 continue
-            _recover_log_dir(log_dir, owner, report, progress, torn_tails)
+            indexes = object_store_indexes or storage.is_local_path(log_dir)
+            _recover_log_dir(log_dir, owner, report, progress, torn_tails, indexes)
     return report
 
 
-def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress, torn_tails: bool) -> None:
+def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress, torn_tails: bool,
+                     indexes: bool) -> None:
     from operations import states
-    from logdir.listing import scan_log_dir
+    from logdir.listing import list_log_dir, scan_log_dir
 
     locked = storage.is_local_path(log_dir)  # object stores have no .lock
-    report.temp_files += remove_root_temp_files(log_dir)
-    for part in scan_log_dir(log_dir).partitions:
+    listing = list_log_dir(log_dir)
+    report.temp_files += remove_root_temp_files(log_dir, listing.root)
+    root_names = {posixpath.basename(f.path) for f in listing.root}
+    for part in scan_log_dir(log_dir, listing).partitions:
+        if (not indexes and not torn_tails and not needs_recovery(part)
+                and states.file_name(part.topic, part.partition) not in root_names):
+            report.partitions.append(PartitionRecovery(part.path))  # checked: nothing to do
+            continue
         state, version = states.read(part.path)
         leased = state.state in (states.IN_PROGRESS, states.ABORTED)
         if leased and not locked:
@@ -351,11 +374,11 @@ def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress,
                 report.skipped[part.path] = lease
                 continue
             try:
-                done = recover_partition(part.path, torn_tails=torn_tails)
+                done = recover_partition(part.path, indexes=indexes, torn_tails=torn_tails)
             finally:
                 states.release(lease)
         else:
-            done = recover_partition(part.path, torn_tails=torn_tails)
+            done = recover_partition(part.path, indexes=indexes, torn_tails=torn_tails)
             if leased:  # after the files: a crash in between leaves the lease for the next recovery
                 states.release(states.Lease(part.path, state, version))
         if done.changed:

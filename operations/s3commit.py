@@ -15,7 +15,9 @@ commit record decides instead, created by one conditional PUT that exactly one w
    to its final name, then mark the record ``copied`` (compare-and-swap); delete the replaced
    files that are not final names, set the checkpoint entry (compare-and-swap on the checkpoint
    object, retried: commits of other partitions write it too), delete the staged files, delete
-   the record two generations back, then mark the record ``applied``. Whether the copies are
+   the record two generations back, then mark the record ``applied``. A job finishes the applies
+   of a wave of commits together (``finish``): each step for all of them, deletes batched, one
+   checkpoint write for the log dir. Whether the copies are
    done is read from the record, never guessed from which staged files exist.
 4. Readers follow the latest record (``logdir.listing.scan_partition``, through ``logdir.commits``): the partition's files
    are the listed ones minus staged names and minus the record's replaced names, plus each final
@@ -51,7 +53,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import storage
-from operations.checkpoints import move_log_starts, set_cleaner_offset
+from logdir.listing import held_partitions
+from operations.checkpoints import move_log_starts, update_cleaner_offsets
 from logdir.commits import (
     CommitRecord,
     latest_generations,
@@ -89,13 +92,6 @@ def retention_record(topic: str, partition: int, generation: int, owner: str, de
 
 
 # -- commit and apply ----------------------------------------------------------------------------
-def _remove(path: str) -> None:
-    try:
-        storage.remove(path)
-    except FileNotFoundError:
-        pass
-
-
 def _copy(src: str, dst: str) -> None:
     """Server-side copy of one staged object to its final name."""
     try:
@@ -104,66 +100,99 @@ def _copy(src: str, dst: str) -> None:
         raise OSError(f"{src}: staged file missing; its commit record cannot be applied") from None
 
 
-def move_checkpoints(log_dir: str, record: CommitRecord) -> None:
-    """The checkpoint entries ``record`` moves: the cleaner's set to its ``checkpoint``; for a
+def move_checkpoints(log_dir: str, records: list[CommitRecord]) -> None:
+    """The checkpoint entries ``records`` (of partitions of ``log_dir``) move, in one
+    compare-and-swap per checkpoint file: the cleaner's set to each record's ``checkpoint``; for a
     retention, the log start raised to ``log_start`` and a cleaner entry below it raised too."""
-    key = (record.topic, record.partition)
-    if record.checkpoint is not None:
-        set_cleaner_offset(log_dir, record.topic, record.partition, record.checkpoint)
-    if record.log_start is not None:
-        move_log_starts(log_dir, {key: record.log_start})  # as local retention moves them
+    offsets = {(r.topic, r.partition): r.checkpoint for r in records if r.checkpoint is not None}
+    starts = {(r.topic, r.partition): r.log_start for r in records if r.log_start is not None}
+    if not offsets and not starts:
+        return
+    held = held_partitions(log_dir)
+    if starts:
+        move_log_starts(log_dir, starts, held)  # as local retention moves them
+    if offsets:
+        update_cleaner_offsets(log_dir, lambda entries: entries | offsets, held)
 
 
 def discard(partition_dir: str, staged: Iterable[str]) -> None:
-    for name in staged:
-        _remove(storage.join(partition_dir, name))
+    storage.remove_many([storage.join(partition_dir, name) for name in staged])
 
 
 def commit_partition(log_dir: str, partition_dir: str, record: CommitRecord) -> None:
-    """Create the record (the commit point), then apply it. Raises CommitLost when another
-    writer created this generation first (our staged files are deleted then)."""
+    """Create the record (the commit point), then apply it. Raises CommitLost when another writer
+    created this generation first (our staged files are deleted then)."""
+    finish(log_dir, [commit_record(log_dir, partition_dir, record)])
+
+
+def commit_record(log_dir: str, partition_dir: str, record: CommitRecord) -> Applying:
+    """Create the record (the commit point) and copy its staged files to their final names; the
+    rest of its apply is ``finish``'s, for every record of a wave of commits at once. Raises
+    CommitLost as ``commit_partition``."""
     path = record_path(log_dir, record.topic, record.partition, record.generation)
-    if not storage.write_if(path, record.to_json(), None):
+    version = storage.write_if(path, record.to_json(), None)
+    if version is None:
         discard(partition_dir, record.staged)
         raise CommitLost(f"{path} was created by another writer first; this job's cleaned segments were "
                          "discarded (transient: the next run plans the partition again)")
-    found = storage.read_versioned(path)
-    if found is None:
-        raise OSError(f"{path}: commit record vanished right after it was written")
-    apply(log_dir, partition_dir, CommitRecord.parse(path, found[0]), found[1])
+    return _copied(log_dir, partition_dir, record, version)
 
 
 def _advance(path: str, record: CommitRecord, version: str) -> str:
     """Rewrite the record at its next phase (compare-and-swap); the new version. Another recovery
     of the same record may have got there first: fine when it is at that phase or later."""
-    if not storage.write_if(path, record.to_json(), version):
-        found = storage.read_versioned(path)
-        now = CommitRecord.parse(path, found[0]) if found else None
-        if now is None or (record.applied and not now.applied) or (record.copied and not now.copied):
-            raise OSError(f"{path}: commit record changed while it was being applied")
+    written = storage.write_if(path, record.to_json(), version)
+    if written is not None:
+        return written
     found = storage.read_versioned(path)
-    if found is None:
-        raise OSError(f"{path}: commit record deleted while it was being applied")
+    now = CommitRecord.parse(path, found[0]) if found else None
+    if now is None or (record.applied and not now.applied) or (record.copied and not now.copied):
+        raise OSError(f"{path}: commit record changed while it was being applied")
     return found[1]
 
 
-def apply(log_dir: str, partition_dir: str, record: CommitRecord, version: str) -> None:
-    """Roll ``record`` forward from its phase; a crash anywhere is finished by running it again."""
-    path = record_path(log_dir, record.topic, record.partition, record.generation)
+@dataclass(frozen=True, slots=True)
+class Applying:
+    """A record whose staged files are copied (``copied`` marked), the rest of its apply to do."""
+
+    log_dir: str
+    partition_dir: str
+    record: CommitRecord
+    version: str
+
+
+def _copied(log_dir: str, partition_dir: str, record: CommitRecord, version: str) -> Applying:
     if not record.copied:
         for staged, final in sorted(record.staged.items()):
             _copy(storage.join(partition_dir, staged), storage.join(partition_dir, final))
         record = replace(record, copied=True)
-        version = _advance(path, record, version)
-    finals = set(record.staged.values())
-    for name in record.replaced:
-        if name not in finals:
-            _remove(storage.join(partition_dir, name))
-    move_checkpoints(log_dir, record)
-    discard(partition_dir, sorted(record.staged))
-    if record.generation > 2:  # before marking applied, so a crash cannot leave it behind
-        _remove(record_path(log_dir, record.topic, record.partition, record.generation - 2))
-    _advance(path, replace(record, applied=True), version)
+        version = _advance(record_path(log_dir, record.topic, record.partition, record.generation), record, version)
+    return Applying(log_dir, partition_dir, record, version)
+
+
+def finish(log_dir: str, applying: list[Applying]) -> None:
+    """Finish the applies of copied records of partitions of ``log_dir``, in the protocol's order
+    for each and in batches across them: the replaced files that are not final names deleted, the
+    checkpoints moved (one compare-and-swap for all), the staged files and the records two
+    generations back deleted, then each record marked ``applied``. A crash anywhere is finished
+    by recovery, record by record."""
+    if not applying:
+        return
+    storage.remove_many([storage.join(a.partition_dir, name) for a in applying for name in a.record.replaced
+                         if name not in set(a.record.staged.values())])
+    move_checkpoints(log_dir, [a.record for a in applying])
+    storage.remove_many(
+        [storage.join(a.partition_dir, name) for a in applying for name in sorted(a.record.staged)]
+        + [record_path(log_dir, a.record.topic, a.record.partition, a.record.generation - 2)
+           for a in applying if a.record.generation > 2])  # before marking applied: a crash cannot leave it behind
+    for a in applying:
+        _advance(record_path(log_dir, a.record.topic, a.record.partition, a.record.generation),
+                 replace(a.record, applied=True), a.version)
+
+
+def apply(log_dir: str, partition_dir: str, record: CommitRecord, version: str) -> None:
+    """Roll ``record`` forward from its phase; a crash anywhere is finished by running it again."""
+    finish(log_dir, [_copied(log_dir, partition_dir, record, version)])
 
 
 # -- recovery ------------------------------------------------------------------------------------
@@ -225,6 +254,6 @@ def recover_partition(partition_dir: str, files: list[FileInfo]) -> Recovered:
         name = posixpath.basename(info.path)
         parsed = parse_staged(name)
         if parsed is not None and name not in named and parsed[1] != live:
-            _remove(info.path)
             out.deleted.append(name)
+    discard(partition_dir, out.deleted)
     return out

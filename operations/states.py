@@ -272,8 +272,12 @@ def acquire(partition_dir: str, owner: str, lease_ms: int = LEASE_MS) -> Lease |
     job, paused, uncleanable). A lease whose owner died (expired, or its holder gone) is taken
     over; a dead owner's pending pause is kept instead."""
     path = state_path(partition_dir)
+    first = True
     while True:
-        old, version = read(partition_dir)
+        if first:  # most partitions have no state file: create it, one request (the create is the CAS)
+            first, old, version = False, CleaningState(), None
+        else:
+            old, version = read(partition_dir)
         if old.skip_reason is not None:
             return old.skip_reason
         if old.state == ABORTED and old.pause_count:  # dead owner, pause requested: honour it
@@ -283,9 +287,9 @@ def acquire(partition_dir: str, owner: str, lease_ms: int = LEASE_MS) -> Lease |
         now = wall_ms()
         new = CleaningState(IN_PROGRESS, owner=owner, host=socket.gethostname(), pid=os.getpid(),
                             started_ms=now, heartbeat_ms=now, lease_ms=lease_ms, pid_ns=pid_namespace())
-        data = new.to_json()
-        if storage.write_if(path, data, version):
-            return Lease(partition_dir, new, storage.read_versioned(path)[1])
+        written = storage.write_if(path, new.to_json(), version)
+        if written is not None:
+            return Lease(partition_dir, new, written)
 
 
 def renew(lease: Lease) -> Lease | None:
@@ -293,9 +297,8 @@ def renew(lease: Lease) -> Lease | None:
     taken over after expiring): the job must then stop touching the partition."""
     path = state_path(lease.partition_dir)
     new = replace(lease.state, heartbeat_ms=wall_ms())
-    if storage.write_if(path, new.to_json(), lease.version):
-        return Lease(lease.partition_dir, new, storage.read_versioned(path)[1])
-    return None
+    written = storage.write_if(path, new.to_json(), lease.version)
+    return None if written is None else Lease(lease.partition_dir, new, written)
 
 
 def still_held(lease: Lease) -> bool:
@@ -326,6 +329,9 @@ def release(lease: Lease, uncleanable: str | None = None) -> CleaningState:
             return CleaningState(PAUSED, pause_count=old.pause_count)
         return None
 
+    if (uncleanable is None and lease.state.state == IN_PROGRESS
+            and storage.remove_if(state_path(lease.partition_dir), lease.version)):
+        return CleaningState()  # still our lease as we wrote it (no abort came): idle, one request
     return _change(lease.partition_dir, step)
 
 

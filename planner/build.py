@@ -29,7 +29,8 @@ from planner import retention, rules, scan
 from planner.plan import Plan
 from readers import checkpoint
 from readers.errors import FormatError
-from logdir.listing import METADATA_TOPIC, is_live_partition_dir, parse_partition_dir
+from storage import FileInfo
+from logdir.listing import METADATA_TOPIC, is_live_partition_dir, list_log_dir, parse_partition_dir
 
 SEGMENT_TYPE = pa.struct([
     ("base_offset", pa.int64()), ("size", pa.int64()), ("mtime_ms", pa.int64()),
@@ -72,12 +73,17 @@ class Task:
     state: str  # JSON of CleaningState fields
     config: str  # JSON of {"values": ..., "sources": ...}
     problem: str | None
+    # on an object store, the partition dir's files and its commit record generations as the log dir
+    # was listed on the driver (``logdir.listing.Listing``): a task then lists nothing
+    files: tuple[FileInfo, ...] | None = None
+    generations: tuple[int, int] = (0, 0)  # listed before the partition dirs, and after
 
 
 # -- driver: what each log dir's root says --------------------------------------------------------
 def tasks_for(log_dir: str, config: Config) -> list[Task]:
     log_dir = log_dir.rstrip("/")
-    files, dirs = storage.list_dir(log_dir)
+    listing = list_log_dir(log_dir)
+    files, dirs = listing.root, listing.dirs
     by_name = {posixpath.basename(f.path): f.path for f in files}
     cleaner, cleaner_problem = _checkpoint(by_name.get(checkpoint.CLEANER_OFFSET))
     log_start, log_start_problem = _checkpoint(by_name.get(checkpoint.LOG_START_OFFSET))
@@ -100,8 +106,12 @@ def tasks_for(log_dir: str, config: Config) -> list[Task]:
         if topic not in configs:
             configs[topic] = _config_json(config.for_topic(topic))
         state = cleaning.get((topic, number), states.CleaningState())
+        listed = {} if listing.files is None else {
+            "files": tuple(listing.files.get(sub.rstrip("/"), ())),
+            "generations": (listing.before.get((topic, number), 0), listing.after.get((topic, number), 0))}
         out.append(Task(topic, number, log_dir, sub, cleaner.get((topic, number)), log_start.get((topic, number)),
-                        json.dumps({k: getattr(state, k) for k in state.__slots__}), configs[topic], root_problem))
+                        json.dumps({k: getattr(state, k) for k in state.__slots__}), configs[topic], root_problem,
+                        **listed))
     return out
 
 
@@ -152,10 +162,12 @@ def plan_task(task: Task, now: int, retention_only: bool = False) -> dict:
         return row
     compact = "compact" in values["cleanup.policy"]
     delete = "delete" in values["cleanup.policy"]
-    facts = scan.gather(task.path, task.topic, task.partition, checkpoint=task.checkpoint,
+    facts = scan.gather(task.path, task.topic, task.partition, files=task.files, generations=task.generations,
+                        checkpoint=task.checkpoint,
                         log_start_checkpoint=task.log_start_checkpoint,
                         min_lag_ms=values["min.compaction.lag.ms"], replay=compact and not retention_only,
-                        retention_timestamps=delete and values["retention.ms"] >= 0)
+                        retention_timestamps=delete and values["retention.ms"] >= 0,
+                        first_batches=rules.first_batches_matter(values["max.compaction.lag.ms"], now))
     row.update(_retention(facts, values, state, now))
     if facts.segments:
         row.update(log_start_offset=facts.log_start, active_base_offset=facts.segments[-1].base_offset)

@@ -109,6 +109,14 @@ def bytes_between(segments: Sequence[SegmentFacts], start: int, end: int) -> int
     return sum(s.size for s in segments[first:] if s.base_offset < end)
 
 
+def first_batches_matter(max_lag_ms: int, now: int) -> bool:
+    """Whether a dirty segment's first batch can make a partition due (``max_compaction_delay``,
+    LogCleanerManager.maxCompactionDelay): only a timestamp before ``now - max.compaction.lag.ms``
+    does, and the timestamps it counts are positive. With the default lag (Long.MAX_VALUE) none
+    can, and the planner reads no first batch for it."""
+    return now - max(max_lag_ms, 0) > 1
+
+
 def max_compaction_delay(segments: Sequence[SegmentFacts], first_dirty: int, max_lag_ms: int, now: int) -> int:
     """How far past max.compaction.lag.ms the oldest dirty first batch is (0: not yet)."""
     stamps = [s.first_batch_timestamp for s in dirty_non_active(segments, first_dirty)

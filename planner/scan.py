@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import storage
+from storage import FileInfo
 from readers import snapshot, walk
 from readers.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from readers.errors import FormatError
@@ -52,13 +53,20 @@ class PartitionFacts:
 
 
 def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_start_checkpoint: int | None,
-           min_lag_ms: int, replay: bool = True, retention_timestamps: bool = False) -> PartitionFacts:
+           min_lag_ms: int, replay: bool = True, retention_timestamps: bool = False, first_batches: bool = True,
+           files: tuple[FileInfo, ...] | None = None, generations: tuple[int, int] | None = None) -> PartitionFacts:
     """``replay=False`` reads no batch (topics that are not compacted need none), except the active
     segment's when the log start checkpoint lies in it (is it beyond the log end?).
-    ``retention_timestamps``: read the last time-index entry of every non-active segment (retention.ms)."""
+    ``retention_timestamps``: read the last time-index entry of every non-active segment (retention.ms).
+    ``first_batches``: read the first batch of each dirty non-active segment (max.compaction.lag.ms;
+    ``rules.first_batches_matter``). ``files``, ``generations``: the partition dir as the driver listed it (object stores), when it did."""
     try:
-        files, _ = storage.list_dir(path)
-        part = scan_partition(path, topic, number, files)
+        if files is None:
+            files, _ = storage.list_dir(path)
+            part = scan_partition(path, topic, number, files)
+        else:
+            before, after = ({(topic, number): g} for g in generations)
+            part = scan_partition(path, topic, number, list(files), before, after)
     except OSError as exc:  # the partition dir itself cannot be listed: nothing is known of it
         facts = PartitionFacts(Partition(topic, number, path), problems=[unreadable(exc, path)])
         facts.retention_blockers = list(facts.problems)
@@ -110,7 +118,7 @@ def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_st
     firsts: dict[int, int | None] = {}
     try:
         firsts = {seg.base_offset: _first_batch_timestamp(seg, first_stamps) for seg in part.segments
-                  if seg.base_offset in dirty}
+                  if seg.base_offset in dirty and (first_batches or seg.base_offset in first_stamps)}
     except (FormatError, OSError) as exc:
         facts.problems.append(_said(exc, path))
     facts.segments = [
@@ -154,7 +162,7 @@ def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int
     for i, seg in enumerate(segments):
         if i + 1 < len(segments) and segments[i + 1].base_offset <= start_offset:
             continue
-        with storage.open_read(seg.log.path) as f:
+        with storage.open_read(seg.log.path, seg.size) as f:
             for chunk in _chunks(f, seg, seg is segments[-1], facts.notes):
                 e = chunk.entries
                 first_stamps.setdefault(seg.base_offset, int(e[0, walk.MAX_TIMESTAMP]))
@@ -194,7 +202,7 @@ def _log_end_from(active: Segment, at_least: int, notes: list[str]) -> int:
     """The log end offset as far as needed: the active segment's batches are read until one ends
     at or beyond ``at_least`` (then the log end is not below it), else to the end of the segment."""
     log_end = active.base_offset
-    with storage.open_read(active.log.path) as f:
+    with storage.open_read(active.log.path, active.size) as f:
         batches = iter_batches(f, active.log.path, chunk_size=_chunk(active.size))
         for batch in to_torn_tail(batches, f, active.log.path, lambda tail: notes.append(_torn_note(tail))):
             log_end = batch.next_offset
@@ -222,7 +230,7 @@ def _from_snapshot(snapshots: list[tuple[int, str]], active_base: int) -> tuple[
 def _first_batch_timestamp(seg: Segment, known: dict[int, int]) -> int | None:
     if seg.base_offset in known:
         return known[seg.base_offset]
-    with storage.open_read(seg.log.path) as f:
+    with storage.open_read(seg.log.path, seg.size) as f:
         for batch in iter_batches(f, seg.log.path, end=1, chunk_size=_SMALL_CHUNK):
             return batch.max_timestamp
     return None

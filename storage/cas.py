@@ -18,6 +18,7 @@ import posixpath
 from collections.abc import Iterator
 
 import storage
+from storage import objects
 from storage.paths import is_local, resolve
 
 
@@ -48,49 +49,41 @@ def _local_version(fs_path: str) -> str | None:
 def _precondition_failed(exc: OSError) -> bool:
     """s3fs raises HTTP 412 as a plain EINVAL OSError; the botocore error is its cause."""
     cause = getattr(exc.__cause__, "response", None) or {}
-    return exc.errno == errno.EINVAL and cause.get("Error", {}).get("Code") in ("PreconditionFailed", "412")
+    return exc.errno == errno.EINVAL and cause.get("Error", {}).get("Code") in ("PreconditionFailed", "412", "ConditionalRequestConflict")
 
 
 def read_versioned(path: str) -> tuple[bytes, str] | None:
-    """A small file's bytes and version, or None when it does not exist."""
+    """A small file's bytes and version, or None when it does not exist (on an object store one
+    GET, which returns the bytes and the ETag of the same version)."""
     fs, fs_path = resolve(path)
     if is_local(fs):
         return _read_local(fs_path)
-    while True:  # the ETag before and after the read agree: the bytes are that version's
-        try:
-            before = fs.info(fs_path, refresh=True)["ETag"]
-            data = fs.cat_file(fs_path)
-            after = fs.info(fs_path, refresh=True)["ETag"]
-        except FileNotFoundError:
-            return None
-        if before == after:
-            return data, after.strip('"')
+    try:
+        return objects.get(fs, fs_path)
+    except FileNotFoundError:
+        return None
 
 
-def write_if(path: str, data: bytes, version: str | None) -> bool:
+def write_if(path: str, data: bytes, version: str | None) -> str | None:
     """Write ``data`` only if the file is still at ``version`` (None: only if it does not
-    exist). False when another writer got there first."""
+    exist); the new version, or None when another writer got there first.
+
+    A conditional PUT retried after a lost answer (a timeout, a dropped connection) finds its own
+    first attempt there and fails: a write that meets its own bytes has won."""
     fs, fs_path = resolve(path)
     if is_local(fs):
         with _dir_flock(fs_path):
             if _local_version(fs_path) != version:
-                return False
+                return None
             storage.write_atomic(path, data)  # through the package, where the crash tests wrap it
-            return True
+            return hashlib.md5(data).hexdigest()
     try:
-        if version is None:
-            fs.pipe_file(fs_path, data, mode="create")
-        else:
-            fs.pipe_file(fs_path, data, IfMatch=f'"{version}"')
-    except FileExistsError:
-        return False
+        return objects.put(fs, fs_path, data, **({"IfNoneMatch": "*"} if version is None else {"IfMatch": f'"{version}"'}))
     except OSError as exc:
-        if _precondition_failed(exc) or (isinstance(exc, FileNotFoundError) and version is not None):
-            return False  # another writer's version, or deleted meanwhile
-        raise
-    finally:
-        fs.invalidate_cache(fs_path)
-    return True
+        if not (_precondition_failed(exc) or isinstance(exc, (FileExistsError, FileNotFoundError))):
+            raise
+    found = read_versioned(path)  # another writer's version, deleted meanwhile, or our own retried write
+    return found[1] if found is not None and found[0] == data else None
 
 
 def remove_if(path: str, version: str) -> bool:
@@ -102,13 +95,10 @@ def remove_if(path: str, version: str) -> bool:
                 return False
             os.remove(fs_path)
             return True
-    bucket, key, _ = fs.split_path(fs_path)
     try:
-        fs.call_s3("delete_object", Bucket=bucket, Key=key, IfMatch=f'"{version}"')
+        objects.delete(fs, fs_path, IfMatch=f'"{version}"')
     except OSError as exc:
         if isinstance(exc, FileNotFoundError) or _precondition_failed(exc):
             return False
         raise
-    finally:
-        fs.invalidate_cache(fs_path)
     return True

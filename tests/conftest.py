@@ -24,22 +24,21 @@ def pytest_collection_modifyitems(config, items):
 
 # -- S3 through moto's server mode --------------------------------------------------------
 @pytest.fixture(scope="session")
-def s3_endpoint():
-    """A moto S3 server on 127.0.0.1 that every ``s3://`` path of this session talks to."""
+def s3_server():
+    """A moto S3 server on 127.0.0.1 that counts the requests it serves (tests/s3server.py); every
+    ``s3://`` path of this session talks to it."""
     import fsspec
     import s3fs
-    from moto.server import ThreadedMotoServer
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)  # 0: the OS picks a free port
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+    from tests.s3server import CountingS3
+
+    server = CountingS3().start()
     saved = fsspec.config.conf.get("s3")
-    fsspec.config.conf["s3"] = {"client_kwargs": {"endpoint_url": endpoint},
+    fsspec.config.conf["s3"] = {"client_kwargs": {"endpoint_url": server.endpoint},
                                 "key": "testing", "secret": "testing"}
     s3fs.S3FileSystem.clear_instance_cache()
     try:
-        yield endpoint
+        yield server
     finally:
         s3fs.S3FileSystem.clear_instance_cache()
         if saved is None:
@@ -47,6 +46,12 @@ def s3_endpoint():
         else:
             fsspec.config.conf["s3"] = saved
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(s3_server):
+    """The URL of the session's S3 server."""
+    return s3_server.endpoint
 
 
 # -- a live process of this host (a lease holder that still runs) ------------------------------------

@@ -392,6 +392,9 @@ def failing_s3():
     import fsspec
     import s3fs
 
+    WRITES = ("put_object", "copy_object", "delete_object", "delete_objects", "create_multipart_upload",
+              "upload_part", "complete_multipart_upload")
+
     class FailingS3FileSystem(s3fs.S3FileSystem):
         protocol = (FAULTY,)
         fail_at = 0
@@ -403,24 +406,8 @@ def failing_s3():
             if cls.calls == cls.fail_at:
                 raise OSError(errno.EIO, f"injected I/O error at write {cls.calls}")
 
-        async def _pipe_file(self, *args, **kwargs):
-            self._count()
-            return await super()._pipe_file(*args, **kwargs)
-
-        async def _copy(self, *args, **kwargs):
-            self._count()
-            return await super()._copy(*args, **kwargs)
-
-        async def _rm_file(self, *args, **kwargs):
-            self._count()
-            return await super()._rm_file(*args, **kwargs)
-
-        async def _rm(self, *args, **kwargs):
-            self._count()
-            return await super()._rm(*args, **kwargs)
-
-        async def _call_s3(self, method, *args, **kwargs):
-            if method in ("delete_object", "copy_object"):
+        async def _call_s3(self, method, *args, **kwargs):  # every request of s3fs's and storage's
+            if method in WRITES:
                 self._count()
             return await super()._call_s3(method, *args, **kwargs)
 

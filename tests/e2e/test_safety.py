@@ -400,11 +400,11 @@ def test_a_job_stopped_mid_commit_still_removes_what_it_committed(spark, tmp_pat
     before = tree(parts[1])
     real_changed, seen = job._changed_since_plan, []
 
-    def stop_at_the_second(row):
+    def stop_at_the_second(row, listing):
         seen.append(row["path"])
         if len(seen) == 2:
             raise KeyboardInterrupt
-        return real_changed(row)
+        return real_changed(row, listing)
 
     monkeypatch.setattr(job, "_changed_since_plan", stop_at_the_second)
     removal = Removal()

@@ -3,8 +3,9 @@ folder on PYTHONPATH while ``KCOMPACT_S3_FAULTS`` is set.
 
 Only the first process counts (the job's driver, or a test's commit script; Spark's Python
 workers inherit a marker and stay untouched): every call of a ``storage`` function that changes
-the store, made while ``operations.s3commit.commit_partition`` runs for the partition dir named
-``KCOMPACT_S3_CRASH_PARTITION`` (``orders-0``), is a mutation. Just before mutation number
+the store, made while ``operations.s3commit.commit_record`` runs for the partition dir named
+``KCOMPACT_S3_CRASH_PARTITION`` (``orders-0``) or ``operations.s3commit.finish`` runs for a wave
+of applies that holds it, is a mutation. Just before mutation number
 ``KCOMPACT_S3_CRASH_AT`` (1-based) the process group is killed with SIGKILL: the mutations before
 it are done, that one and the rest are not. ``KCOMPACT_S3_COUNT_FILE``: the number of mutations
 so far is written there at each one (an uninjected run's total). ``KCOMPACT_S3_LEASE_MS``: the
@@ -21,7 +22,7 @@ if os.environ.get("KCOMPACT_S3_FAULTS") and not os.environ.get("_KCOMPACT_S3_FAU
 
     import storage
 
-    MUTATIONS = ("write_durable", "create_durable", "write_atomic", "write_if", "remove_if", "remove", "rename", "copy")
+    MUTATIONS = ("write_durable", "create_durable", "write_atomic", "write_if", "remove_if", "remove", "remove_many", "rename", "copy")
     _target = "/" + os.environ.get("KCOMPACT_S3_CRASH_PARTITION", "orders-0")
     _crash_at = int(os.environ.get("KCOMPACT_S3_CRASH_AT", "0"))
     _count_file = os.environ.get("KCOMPACT_S3_COUNT_FILE")
@@ -30,8 +31,11 @@ if os.environ.get("KCOMPACT_S3_FAULTS") and not os.environ.get("_KCOMPACT_S3_FAU
     def _in_target_commit() -> bool:
         frame = sys._getframe(2)
         while frame is not None:
-            if frame.f_code.co_name == "commit_partition" and frame.f_globals.get("__name__") == "operations.s3commit":
-                return str(frame.f_locals.get("partition_dir", "")).rstrip("/").endswith(_target)
+            if frame.f_globals.get("__name__") == "operations.s3commit":
+                if frame.f_code.co_name == "commit_record":
+                    return str(frame.f_locals.get("partition_dir", "")).rstrip("/").endswith(_target)
+                if frame.f_code.co_name == "finish":
+                    return any(a.partition_dir.rstrip("/").endswith(_target) for a in frame.f_locals.get("applying", ()))
             frame = frame.f_back
         return False
 

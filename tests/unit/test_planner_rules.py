@@ -21,6 +21,7 @@ from planner.rules import (
     bytes_between,
     decide,
     dirty_non_active,
+    first_batches_matter,
     first_dirty_offset,
     first_uncleanable,
     floor_index,
@@ -260,6 +261,23 @@ def test_first_batch_timestamp_not_positive_is_ignored():
     segs = four({0: dict(first=-1), 10: dict(first=NOW - 3000)})
     # earliest positive = NOW - 3000; clean-until NOW - 1000 -> delay 2000
     assert max_compaction_delay(segs, 0, 1000, NOW) == 2000
+
+
+@given(st.lists(st.one_of(st.none(), st.integers(-1, NOW + 10_000)), min_size=1, max_size=4),
+       st.sampled_from([0, 1, 1000, NOW - 2, NOW - 1, NOW, NOW + 5, LONG_MAX]), st.integers(0, NOW + 10_000))
+def test_first_batches_read_only_when_they_can_matter(firsts, max_lag, now):
+    """The planner skips the reads when first_batches_matter says no: the delay is then 0 whatever they hold."""
+    segs = [seg(10 * i, first=f) for i, f in enumerate(firsts)] + [seg(10 * len(firsts))]
+    if not first_batches_matter(max_lag, now):
+        assert max_compaction_delay(segs, 0, max_lag, now) == 0
+
+
+def test_first_batches_matter_at_the_edge():
+    assert not first_batches_matter(LONG_MAX, NOW)
+    assert not first_batches_matter(NOW - 1, NOW)  # clean-until 1: no positive timestamp is below it
+    assert first_batches_matter(NOW - 2, NOW)
+    segs = four({0: dict(first=1)})
+    assert max_compaction_delay(segs, 0, NOW - 2, NOW) == 1
 
 
 def test_default_max_lag_never_forces():

@@ -198,6 +198,19 @@ def test_tree_sizes_survive_the_seam(tmp_path):
     assert sizes == {rel_path.split("/", 1)[1]: size for rel_path, size in TREE.items() if rel_path.startswith("orders-7/")}
 
 
+def test_a_tree_listing_is_the_listing_of_each_dir(tmp_path, s3):
+    """``list_tree`` gives what ``list_dir`` of the root and of each partition dir give, locally and
+    on S3 (there from one listing of every key)."""
+    make_log_dir(tmp_path)
+    s3.put(f"{tmp_path}/", f"{BUCKET}/tree/", recursive=True)
+    for root in (str(tmp_path), f"s3://{BUCKET}/tree"):
+        tree = storage.list_tree(root)
+        files, dirs = storage.list_dir(root)
+        expected = {root: files} | {d: storage.list_dir(d)[0] for d in dirs}
+        assert {d: sorted((f.path, f.size) for f in fs) for d, fs in tree.items()} == \
+            {d: sorted((f.path, f.size) for f in fs) for d, fs in expected.items() if fs}
+
+
 # -- files written past the page cache ------------------------------------------------------------
 def _write_in_pieces(path: str, data: bytes, seed: int, direct: bool = True) -> type:
     """``data`` through ``create_durable`` in pieces of random sizes; the type of file it gave."""
