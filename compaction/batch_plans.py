@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
+import storage
 from compaction import partition_scan
 from compaction.cleaner_config import CLEANER_CONFIG
 from compaction.decisions import PLAN_FLAGS
@@ -47,7 +48,8 @@ PARTITION_PLAN = pa.schema([
 def batch_plans(spark, partitions: list[PartitionToClean], now: int) -> pa.Table:
     """Stage 1: partitions in a few tasks of about equal bytes (the partitions travel with the
     tasks, no shuffle), the result in their order; a task with fewer partitions than cores reads
-    a partition's segments on as many threads."""
+    a partition's segments on as many threads; on an object store a task reads several partitions
+    at once (``storage.map_in_flight``)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     sizes = [p.total_bytes for p in partitions]
@@ -57,8 +59,9 @@ def batch_plans(spark, partitions: list[PartitionToClean], now: int) -> pa.Table
     def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for rb in ids:
             for b in rb.column(0).to_pylist():
-                yield pa.RecordBatch.from_pylist([plan_one(partitions[i], now, threads) for i in shares[b]],
-                                                 schema=PARTITION_PLAN)
+                mine = [partitions[i] for i in shares[b]]
+                rows = storage.map_in_flight(lambda p: plan_one(p, now, threads), mine, mine[0].path) if mine else []
+                yield pa.RecordBatch.from_pylist(rows, schema=PARTITION_PLAN)
 
     planned = ranged(spark, len(shares)).mapInArrow(run, from_arrow_schema(PARTITION_PLAN)).toArrow()
     rank = {p.path: i for i, p in enumerate(partitions)}

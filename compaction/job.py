@@ -1,13 +1,14 @@
 """The compaction job: every selected partition of a plan cleaned as Kafka's cleaner would.
 
-This module orchestrates: it takes the partitions (locks, leases, recovery), resets checkpoints,
-runs the stages (Spark jobs named by job groups), reports, and gives the leases back. Stages:
+This module orchestrates: it takes the partitions (locks, leases, recovery: ``compaction.taking``),
+resets checkpoints, runs the stages (Spark jobs named by job groups), reports, and gives the leases back. Stages:
 1. batch plans: what Kafka's cleaner decides per batch from its header (``compaction.batch_plans``);
 2. offset map, 3. keep flags, 4. rewrite, one Spark job (nothing cached, no row per record or key
    shuffled): each partition by the path ``compaction.routing`` chooses, read whole by one task
    (``compaction.whole``) or, too big for one worker's memory, shared by many (``compaction.shared``);
    each group's ``.cleaned`` files by ``compaction.rewrite``; tasks cut by ``compaction.tasks``;
-5. commit, on the driver alone: per partition, every group swapped in or none (``operations.commit``).
+5. commit, on the driver alone (``compaction.committing``): per partition, every group swapped in or
+   none (``operations.commit``).
 A dry run counts and writes nothing.
 """
 
@@ -26,21 +27,21 @@ from compaction.cleaner_config import CleanerConfig
 from compaction.decisions import DISCARD, PLAN_FLAGS
 from compaction.leases import LeaseKeeper
 from compaction.map_pass import Planned
-from compaction.report import PartitionReport, Report, group_outcomes
-from compaction.results import ABORTED_BY_OPERATOR, IO_ERROR, OUT_OF_MEMORY, fate_counts
+from compaction.committing import commit_partitions
+from compaction.report import PartitionReport, Report
+from compaction.results import IO_ERROR, OUT_OF_MEMORY, fate_counts
 from compaction.rewrite import GroupJob, GroupPlans
 from compaction.routing import route
 from compaction.settings import DIRECT_WRITES, check_settings
 from compaction.tasks import JOB_CONF, sql_conf
+from compaction.taking import take_partitions
 from compaction.to_clean import PartitionToClean, to_clean
-from operations import commit, s3commit, states
-from operations.cleaned import WrittenGroup
+from operations import states
 from operations.checkpoints import update_cleaner_offsets
 from operations.deleted import Removal
-from operations.recover import needs_recovery, recover_partition
 from readers.errors import FormatError
 from readers.indexes import AbortedTxn
-from logdir.listing import Listing, Partition, list_log_dir, scan_partition
+from logdir.listing import Partition
 from planner.plan import Plan
 from planner.scan import UNREADABLE
 from writers.chunks import BufferSizes
@@ -171,7 +172,7 @@ def run(spark, plan: Plan, now: int, dry_run: bool = False, progress=print,
         table = plan.table
         selected = table.filter(pa.compute.equal(table.column("selected"), True))
         if not dry_run:
-            selected = _take_partitions(selected, keeper, result, progress, held)
+            selected = take_partitions(selected, keeper, result, progress, held)
             _reset_checkpoints(table, selected, result, progress)
         for row in corrupt_in_plan(table):
             result.fail(row, cleaning=False)
@@ -191,65 +192,6 @@ def run(spark, plan: Plan, now: int, dry_run: bool = False, progress=print,
     report.observe_plan(plan.table, marked=result.uncleanable)
     report.seconds = time.monotonic() - started
     return result
-
-
-def _take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult, progress,
-                     held: contextlib.ExitStack) -> pa.Table:
-    """Hold each log dir's ``.lock`` (re-entrant: the command line may hold it already), lease
-    each selected partition and finish any swap a crashed run left in it (the broker's recovery).
-    A partition in a log dir another process locks, or that another job holds, is skipped; one
-    where recovery changed files is skipped too, since the plan no longer describes it (the next
-    run plans it afresh). Each log dir is listed once, after its partitions are leased, and its
-    cleaner checkpoint read once (an object store is asked nothing per partition that a listing
-    tells); on an object store the partitions as listed go to the tasks (``result.listed``)."""
-    import storage
-
-    leased, locked = [], {}
-    columns = ["path", "log_dir", "topic", "partition", "first_dirty_offset", "checkpoint_offset"]
-    rows = selected.select(columns).to_pylist()
-    for i, row in enumerate(rows):
-        if row["log_dir"] not in locked:
-            try:
-                held.enter_context(storage.LogDirLock(row["log_dir"]))
-                locked[row["log_dir"]] = None
-            except storage.LogDirBusy as exc:
-                locked[row["log_dir"]] = str(exc)
-        busy = locked[row["log_dir"]] or keeper.acquire(row["path"])
-        if busy is not None:
-            result.report.partitions.append(PartitionReport.skipped_for(row, busy))
-            progress(f"  skipped {row['topic']}-{row['partition']}: {busy}")
-            continue
-        leased.append(i)
-    listings = {log_dir: list_log_dir(log_dir) for log_dir in dict.fromkeys(rows[i]["log_dir"] for i in leased)}
-    checkpoints: dict[str, dict | str] = {}
-    keep = []
-    for i in leased:
-        row = rows[i]
-        listing = listings[row["log_dir"]]
-        part = listing.partition(row["path"], row["topic"], row["partition"])
-        # swaps only: the command line recovered the whole log dirs before planning
-        recovered = recover_partition(row["path"], indexes=False) if needs_recovery(part) else None
-        if recovered is not None and recovered.changed:
-            keeper.release(row["path"])
-            why = f"recovered an interrupted run first ({recovered.summary()}); planned again next run"
-            result.report.partitions.append(PartitionReport.skipped_for(row, why))
-            progress(f"  skipped {row['topic']}-{row['partition']}: {why}")
-            continue
-        if row["log_dir"] not in checkpoints:
-            checkpoints[row["log_dir"]] = _cleaner_checkpoint(row["log_dir"])
-        moved = _cleaned_since_plan(row, checkpoints[row["log_dir"]])
-        if moved:
-            keeper.release(row["path"])
-            result.report.partitions.append(PartitionReport.skipped_for(row, moved))
-            progress(f"  skipped {row['topic']}-{row['partition']}: {moved}")
-            continue
-        if not storage.is_local_path(row["path"]):
-            result.generations[row["path"]] = (recovered.generation if recovered is not None
-                                               else listing.generation(row["topic"], row["partition"]))
-            if recovered is None:
-                result.listed[row["path"]] = part
-        keep.append(i)
-    return selected.take(pa.array(keep, pa.int64()))  # an empty list alone has no type
 
 
 def _reset_checkpoints(plan: pa.Table, taken: pa.Table, result: JobResult, progress) -> None:
@@ -300,31 +242,6 @@ def _done_cleaning(result: JobResult, progress) -> None:
             progress(f"  cleaner checkpoint of {log_dir} not written after failed cleanings: {exc}")
 
 
-def _cleaner_checkpoint(log_dir: str) -> dict | str:
-    """The entries of ``log_dir``'s cleaner-offset-checkpoint, or what is wrong with the file."""
-    import storage
-    from readers import checkpoint
-
-    path = storage.join(log_dir, checkpoint.CLEANER_OFFSET)
-    found = storage.read_versioned(path)
-    try:
-        return checkpoint.parse(path, found[0]) if found else {}
-    except FormatError as exc:
-        return str(exc)
-
-
-def _cleaned_since_plan(row: dict, entries: dict | str) -> str | None:
-    """Another job cleaned the partition between this plan and our lease (its cleaner checkpoint
-    entry moved; ``entries``: the checkpoint read after the lease): the plan's dirty range is
-    stale, and cleaning it again would redo that work."""
-    if isinstance(entries, str):
-        return f"{entries}; planned again next run"
-    now = entries.get((row["topic"], row["partition"]))
-    if now == row["checkpoint_offset"]:
-        return None
-    return f"cleaned by another job since it was planned (checkpoint {row['checkpoint_offset']} -> {now}); planned again next run"
-
-
 def _clean(spark, taken: list[PartitionToClean], now: int, dry_run: bool, progress, watch: Stopwatch,
            result: JobResult, keeper: LeaseKeeper) -> None:
     report = result.report
@@ -358,71 +275,8 @@ def _clean(spark, taken: list[PartitionToClean], now: int, dry_run: bool, progre
     ready = sum(row["path"] not in failing for row in rows)
     progress(f"stage 5/5: committing {ready} of {len(rows)} partitions (swap, checkpoint)" if ready else
              "stage 5/5: nothing to commit: every partition failed")
-    # an object store's log dirs listed once for the stage, after every group was written
-    listings = {log_dir: list_log_dir(log_dir) for log_dir in dict.fromkeys(row["log_dir"] for row in rows)
-                if commit.by_record(log_dir)}
-    wave, in_wave = commit.Wave(), {}
-    for pid, row in enumerate(rows):
-        groups = [w for w in written if w["path"] == row["path"]]
-        errors = [w["error"] for w in groups if w["error"]]
-        if errors or len(groups) != len(row["groups"]):
-            _discard(groups)
-            error = errors[0] if errors else "not every segment group was rewritten"
-            if error == ABORTED_BY_OPERATOR:
-                _aborted(row, result, progress)
-            else:
-                result.fail(row | {"error": error}, groups=group_outcomes(row, groups, "written"))
-            continue
-        changed = _changed_since_plan(row, listings.get(row["log_dir"]))
-        if changed:
-            _discard(groups)
-            result.fail(row | {"error": changed}, transient=True)
-            continue
-        if not keeper.held(row["path"]):  # the last moment an abort can still stop us
-            _discard(groups)
-            _aborted(row, result, progress)
-            continue
-        try:
-            result.deleted += _commit(row, groups, keeper.owner, result.generations.get(row["path"]), wave)
-        except s3commit.CommitLost as exc:
-            result.fail(row | {"error": str(exc)}, transient=True)
-            continue
-        except OSError as exc:  # the swap stopped part way: finish or undo it as a broker would
-            try:
-                recover_partition(row["path"], indexes=False)
-                error = f"{IO_ERROR}commit failed ({exc}); the interrupted swap was recovered"
-            except OSError as again:
-                error = f"{IO_ERROR}commit failed ({exc}), recovery too ({again}): run 'kcompact recover'"
-            result.fail(row | {"error": error})
-            continue
-        in_wave.setdefault(row["log_dir"], []).append((row, len(report.partitions)))
-        report.partitions.append(PartitionReport.of(batches.report_row(row, pid), counts, groups, committed=True))
-        progress(f"  committed {row['topic']}-{row['partition']} ({pid + 1}/{len(rows)}): "
-                 f"checkpoint {row['latest_offset'] + 1}")
-    for log_dir, exc in wave.finish().items():
-        for row, at in in_wave[log_dir]:  # committed (readers see the new segments): the rest is recovery's
-            error = f"{IO_ERROR}committed, but the commit record's apply did not finish ({exc}); the next run finishes it"
-            report.partitions[at] = PartitionReport.failed(row | {"error": error}, [])
-            progress(f"  {row['topic']}-{row['partition']}: {error}")
+    commit_partitions(rows, written, batches, counts, keeper, result, progress)
     watch.lap("5 commit")
-
-
-def _aborted(row: dict, result: JobResult, progress) -> None:
-    result.report.partitions.append(PartitionReport.skipped_for(row, "aborted by an operator; old segments kept"))
-    progress(f"  aborted {row['topic']}-{row['partition']}: old segments kept")
-
-
-def _changed_since_plan(row: dict, listing: Listing | None) -> str | None:
-    """The segments the commit would replace are not those the job read (retention, another
-    cleaner, a restarted broker got there first): committing would lose records. ``listing``:
-    the log dir as listed for the commits (object stores; else the partition dir is listed now)."""
-    part = (listing.partition(row["path"], row["topic"], row["partition"]) if listing is not None
-            else scan_partition(row["path"], row["topic"], row["partition"]))
-    now = [s.base_offset for s in part.segments if s.base_offset <= row["latest_offset"]]
-    read = [base for g in row["groups"] for base in g["segments"]]
-    if now != read:
-        return f"the partition changed while it was being cleaned (segments {read} became {now}); cleaned next run"
-    return None
 
 
 def corrupt_in_plan(plan: pa.Table) -> list[dict]:
@@ -485,19 +339,6 @@ def _clean_groups(spark, rows: list[dict], batches: Batches, jobs: dict[int, tup
         return []
     union = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
     return union.toArrow().to_pylist()
-
-
-def _commit(row: dict, groups: list[dict], owner: str, generation: int | None, wave: commit.Wave) -> list[str]:
-    """The commit step (``operations.commit``) for a partition whose groups are all written."""
-    written = [WrittenGroup(g["base_offset"], g["size"], g["batches"], g["records"], tuple(g["files"]))
-               for g in groups]
-    read = [base for g in row["groups"] for base in g["segments"]]
-    return commit.commit_cleaned(row["log_dir"], row["path"], row["topic"], row["partition"], written, read,
-                                 row["latest_offset"] + 1, owner, generation, wave)
-
-
-def _discard(groups: list[dict]) -> None:
-    commit.discard_cleaned(path for g in groups for path in g["files"])
 
 
 def _give_back(result: JobResult, keeper: LeaseKeeper, dry_run: bool) -> None:

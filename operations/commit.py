@@ -13,6 +13,7 @@ commit record, created by a conditional PUT that exactly one writer wins, decide
 from __future__ import annotations
 
 import errno
+import threading
 from collections.abc import Iterable, Sequence
 
 import storage
@@ -36,9 +37,11 @@ class Wave:
 
     def __init__(self) -> None:
         self._applying: dict[str, list[s3commit.Applying]] = {}
+        self._lock = threading.Lock()  # commits of a batch add theirs at once
 
     def add(self, applying: s3commit.Applying) -> None:
-        self._applying.setdefault(applying.log_dir, []).append(applying)
+        with self._lock:
+            self._applying.setdefault(applying.log_dir, []).append(applying)
 
     def finish(self) -> dict[str, OSError]:
         """Finish every apply; the error of each log dir whose applies did not all finish."""

@@ -92,12 +92,13 @@ def retention_record(topic: str, partition: int, generation: int, owner: str, de
 
 
 # -- commit and apply ----------------------------------------------------------------------------
-def _copy(src: str, dst: str) -> None:
-    """Server-side copy of one staged object to its final name."""
+def _copy(partition_dir: str, staged: dict[str, str]) -> None:
+    """Server-side copies of the staged objects to their final names."""
+    pairs = [(storage.join(partition_dir, name), storage.join(partition_dir, final)) for name, final in sorted(staged.items())]
     try:
-        storage.copy(src, dst)
-    except FileNotFoundError:
-        raise OSError(f"{src}: staged file missing; its commit record cannot be applied") from None
+        storage.copy_many(pairs)
+    except FileNotFoundError as exc:
+        raise OSError(f"{partition_dir}: a staged file is missing ({exc}); its commit record cannot be applied") from None
 
 
 def move_checkpoints(log_dir: str, records: list[CommitRecord]) -> None:
@@ -142,8 +143,12 @@ def _advance(path: str, record: CommitRecord, version: str) -> str:
     """Rewrite the record at its next phase (compare-and-swap); the new version. Another recovery
     of the same record may have got there first: fine when it is at that phase or later."""
     written = storage.write_if(path, record.to_json(), version)
-    if written is not None:
-        return written
+    return written if written is not None else _confirmed(path, record)
+
+
+def _confirmed(path: str, record: CommitRecord) -> str:
+    """The version of the record at ``path`` once its write at ``record``'s phase failed: another
+    recovery got it there or further (fine), or it changed otherwise (an error)."""
     found = storage.read_versioned(path)
     now = CommitRecord.parse(path, found[0]) if found else None
     if now is None or (record.applied and not now.applied) or (record.copied and not now.copied):
@@ -163,8 +168,7 @@ class Applying:
 
 def _copied(log_dir: str, partition_dir: str, record: CommitRecord, version: str) -> Applying:
     if not record.copied:
-        for staged, final in sorted(record.staged.items()):
-            _copy(storage.join(partition_dir, staged), storage.join(partition_dir, final))
+        _copy(partition_dir, record.staged)
         record = replace(record, copied=True)
         version = _advance(record_path(log_dir, record.topic, record.partition, record.generation), record, version)
     return Applying(log_dir, partition_dir, record, version)
@@ -185,9 +189,12 @@ def finish(log_dir: str, applying: list[Applying]) -> None:
         [storage.join(a.partition_dir, name) for a in applying for name in sorted(a.record.staged)]
         + [record_path(log_dir, a.record.topic, a.record.partition, a.record.generation - 2)
            for a in applying if a.record.generation > 2])  # before marking applied: a crash cannot leave it behind
-    for a in applying:
-        _advance(record_path(log_dir, a.record.topic, a.record.partition, a.record.generation),
-                 replace(a.record, applied=True), a.version)
+    done = [(record_path(log_dir, a.record.topic, a.record.partition, a.record.generation),
+             replace(a.record, applied=True), a.version) for a in applying]
+    written = storage.write_if_many([(path, record.to_json(), version) for path, record, version in done])
+    for (path, record, _), version in zip(done, written):
+        if version is None:
+            _confirmed(path, record)
 
 
 def apply(log_dir: str, partition_dir: str, record: CommitRecord, version: str) -> None:

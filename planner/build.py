@@ -281,8 +281,9 @@ def _planned(spark, tasks: list[Task], now: int, retention_only: bool) -> pa.Tab
     def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for rb in ids:
             for share in rb.column(0).to_pylist():
-                yield pa.RecordBatch.from_pylist([plan_task(t, now, retention_only) for t in tasks[share::n]],
-                                                 schema=PLAN_SCHEMA)
+                mine = tasks[share::n]
+                rows = storage.map_in_flight(lambda t: plan_task(t, now, retention_only), mine, mine[0].path) if mine else []
+                yield pa.RecordBatch.from_pylist(rows, schema=PLAN_SCHEMA)
 
     return spark.range(0, n, 1, n).mapInArrow(run, from_arrow_schema(PLAN_SCHEMA)).toArrow()
 

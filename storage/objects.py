@@ -70,6 +70,27 @@ def copy(fs, src: str, dst: str) -> None:
     _call(fs, "copy_object", Bucket=dst_bucket, Key=dst_key, CopySource={"Bucket": src_bucket, "Key": src_key})
 
 
+def copy_many(fs, pairs: list[tuple[str, str]]) -> None:
+    """Server-side copies (``copy``), ``PARALLEL`` in flight at once; the first failure raised
+    once every copy ended."""
+    async def copies():
+        gate = asyncio.Semaphore(PARALLEL)
+
+        async def one(src: str, dst: str):
+            src_bucket, src_key, _ = fs.split_path(src)
+            dst_bucket, dst_key, _ = fs.split_path(dst)
+            async with gate:
+                await fs._call_s3("copy_object", Bucket=dst_bucket, Key=dst_key,
+                                  CopySource={"Bucket": src_bucket, "Key": src_key})
+
+        done = await asyncio.gather(*(one(src, dst) for src, dst in pairs), return_exceptions=True)
+        failed = [result for result in done if isinstance(result, BaseException)]
+        if failed:
+            raise failed[0]
+
+    _run(fs, copies())
+
+
 def head(fs, fs_path: str) -> dict | None:
     """An object's HEAD (``ContentLength``, ``ETag``, ``LastModified``), or None when there is no
     such object: one request, no LIST to ask whether a prefix of that name has objects."""

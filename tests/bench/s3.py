@@ -141,6 +141,7 @@ class Measured:
     bytes_out: int = 0
     refused: int = 0
     summary: list[int] | None = None  # plan: partitions, selected; compact: partitions, cleaned, failed, skipped
+    driver_s: float = 0.0  # compact: its commit stage, on the driver alone
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -148,19 +149,29 @@ def child_env(**extra: str) -> dict[str, str]:
                          "KCOMPACT_SPARK_LOG_LEVEL": "ERROR", **extra}
 
 
-def run_cli(command: str, path: str, now: int, env: dict[str, str], extra: tuple[str, ...] = ()) -> tuple[float, list[int]]:
-    """Wall seconds of one ``kcompact`` process and its summary line's figures; stops the bench if
+def run_cli(command: str, path: str, now: int, env: dict[str, str],
+            extra: tuple[str, ...] = ()) -> tuple[float, list[int], float]:
+    """Wall seconds of one ``kcompact`` process, its summary line's figures and the seconds of its
+    commit stage (the driver's alone: they do not shrink with more executors); stops the bench if
     it fails or prints no summary."""
+    report = ROOT / "bench-data" / f"s3-report-{os.getpid()}.json"
     argv = [sys.executable, "-m", "jobs.cli", command, path, "--now", str(now), *extra]
+    if command == "compact":
+        argv += ["--report", str(report)]
     started = time.perf_counter()
     done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - started
+    driver_s = 0.0
+    if command == "compact" and report.exists():
+        driver_s = json.loads(report.read_text()).get("stages", {}).get("5 commit", 0.0)
+        report.unlink()
+        report.with_suffix(".html").unlink(missing_ok=True)
     found = (PLAN_SUMMARY if command == "plan" else COMPACT_SUMMARY).findall(done.stdout + "\n" + done.stderr)
     if done.returncode != 0 or not found:
         why = f"exited {done.returncode}" if done.returncode else "printed no summary line"
         tail = "\n".join((done.stderr.strip() or done.stdout.strip()).splitlines()[-30:])
         raise SystemExit(f"bench stopped: kcompact {' '.join(argv[3:])} {why}; its output ends:\n{tail}")
-    return wall, [int(v) for v in found[-1]]
+    return wall, [int(v) for v in found[-1]], driver_s
 
 
 class S3:
@@ -185,13 +196,14 @@ class S3:
         self.server.reset()
         self.server.latency_s = latency_s
         try:
-            wall, summary = run_cli(command, f"s3://{prefix}", now, child_env(FSSPEC_S3=json.dumps(self.conf)), extra)
+            wall, summary, driver_s = run_cli(command, f"s3://{prefix}", now, child_env(FSSPEC_S3=json.dumps(self.conf)),
+                                              extra)
         finally:
             self.server.latency_s = 0.0
         snap = self.server.snapshot()
         self.fs.invalidate_cache()
         self.fs.rm(prefix, recursive=True)  # moto holds the bytes in this process
-        return Measured(wall, snap["requests"], snap["bytes_in"], snap["bytes_out"], snap["refused"], summary)
+        return Measured(wall, snap["requests"], snap["bytes_in"], snap["bytes_out"], snap["refused"], summary, driver_s)
 
     def stop(self) -> None:
         self.server.stop()
@@ -201,10 +213,10 @@ def run_local(command: str, logs: str, now: int, work: Path, extra: tuple[str, .
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(logs, work)  # copy2: modification times kept, the cleaner reads them
     try:
-        wall, summary = run_cli(command, str(work), now, child_env(), extra)
+        wall, summary, driver_s = run_cli(command, str(work), now, child_env(), extra)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return Measured(wall, {}, summary=summary)
+    return Measured(wall, {}, summary=summary, driver_s=driver_s)
 
 
 def check(name: str, command: str, runs: dict[str, list[Measured]]) -> None:

@@ -178,7 +178,9 @@ def assert_no_secret(*texts: str) -> None:
 
 
 # -- the whole jobs, run in the background --------------------------------------------------------------
-KILLS = {"kill-before-record": 1, "kill-mid-copy": 7}  # orders-0's commit killed before its Nth store mutation
+# orders-0's commit killed before its Nth store mutation: its record; the checkpoint write of the
+# wave of applies that holds it (after its copies and the replaced files' batched delete)
+KILLS = {"kill-before-record": 1, "kill-mid-apply": 5}
 
 
 class Jobs:
@@ -282,10 +284,11 @@ def test_every_crash_point_of_a_commit(s3, gen, merged_truth, child_env, spark_s
     code, out, err = commit("uninjected", KCOMPACT_S3_COUNT_FILE=str(tmp_path / "count"))
     assert code == 0, err
     mutations = int((tmp_path / "count").read_text())
-    # the record, 4 copies, copied, one batched delete of the 8 replaced files, the checkpoint, one of the
-    # 4 staged files, applied (a store applies a batched delete whole or names the keys it failed: a
-    # failure then stops the apply where a kill between two single deletes would)
-    assert mutations == 1 + 4 + 1 + 1 + 1 + 1 + 1
+    # the record, the 4 copies (sent at once), copied, one batched delete of the 8 replaced files, the
+    # checkpoint, one of the 4 staged files, applied. Copies sent at once, or a batched delete, end each
+    # on its own: a failure stops the apply as a kill between two single requests would, a state the
+    # test of a failing filesystem below reaches request by request
+    assert mutations == 1 + 1 + 1 + 1 + 1 + 1 + 1
     assert seen_records(url(f"sweep/uninjected/{TARGET}")) == new_records
     points = [f"p{n:02d}" for n in range(1, mutations + 1)]
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -418,8 +421,8 @@ def lapse(log_dirs: list[str], partitions: list[str], timeout: float = 120) -> N
 
 @pytest.mark.slow  # more than 20 s (make test-fast leaves it out)
 def test_killed_jobs_show_old_or_new_then_recover_and_converge(jobs, s3, gen, local_truth, child_env, spark_s3):
-    """Whole jobs killed during orders-0's commit: before its record, and among the copies of its
-    apply. Every partition reads whole (old or new) before any recovery; `kcompact recover` leaves
+    """Whole jobs killed during orders-0's commit: before its record, and in the middle of the apply
+    of its wave of commits (every partition committed before it as unfinished as orders-0). Every partition reads whole (old or new) before any recovery; `kcompact recover` leaves
     orders-0 as its record says; a second job reaches the uninjected result."""
     points = KILLS
     for name in points:

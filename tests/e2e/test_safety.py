@@ -392,13 +392,13 @@ def test_a_job_stopped_mid_commit_still_removes_what_it_committed(spark, tmp_pat
     """An error (or a Ctrl-C) between two partitions' commits: the first partition is committed,
     its replaced files go all the same; the second keeps its segments (and its ``.cleaned``
     files, for recovery to remove, as after any interrupted job)."""
-    from compaction import job
+    from compaction import committing, job
     from operations.deleted import Removal
 
     log_dir = tmp_path / "logs"
     parts = [dirty_partition(log_dir / name) for name in ("a-0", "a-1")]
     before = tree(parts[1])
-    real_changed, seen = job._changed_since_plan, []
+    real_changed, seen = committing._changed_since_plan, []
 
     def stop_at_the_second(row, listing):
         seen.append(row["path"])
@@ -406,7 +406,7 @@ def test_a_job_stopped_mid_commit_still_removes_what_it_committed(spark, tmp_pat
             raise KeyboardInterrupt
         return real_changed(row, listing)
 
-    monkeypatch.setattr(job, "_changed_since_plan", stop_at_the_second)
+    monkeypatch.setattr(committing, "_changed_since_plan", stop_at_the_second)
     removal = Removal()
     with pytest.raises(KeyboardInterrupt):
         job.run(spark, _plan(spark, log_dir), now=NOW, progress=lambda line: None, removal=removal)

@@ -22,7 +22,7 @@ if os.environ.get("KCOMPACT_S3_FAULTS") and not os.environ.get("_KCOMPACT_S3_FAU
 
     import storage
 
-    MUTATIONS = ("write_durable", "create_durable", "write_atomic", "write_if", "remove_if", "remove", "remove_many", "rename", "copy")
+    MUTATIONS = ("write_durable", "create_durable", "write_atomic", "write_if", "write_if_many", "remove_if", "remove", "remove_many", "rename", "copy", "copy_many")
     _target = "/" + os.environ.get("KCOMPACT_S3_CRASH_PARTITION", "orders-0")
     _crash_at = int(os.environ.get("KCOMPACT_S3_CRASH_AT", "0"))
     _count_file = os.environ.get("KCOMPACT_S3_COUNT_FILE")

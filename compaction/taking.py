@@ -1,0 +1,100 @@
+"""What a compaction job takes before it cleans: each log dir's ``.lock``, a lease on each selected
+partition, the recovery of what a crashed run left in it, and the check that no other job cleaned
+it since the plan (``take_partitions``)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+import storage
+from compaction.leases import LeaseKeeper
+from compaction.report import PartitionReport
+from logdir.listing import list_log_dir
+from operations.recover import needs_recovery, recover_partition
+from readers import checkpoint
+from readers.errors import FormatError
+
+if TYPE_CHECKING:
+    from compaction.job import JobResult
+
+
+def take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult, progress,
+                     held: contextlib.ExitStack) -> pa.Table:
+    """Hold each log dir's ``.lock`` (re-entrant: the command line may hold it already), lease
+    each selected partition and finish any swap a crashed run left in it (the broker's recovery).
+    A partition in a log dir another process locks, or that another job holds, is skipped; one
+    where recovery changed files is skipped too, since the plan no longer describes it (the next
+    run plans it afresh). Each log dir is listed once, after its partitions are leased, and its
+    cleaner checkpoint read once (an object store is asked nothing per partition that a listing
+    tells); on an object store the partitions as listed go to the tasks (``result.listed``)."""
+    leased, locked = [], {}
+    columns = ["path", "log_dir", "topic", "partition", "first_dirty_offset", "checkpoint_offset"]
+    rows = selected.select(columns).to_pylist()
+    for i, row in enumerate(rows):
+        if row["log_dir"] not in locked:
+            try:
+                held.enter_context(storage.LogDirLock(row["log_dir"]))
+                locked[row["log_dir"]] = None
+            except storage.LogDirBusy as exc:
+                locked[row["log_dir"]] = str(exc)
+        busy = locked[row["log_dir"]] or keeper.acquire(row["path"])
+        if busy is not None:
+            result.report.partitions.append(PartitionReport.skipped_for(row, busy))
+            progress(f"  skipped {row['topic']}-{row['partition']}: {busy}")
+            continue
+        leased.append(i)
+    listings = {log_dir: list_log_dir(log_dir) for log_dir in dict.fromkeys(rows[i]["log_dir"] for i in leased)}
+    checkpoints: dict[str, dict | str] = {}
+    keep = []
+    for i in leased:
+        row = rows[i]
+        listing = listings[row["log_dir"]]
+        part = listing.partition(row["path"], row["topic"], row["partition"])
+        # swaps only: the command line recovered the whole log dirs before planning
+        recovered = recover_partition(row["path"], indexes=False) if needs_recovery(part) else None
+        if recovered is not None and recovered.changed:
+            keeper.release(row["path"])
+            why = f"recovered an interrupted run first ({recovered.summary()}); planned again next run"
+            result.report.partitions.append(PartitionReport.skipped_for(row, why))
+            progress(f"  skipped {row['topic']}-{row['partition']}: {why}")
+            continue
+        if row["log_dir"] not in checkpoints:
+            checkpoints[row["log_dir"]] = cleaner_checkpoint(row["log_dir"])
+        moved = cleaned_since_plan(row, checkpoints[row["log_dir"]])
+        if moved:
+            keeper.release(row["path"])
+            result.report.partitions.append(PartitionReport.skipped_for(row, moved))
+            progress(f"  skipped {row['topic']}-{row['partition']}: {moved}")
+            continue
+        if not storage.is_local_path(row["path"]):
+            result.generations[row["path"]] = (recovered.generation if recovered is not None
+                                               else listing.generation(row["topic"], row["partition"]))
+            if recovered is None:
+                result.listed[row["path"]] = part
+        keep.append(i)
+    return selected.take(pa.array(keep, pa.int64()))  # an empty list alone has no type
+
+
+def cleaner_checkpoint(log_dir: str) -> dict | str:
+    """The entries of ``log_dir``'s cleaner-offset-checkpoint, or what is wrong with the file."""
+    path = storage.join(log_dir, checkpoint.CLEANER_OFFSET)
+    found = storage.read_versioned(path)
+    try:
+        return checkpoint.parse(path, found[0]) if found else {}
+    except FormatError as exc:
+        return str(exc)
+
+
+def cleaned_since_plan(row: dict, entries: dict | str) -> str | None:
+    """Another job cleaned the partition between this plan and our lease (its cleaner checkpoint
+    entry moved; ``entries``: the checkpoint read after the lease): the plan's dirty range is
+    stale, and cleaning it again would redo that work."""
+    if isinstance(entries, str):
+        return f"{entries}; planned again next run"
+    now = entries.get((row["topic"], row["partition"]))
+    if now == row["checkpoint_offset"]:
+        return None
+    return f"cleaned by another job since it was planned (checkpoint {row['checkpoint_offset']} -> {now}); planned again next run"
