@@ -51,13 +51,14 @@ class Planned:
 
 
 def read_keys(path: str, start: int, end: int, plans: Planned, first_dirty: int, latest: int,
-              ship: Callable[[Entries], T], table_bytes: int = TABLE_BYTES) -> Iterator[T]:
+              ship: Callable[[Entries], T], table_bytes: int = TABLE_BYTES, size: int | None = None) -> Iterator[T]:
     """Per (group tag, key) of the batches starting in bytes [start, end) of the segment file
     ``path``: the largest offset of a record feeding the map (``NO_OFFSET``: none) and the
     smallest of one whose fate waits on the map (``NO_WAIT``: none), as ``ship`` makes them into
     what travels. In pieces: one table of at most ``table_bytes`` (it never grows: a doubling held
     both copies), shipped whenever it is full. ``ship`` is called with the table let go, and
-    nothing here holds its entries after: a capped worker's address space holds what it needs."""
+    nothing here holds its entries after: a capped worker's address space holds what it needs.
+    ``size``: the file's size as listed (an object store is then not asked)."""
     at = (plans.position >= start) & (plans.position < end)
     keys = min(int(plans.records[at].sum()), KeyTable.keys_within(table_bytes))
     table = KeyTable.for_keys(keys)
@@ -67,7 +68,7 @@ def read_keys(path: str, start: int, end: int, plans: Planned, first_dirty: int,
         entries, table = table.entries(), None
         return ship(entries)
 
-    with storage.open_read(path) as f:
+    with storage.open_read(path, size) as f:
         for chunk in walk.read_chunks(f, path, start, end, check=False):
             for args in _chunk_keys(chunk, plans, first_dirty, latest):
                 done = table.fill(*args)

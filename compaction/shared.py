@@ -80,7 +80,7 @@ def clean(spark, pids: list[int], rows: list[dict], batches, jobs: dict[int, tup
                 if plans is None:
                     continue
                 for blobs in read_keys(split.path, split.start, split.end, plans, int(first_dirty[pid]),
-                                       int(latest[pid]), ship, table_bytes):
+                                       int(latest[pid]), ship, table_bytes, split.file_size):
                     yield from blobs
 
     def ship(entries: Entries) -> Iterator[pa.RecordBatch]:

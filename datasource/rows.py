@@ -24,7 +24,7 @@ GROUP_RECORDS = 1 << 16
 def read_split(split: Split, mode: str) -> Iterator[pa.RecordBatch]:
     """The split's rows in Arrow batches of bounded size, opened and read through ``storage``."""
     chunk = max(1, min(DEFAULT_CHUNK, split.end - split.start))
-    with storage.open_read(split.path) as f:
+    with storage.open_read(split.path, split.file_size) as f:
         entries = iter_batches(f, split.path, split.start, split.end, chunk, strict=mode != "batches")
         for group in _groups(_in_range(entries, split.offsets)):
             table = BUILDERS[mode](group, split)

@@ -63,6 +63,7 @@ class ByteRange:
     start: int
     end: int
     offsets: OffsetRange
+    file_size: int | None = None  # the segment file's, as listed (an object store is not asked)
 
 
 def partition_ranges(part: Partition, offsets: OffsetRange, max_bytes: int = DEFAULT_MAX_SPLIT_BYTES) -> list[ByteRange]:
@@ -73,7 +74,8 @@ def partition_ranges(part: Partition, offsets: OffsetRange, max_bytes: int = DEF
         if seg.size == 0 or not offsets.meets(seg.base_offset, next_base):
             continue
         for start, end in _ranges(_positions(seg, next_base, offsets, max_bytes), max_bytes):
-            ranges.append(ByteRange(seg.log.path, part.topic, part.partition, seg.base_offset, start, end, offsets))
+            ranges.append(ByteRange(seg.log.path, part.topic, part.partition, seg.base_offset, start, end, offsets,
+                                    seg.size))
     return ranges
 
 
