@@ -11,6 +11,7 @@ were; on local disk the partitions go one at a time, as before.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import storage
@@ -23,12 +24,13 @@ from operations.cleaned import WrittenGroup
 from operations.recover import recover_partition
 
 if TYPE_CHECKING:
-    from compaction.job import Batches, JobResult
+    from compaction.job_result import JobResult
 
 
-def commit_partitions(rows: list[dict], written: list[dict], batches: Batches, counts: dict, keeper: LeaseKeeper,
-                      result: JobResult, progress) -> None:
-    """Commit each of ``rows`` (the partitions cleaned) whose groups ``written`` all succeeded."""
+def commit_partitions(rows: list[dict], written: list[dict], report_row: Callable[[dict, int], dict], counts: dict,
+                      keeper: LeaseKeeper, result: JobResult, progress) -> None:
+    """Commit each of ``rows`` (the partitions cleaned) whose groups ``written`` all succeeded;
+    ``report_row(row, pid)``: the row as its report reads it."""
     report = result.report
     ready = []
     for pid, row in enumerate(rows):
@@ -79,7 +81,7 @@ def commit_partitions(rows: list[dict], written: list[dict], batches: Batches, c
             else:
                 result.deleted += value
                 in_wave.setdefault(row["log_dir"], []).append((row, len(report.partitions)))
-                report.partitions.append(PartitionReport.of(batches.report_row(row, pid), counts, groups, committed=True))
+                report.partitions.append(PartitionReport.of(report_row(row, pid), counts, groups, committed=True))
                 progress(f"  committed {row['topic']}-{row['partition']} ({pid + 1}/{len(rows)}): "
                          f"checkpoint {row['latest_offset'] + 1}")
     for log_dir, exc in wave.finish().items():

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -28,8 +28,9 @@ from compaction.decisions import DISCARD, PLAN_FLAGS
 from compaction.leases import LeaseKeeper
 from compaction.map_pass import Planned
 from compaction.committing import commit_partitions
+from compaction.job_result import JobResult
 from compaction.report import PartitionReport, Report
-from compaction.results import IO_ERROR, OUT_OF_MEMORY, fate_counts
+from compaction.results import fate_counts
 from compaction.rewrite import GroupJob, GroupPlans
 from compaction.routing import route
 from compaction.settings import DIRECT_WRITES, check_settings
@@ -41,36 +42,10 @@ from operations.checkpoints import update_cleaner_offsets
 from operations.deleted import Removal
 from readers.errors import FormatError
 from readers.indexes import AbortedTxn
-from logdir.listing import Partition
 from planner.plan import Plan
 from planner.scan import UNREADABLE
 from writers.chunks import BufferSizes
 
-
-
-@dataclass(slots=True)
-class JobResult:
-    report: Report
-    uncleanable: dict[str, str] = field(default_factory=dict)  # partition dir -> reason
-    # object stores: partition dir -> the latest commit record generation seen under our lease
-    generations: dict[str, int] = field(default_factory=dict)
-    # object stores: partition dir -> the partition as listed under our lease, for the tasks to read
-    listed: dict[str, Partition] = field(default_factory=dict)
-    # log dir -> {(topic, partition): first dirty offset} of the partitions whose cleaning failed:
-    # Kafka's cleanLog writes that entry (doneCleaning) whether the cleaning succeeded or threw
-    done_cleaning: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
-    deleted: list[str] = field(default_factory=list)  # what the commits renamed to .deleted, to remove
-
-    def fail(self, row: dict, transient: bool = False, groups: list[dict] = (), cleaning: bool = True) -> None:
-        """A partition this run could not clean: reported (with what became of each segment group:
-        ``groups``), and marked uncleanable at the end unless the cause is transient (an I/O
-        error, a log that changed under the job), a file the job may not read (the operator's
-        to fix: retried every run until then) or the task's memory, no fault of the log's."""
-        if not transient and not row["error"].startswith((IO_ERROR, OUT_OF_MEMORY, UNREADABLE)):
-            self.uncleanable[row["path"]] = row["error"]
-        if cleaning and not transient:
-            self.done_cleaning.setdefault(row["log_dir"], {})[row["topic"], row["partition"]] = row["first_dirty_offset"]
-        self.report.partitions.append(PartitionReport.failed(row, groups))
 
 
 class Stopwatch:
@@ -275,7 +250,7 @@ def _clean(spark, taken: list[PartitionToClean], now: int, dry_run: bool, progre
     ready = sum(row["path"] not in failing for row in rows)
     progress(f"stage 5/5: committing {ready} of {len(rows)} partitions (swap, checkpoint)" if ready else
              "stage 5/5: nothing to commit: every partition failed")
-    commit_partitions(rows, written, batches, counts, keeper, result, progress)
+    commit_partitions(rows, written, batches.report_row, counts, keeper, result, progress)
     watch.lap("5 commit")
 
 

@@ -18,7 +18,7 @@ from readers import checkpoint
 from readers.errors import FormatError
 
 if TYPE_CHECKING:
-    from compaction.job import JobResult
+    from compaction.job_result import JobResult
 
 
 def take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult, progress,

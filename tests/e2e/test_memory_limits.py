@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 
 import kcompact
-from compaction import job, routing
+from compaction import routing
+from compaction.job_result import JobResult
 from compaction.report import Report
 from compaction.results import IO_ERROR, OUT_OF_MEMORY
 from jobs import cli
@@ -60,7 +61,7 @@ def test_what_reading_whole_holds_grows_with_keys_threads_and_groups():
     ("/logs/t-0/00000000000000000000.log: byte 4096: CRC mismatch", True),
 ])
 def test_only_a_fault_of_the_log_marks_it_uncleanable(error, uncleanable):
-    result = job.JobResult(Report(now=0, dry_run=False))
+    result = JobResult(Report(now=0, dry_run=False))
     row = {"path": "/logs/t-0", "log_dir": "/logs", "topic": "t", "partition": 0, "first_dirty_offset": 0,
            "error": error}
     result.fail(row)
