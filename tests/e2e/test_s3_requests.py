@@ -109,3 +109,32 @@ def test_a_compaction_sends_at_most_40_requests_a_cleaned_partition(s3, s3_serve
             assert s3.cat_file(f"{BUCKET}/compact/{pdir.name}/{f.name}") == f.read_bytes(), f
         assert sorted(n.rsplit("/", 1)[-1] for n in s3.find(f"{BUCKET}/compact/{pdir.name}")) == \
             sorted(f.name for f in pdir.iterdir())
+
+
+@pytest.fixture
+def shared_path(spark_s3):
+    """The job's shared path for every partition (``tests.support.use_job_path``'s "shared")."""
+    from compaction import routing
+
+    saved, routing.WHOLE_BYTES = routing.WHOLE_BYTES, 0
+    spark_s3.conf.set(routing.MAP_MEMORY, "0")
+    yield spark_s3
+    routing.WHOLE_BYTES = saved
+    spark_s3.conf.unset(routing.MAP_MEMORY)
+
+
+def test_the_shared_path_reads_by_listed_sizes_too(s3, s3_server, shared_path, tmp_path):
+    """A partition too big for one task (its map made by many, its segments cut into byte ranges)
+    sends no HEAD either, and ends as on local disk."""
+    import kcompact
+
+    small = tmp_path / "logs"
+    assert cli.main(["gen", "--out", str(small), "--seed", "7", "-q"]) == 0
+    url = upload(s3, small, "shared")
+    s3_server.reset()
+    kcompact.compact(shared_path, [url], now=int(NOW), progress=lambda line: None)
+    assert "HEAD" not in s3_server.snapshot()["requests"], s3_server.snapshot()["requests"]
+    kcompact.compact(shared_path, [str(small)], now=int(NOW), progress=lambda line: None)
+    for pdir in sorted(p for p in small.iterdir() if p.is_dir()):
+        for f in sorted(pdir.iterdir()):
+            assert s3.cat_file(f"{BUCKET}/shared/{pdir.name}/{f.name}") == f.read_bytes(), f
