@@ -12,6 +12,7 @@ would cut short is what leaves the data safe. The command line then says which i
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import threading
@@ -33,6 +34,10 @@ def _handle(signum: int, frame) -> None:
     _received.append(signum)
     if len(_received) > 1:
         return  # the clean-up of the first is under way
+    # From here the command unwinds, and a JVM that a signal to the whole process group ended fails
+    # every call still made to it: py4j logs each failure's traceback (through the root logger)
+    # before raising the error that the command line reports in one line.
+    logging.disable(logging.ERROR)
     _cancel_spark_jobs()
     if not critical.hold(KeyboardInterrupt()):
         raise KeyboardInterrupt
