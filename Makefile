@@ -16,12 +16,12 @@ BENCH_DIR := bench-data
 
 install: $(STAMP) $(KERNELS)
 
-$(STAMP): setup.cfg constraints.txt pyproject.toml
+$(STAMP): setup.py setup.cfg constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	# the JVM class-data archive of embedded Spark (jobs/cds.py): an optimisation, so install goes on without it
-	$(BIN)/python -m jobs.cds || true
+	$(BIN)/python -m kcompact.jobs.cds || true
 	touch $(STAMP)
 
 demo: $(STAMP) $(KERNELS)
@@ -57,7 +57,7 @@ AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 
 .PHONY: test-airflow
 
-$(AIRFLOW_STAMP): tests/airflow/requirements.txt tests/airflow/constraints-3.11.txt setup.cfg constraints.txt pyproject.toml
+$(AIRFLOW_STAMP): tests/airflow/requirements.txt tests/airflow/constraints-3.11.txt setup.py setup.cfg constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(AIRFLOW_VENV)
 	$(AIRFLOW_BIN)/pip install --quiet --upgrade pip
 	$(AIRFLOW_BIN)/pip install --quiet -c tests/airflow/constraints-3.11.txt -r tests/airflow/requirements.txt
@@ -68,24 +68,25 @@ test-airflow: $(AIRFLOW_STAMP)
 	$(AIRFLOW_BIN)/python tests/airflow/e2e.py
 
 # spark-submit's inputs: the wheel (for executors' Python environments), the --py-files archive of
-# the same packages, and the entry scripts. Built from a staged copy, so the tree gets no build/.
+# the same package, and the entry scripts. Built from a staged copy of the tracked files and the
+# kernels, so the tree gets no build/; setup.py says which folders the wheel holds.
 DIST ?= dist
-PACKAGES := compaction conf datasource jobs kcompact logdir operations planner readers storage tools writers
 ENTRY_SCRIPTS := jobs/plan.py jobs/compact.py jobs/retain.py jobs/run.py jobs/recover.py
 
 # The compiled kernels shipped in the package, so that a fresh process compiles none
 # (readers/kernel_cache.py, jobs/kernels.py): built again when a module with kernels changed.
-$(KERNELS): $(STAMP) jobs/kernels.py readers/kernel_cache.py $(shell grep -rl --include='*.py' 'cache=True' $(PACKAGES))
-	$(BIN)/python -m jobs.kernels
+$(KERNELS): $(STAMP) jobs/kernels.py readers/kernel_cache.py $(shell git ls-files '*.py' ':!tests' | xargs grep -l 'cache=True')
+	$(BIN)/python -m kcompact.jobs.kernels
 
 dist: $(STAMP) $(KERNELS)
 	rm -rf $(DIST)
 	mkdir -p $(DIST)
 	stage=$$(mktemp -d) && trap 'rm -rf "$$stage"' EXIT && \
-	cp -r $(PACKAGES) setup.cfg pyproject.toml README.md "$$stage" && \
+	git ls-files -z --cached --others --exclude-standard ':!tests' | xargs -0 cp --parents -t "$$stage" && \
+	cp -r readers/compiled-kernels "$$stage/readers/" && \
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir $(abspath $(DIST)) "$$stage" && \
 	$(BIN)/python -m zipfile -e $(DIST)/kcompact-*.whl "$$stage/wheel" && \
-	$(BIN)/python -m zipfile -c $(DIST)/kcompact-py.zip $(addprefix "$$stage/wheel"/,$(PACKAGES))
+	$(BIN)/python -m zipfile -c $(DIST)/kcompact-py.zip "$$stage/wheel/kcompact"
 	cp $(ENTRY_SCRIPTS) $(DIST)/
 
 bench-format: $(STAMP)

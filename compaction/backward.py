@@ -21,11 +21,11 @@ from dataclasses import replace
 import numpy as np
 from numba import njit
 
-import storage
-from compaction.offset_map import EMPTY as NOT_MAPPED
-from compaction.offset_map import KeyTable, record_hashes
-from compaction.results import ABORTED_BY_OPERATOR, REASON_OF_CODE
-from compaction.rewrite import (
+from kcompact import storage
+from kcompact.compaction.offset_map import EMPTY as NOT_MAPPED
+from kcompact.compaction.offset_map import KeyTable, record_hashes
+from kcompact.compaction.results import ABORTED_BY_OPERATOR, REASON_OF_CODE
+from kcompact.compaction.rewrite import (
     Decoded,
     GroupJob,
     GroupPlans,
@@ -36,10 +36,10 @@ from compaction.rewrite import (
     unwritten,
     write_outputs,
 )
-from logdir.listing import segment_name
-from operations.cleaned import ChunkOut
-from readers import walk
-from readers.errors import FormatError
+from kcompact.logdir.listing import segment_name
+from kcompact.operations.cleaned import ChunkOut
+from kcompact.readers import walk
+from kcompact.readers.errors import FormatError
 
 RANGE_BYTES = 16 << 20  # a partition read from its end back is read in ranges of about this
 

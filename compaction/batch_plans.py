@@ -15,15 +15,15 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-import storage
-from compaction import partition_scan
-from compaction.cleaner_config import CLEANER_CONFIG
-from compaction.decisions import PLAN_FLAGS
-from compaction.results import read_error
-from compaction.routing import task_threads
-from compaction.tasks import bins, ranged, task_count
-from compaction.to_clean import PartitionToClean
-from readers.errors import FormatError
+from kcompact import storage
+from kcompact.compaction import partition_scan
+from kcompact.compaction.cleaner_config import CLEANER_CONFIG
+from kcompact.compaction.decisions import PLAN_FLAGS
+from kcompact.compaction.results import read_error
+from kcompact.compaction.routing import task_threads
+from kcompact.compaction.tasks import bins, ranged, task_count
+from kcompact.compaction.to_clean import PartitionToClean
+from kcompact.readers.errors import FormatError
 
 # A partition's batch plans travel from its stage 1 task as one blob of these records: a nested
 # Arrow list of structs would cost Spark a row conversion per batch, twice.

@@ -14,17 +14,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import storage
-from compaction.leases import LeaseKeeper
-from compaction.report import PartitionReport, group_outcomes
-from compaction.results import ABORTED_BY_OPERATOR, IO_ERROR
-from logdir.listing import Listing, list_log_dir, scan_partition
-from operations import commit, critical, s3commit
-from operations.cleaned import WrittenGroup
-from operations.recover import recover_partition
+from kcompact import storage
+from kcompact.compaction.leases import LeaseKeeper
+from kcompact.compaction.report import PartitionReport, group_outcomes
+from kcompact.compaction.results import ABORTED_BY_OPERATOR, IO_ERROR
+from kcompact.logdir.listing import Listing, list_log_dir, scan_partition
+from kcompact.operations import commit, critical, s3commit
+from kcompact.operations.cleaned import WrittenGroup
+from kcompact.operations.recover import recover_partition
 
 if TYPE_CHECKING:
-    from compaction.job_result import JobResult
+    from kcompact.compaction.job_result import JobResult
 
 
 def commit_partitions(rows: list[dict], written: list[dict], report_row: Callable[[dict, int], dict], counts: dict,

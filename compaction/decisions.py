@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compaction.model import BatchInfo, SegmentInfo, infos_at
-from compaction.transactions import TransactionSweep, collect_aborted, last_of_active_producers
-from readers.indexes import AbortedTxn
-from writers.cleaned import COPY, DROP, EMPTY, REWRITE, Outcome
+from kcompact.compaction.model import BatchInfo, SegmentInfo, infos_at
+from kcompact.compaction.transactions import TransactionSweep, collect_aborted, last_of_active_producers
+from kcompact.readers.indexes import AbortedTxn
+from kcompact.writers.cleaned import COPY, DROP, EMPTY, REWRITE, Outcome
 
 INT32_MAX = 2**31 - 1
 

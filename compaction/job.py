@@ -21,30 +21,30 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from compaction import shared, whole
-from compaction.batch_plans import BATCH_PLAN, batch_plans
-from compaction.cleaner_config import CleanerConfig
-from compaction.decisions import DISCARD, PLAN_FLAGS
-from compaction.leases import LeaseKeeper
-from compaction.map_pass import Planned
-from compaction.committing import commit_partitions
-from compaction.job_result import JobResult
-from compaction.report import PartitionReport, Report
-from compaction.results import fate_counts
-from compaction.rewrite import GroupJob, GroupPlans
-from compaction.routing import route
-from compaction.settings import DIRECT_WRITES, check_settings
-from compaction.tasks import JOB_CONF, sql_conf
-from compaction.taking import take_partitions
-from compaction.to_clean import PartitionToClean, to_clean
-from operations import states
-from operations.checkpoints import update_cleaner_offsets
-from operations.deleted import Removal
-from readers.errors import FormatError
-from readers.indexes import AbortedTxn
-from planner.plan import Plan
-from planner.scan import UNREADABLE
-from writers.chunks import BufferSizes
+from kcompact.compaction import shared, whole
+from kcompact.compaction.batch_plans import BATCH_PLAN, batch_plans
+from kcompact.compaction.cleaner_config import CleanerConfig
+from kcompact.compaction.decisions import DISCARD, PLAN_FLAGS
+from kcompact.compaction.leases import LeaseKeeper
+from kcompact.compaction.map_pass import Planned
+from kcompact.compaction.committing import commit_partitions
+from kcompact.compaction.job_result import JobResult
+from kcompact.compaction.report import PartitionReport, Report
+from kcompact.compaction.results import fate_counts
+from kcompact.compaction.rewrite import GroupJob, GroupPlans
+from kcompact.compaction.routing import route
+from kcompact.compaction.settings import DIRECT_WRITES, check_settings
+from kcompact.compaction.tasks import JOB_CONF, sql_conf
+from kcompact.compaction.taking import take_partitions
+from kcompact.compaction.to_clean import PartitionToClean, to_clean
+from kcompact.operations import states
+from kcompact.operations.checkpoints import update_cleaner_offsets
+from kcompact.operations.deleted import Removal
+from kcompact.readers.errors import FormatError
+from kcompact.readers.indexes import AbortedTxn
+from kcompact.planner.plan import Plan
+from kcompact.planner.scan import UNREADABLE
+from kcompact.writers.chunks import BufferSizes
 
 
 

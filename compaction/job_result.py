@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compaction.report import PartitionReport, Report
-from compaction.results import IO_ERROR, OUT_OF_MEMORY
-from logdir.listing import Partition
-from planner.scan import UNREADABLE
+from kcompact.compaction.report import PartitionReport, Report
+from kcompact.compaction.results import IO_ERROR, OUT_OF_MEMORY
+from kcompact.logdir.listing import Partition
+from kcompact.planner.scan import UNREADABLE
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import uuid
 
-from operations import states
+from kcompact.operations import states
 
 
 class LeaseKeeper:

@@ -19,10 +19,10 @@ from typing import TypeVar
 import numpy as np
 from numba import njit
 
-import storage
-from compaction.offset_map import Entries, KeyTable, gathered, key_hashes
-from compaction.rewrite import Records, feeding, undecided
-from readers import walk
+from kcompact import storage
+from kcompact.compaction.offset_map import Entries, KeyTable, gathered, key_hashes
+from kcompact.compaction.rewrite import Records, feeding, undecided
+from kcompact.readers import walk
 
 NO_OFFSET, NO_WAIT = -1, np.iinfo(np.int64).max  # a key that feeds nothing / that nothing waits on
 T = TypeVar("T")

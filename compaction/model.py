@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL, Batch
-from readers.indexes import AbortedTxn, OffsetEntry
+from kcompact.readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL, Batch
+from kcompact.readers.indexes import AbortedTxn, OffsetEntry
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from readers.c_routines import prefetch
+from kcompact.readers.c_routines import prefetch
 
 EMPTY = -1  # the value of a key not in the table
 HASH, START, LENGTH_TAG, HIGH, LOW = range(5)  # the columns of an entry's row

@@ -13,15 +13,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-import storage
-from compaction.cleaner_config import CleanerConfig
-from compaction.decisions import PartitionPlan, plan_partition
-from compaction.model import BATCH_TABLE, BatchInfo, SegmentInfo, table_of
-from readers import walk
-from readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL
-from readers.indexes import parse_offset_index, parse_txn_index
-from logdir.listing import Partition, Segment, scan_partition
-from readers.segment import to_torn_tail
+from kcompact import storage
+from kcompact.compaction.cleaner_config import CleanerConfig
+from kcompact.compaction.decisions import PartitionPlan, plan_partition
+from kcompact.compaction.model import BATCH_TABLE, BatchInfo, SegmentInfo, table_of
+from kcompact.readers import walk
+from kcompact.readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL
+from kcompact.readers.indexes import parse_offset_index, parse_txn_index
+from kcompact.logdir.listing import Partition, Segment, scan_partition
+from kcompact.readers.segment import to_torn_tail
 
 
 def read_partition(path: str, topic: str, number: int, first_dirty: int, threads: int = 1,

@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
-from conf.units import MB, UNIT_NOTE
-from operations.states import IDLE, PAUSED, UNCLEANABLE, lease_holder, paused_lines
+from kcompact.conf.units import MB, UNIT_NOTE
+from kcompact.operations.states import IDLE, PAUSED, UNCLEANABLE, lease_holder, paused_lines
 
 REASONS = ("superseded", "tombstone", "aborted", "keyless", "marker")
 MIB = MB  # LogCleaner.recordStats: mb(bytes) = bytes / (1024 * 1024)

@@ -22,10 +22,10 @@ import jinja2
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-import storage
-from compaction.report import METRICS, REASONS
-from conf.units import MB
-from operations.states import utc
+from kcompact import storage
+from kcompact.compaction.report import METRICS, REASONS
+from kcompact.conf.units import MB
+from kcompact.operations.states import utc
 
 TOP = 40  # partitions drawn in a per-partition plot: the largest ones
 DPI = 100

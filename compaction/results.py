@@ -8,8 +8,8 @@ import errno
 
 import pyarrow as pa
 
-import storage
-from planner.scan import unreadable
+from kcompact import storage
+from kcompact.planner.scan import unreadable
 
 # Each record's fate, one code per record: kept (a tombstone kept apart, since a kept tombstone
 # needs a delete horizon), or removed and why.
@@ -44,7 +44,7 @@ def no_space(exc: OSError, writing: str, needed: int) -> str:
     import os
     import posixpath
 
-    from conf.units import MB
+    from kcompact.conf.units import MB
 
     path = exc.filename if isinstance(exc.filename, str) else writing
     mount = posixpath.dirname(path)

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import storage
-from compaction.decisions import (
+from kcompact import storage
+from kcompact.compaction.decisions import (
     DELETE,
     DISCARD,
     MARKER_FOR_EMPTY_TXN,
@@ -32,10 +32,10 @@ from compaction.decisions import (
     BatchPlan,
     batch_outcome,
 )
-from compaction.model import BatchInfo
-from compaction.offset_map import EMPTY as NOT_MAPPED
-from compaction.offset_map import KeyTable
-from compaction.results import (
+from kcompact.compaction.model import BatchInfo
+from kcompact.compaction.offset_map import EMPTY as NOT_MAPPED
+from kcompact.compaction.offset_map import KeyTable
+from kcompact.compaction.results import (
     ABORTED,
     KEPT,
     KEPT_TOMBSTONE,
@@ -47,9 +47,9 @@ from compaction.results import (
     no_space,
     reason,
 )
-from operations.cleaned import ChunkOut, WrittenGroup, output_path, write_group
-from readers import codecs, scan, walk
-from readers.batch import (
+from kcompact.operations.cleaned import ChunkOut, WrittenGroup, output_path, write_group
+from kcompact.readers import codecs, scan, walk
+from kcompact.readers.batch import (
     ATTR_CODEC_MASK,
     ATTR_CONTROL,
     ATTR_DELETE_HORIZON,
@@ -58,13 +58,13 @@ from readers.batch import (
     V2_HEADER_SIZE,
     Batch,
 )
-from readers.errors import FormatError
-from readers.indexes import AbortedTxn
-from logdir.listing import segment_name
-from writers.chunks import BufferSizes
-from writers.cleaned import output_bytes, records_written
-from writers.rebuild import EMPTY_ATTRIBUTES, KEPT_ATTRIBUTES, fill_crcs, frame_batches, splice_batches
-from writers.compiled_codecs import compress_many
+from kcompact.readers.errors import FormatError
+from kcompact.readers.indexes import AbortedTxn
+from kcompact.logdir.listing import segment_name
+from kcompact.writers.chunks import BufferSizes
+from kcompact.writers.cleaned import output_bytes, records_written
+from kcompact.writers.rebuild import EMPTY_ATTRIBUTES, KEPT_ATTRIBUTES, fill_crcs, frame_batches, splice_batches
+from kcompact.writers.compiled_codecs import compress_many
 
 # What becomes of a v2 batch (filterTo), by code.
 DROP, COPY, REBUILD, EMPTY_HEADER = range(4)

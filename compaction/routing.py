@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compaction.backward import OUTPUT_MEMORY
-from compaction.offset_map import KeyTable
-from conf.units import spark_size
+from kcompact.compaction.backward import OUTPUT_MEMORY
+from kcompact.compaction.offset_map import KeyTable
+from kcompact.conf.units import spark_size
 
 WHOLE_BYTES = 256 << 20  # a partition of at most this is read by one task, which makes its map too
 # A task's map memory: the Spark setting MAP_MEMORY, by default a quarter of the Python worker's

@@ -4,8 +4,8 @@ is refused, naming the setting, before the job writes anything (the command line
 
 from __future__ import annotations
 
-from compaction.routing import MAP_MEMORY, THREADS, WORKER_IMPORTS
-from conf.units import spark_size
+from kcompact.compaction.routing import MAP_MEMORY, THREADS, WORKER_IMPORTS
+from kcompact.conf.units import spark_size
 
 # Whether the rewrite writes its .log files past the page cache (``storage.DirectFile``), "true" by
 # default; "false" writes them through it, as Kafka's cleaner does, leaving them in the cache.

@@ -14,15 +14,15 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from compaction.map_pass import TABLE_BYTES, Planned, bucket_of, concat, packed, read_keys, reduce_bucket, unpack
-from compaction.offset_map import Entries, KeyTable
-from compaction.results import ABORTED_BY_OPERATOR, REASON_OF_CODE, RESULT_SCHEMA
-from compaction.rewrite import GroupJob, GroupPlans, Lookup, count_group, rewrite_group
-from compaction.routing import MIN_BUCKET_BYTES
-from compaction.tasks import SHARED_TASK_BYTES, bins, ranged, slots, task_count
-from logdir.listing import scan_partition
-from logdir.splits import OffsetRange, partition_ranges
-from operations import states
+from kcompact.compaction.map_pass import TABLE_BYTES, Planned, bucket_of, concat, packed, read_keys, reduce_bucket, unpack
+from kcompact.compaction.offset_map import Entries, KeyTable
+from kcompact.compaction.results import ABORTED_BY_OPERATOR, REASON_OF_CODE, RESULT_SCHEMA
+from kcompact.compaction.rewrite import GroupJob, GroupPlans, Lookup, count_group, rewrite_group
+from kcompact.compaction.routing import MIN_BUCKET_BYTES
+from kcompact.compaction.tasks import SHARED_TASK_BYTES, bins, ranged, slots, task_count
+from kcompact.logdir.listing import scan_partition
+from kcompact.logdir.splits import OffsetRange, partition_ranges
+from kcompact.operations import states
 
 BLOB_SCHEMA = pa.schema([("slot", pa.int32()), ("blob", pa.binary())])
 

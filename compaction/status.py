@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from operations import states
-from readers.errors import FormatError
-from logdir.listing import scan_log_dir
+from kcompact.operations import states
+from kcompact.readers.errors import FormatError
+from kcompact.logdir.listing import scan_log_dir
 
 
 @dataclass(frozen=True, slots=True)

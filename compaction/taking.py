@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-import storage
-from compaction.leases import LeaseKeeper
-from compaction.report import PartitionReport
-from logdir.listing import list_log_dir
-from operations.recover import needs_recovery, recover_partition
-from readers import checkpoint
-from readers.errors import FormatError
+from kcompact import storage
+from kcompact.compaction.leases import LeaseKeeper
+from kcompact.compaction.report import PartitionReport
+from kcompact.logdir.listing import list_log_dir
+from kcompact.operations.recover import needs_recovery, recover_partition
+from kcompact.readers import checkpoint
+from kcompact.readers.errors import FormatError
 
 if TYPE_CHECKING:
-    from compaction.job_result import JobResult
+    from kcompact.compaction.job_result import JobResult
 
 
 def take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult, progress,

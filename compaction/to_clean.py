@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compaction.cleaner_config import CleanerConfig
-from logdir.listing import Partition
+from kcompact.compaction.cleaner_config import CleanerConfig
+from kcompact.logdir.listing import Partition
 
 # the plan's columns a PartitionToClean takes as they are (its config is typed from the plan's)
 PLAN_COLUMNS = ("path", "log_dir", "topic", "partition", "log_start_offset", "first_dirty_offset",

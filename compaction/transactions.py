@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compaction.model import BatchInfo, SegmentInfo
-from readers.indexes import AbortedTxn
-from readers.records import ABORT, COMMIT
+from kcompact.compaction.model import BatchInfo, SegmentInfo
+from kcompact.readers.indexes import AbortedTxn
+from kcompact.readers.records import ABORT, COMMIT
 
 
 def collect_aborted(segments: Sequence[SegmentInfo], start: int, log_start: int, upper_bound: int) -> list[AbortedTxn]:

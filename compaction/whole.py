@@ -12,12 +12,12 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from compaction.backward import clean_partition
-from compaction.results import RESULT_SCHEMA
-from compaction.rewrite import GroupJob, GroupPlans
-from compaction.routing import task_threads
-from compaction.tasks import bins, ranged, task_count
-from operations import states
+from kcompact.compaction.backward import clean_partition
+from kcompact.compaction.results import RESULT_SCHEMA
+from kcompact.compaction.rewrite import GroupJob, GroupPlans
+from kcompact.compaction.routing import task_threads
+from kcompact.compaction.tasks import bins, ranged, task_count
+from kcompact.operations import states
 
 
 def clean(spark, pids: list[int], sizes: list[int], keys: list[int], jobs: dict[int, tuple[GroupJob, GroupPlans]],

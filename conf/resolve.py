@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import javaproperties
 
-import storage
-from conf.settings import (
+from kcompact import storage
+from kcompact.conf.settings import (
     BROKER_MESSAGE_MAX_BYTES,
     BY_BROKER_NAME,
     BY_TOPIC_NAME,

@@ -65,10 +65,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from datasource.options import OffsetBound, Selection, Settings
-from datasource.planning import Split, plan_splits
-from datasource.rows import BUILDERS, read_split
-from datasource.schemas import ARROW_SCHEMAS, MODES, SCHEMAS
+from kcompact.datasource.options import OffsetBound, Selection, Settings
+from kcompact.datasource.planning import Split, plan_splits
+from kcompact.datasource.rows import BUILDERS, read_split
+from kcompact.datasource.schemas import ARROW_SCHEMAS, MODES, SCHEMAS
 
 __all__ = [
     "ARROW_SCHEMAS", "BUILDERS", "MODES", "SCHEMAS", "KafkaLogDataSource", "KafkaLogPushdownReader", "KafkaLogReader",

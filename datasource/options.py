@@ -8,9 +8,9 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from datasource.schemas import MODES
-from logdir.listing import parse_partition_dir
-from logdir.splits import DEFAULT_MAX_SPLIT_BYTES, OffsetRange
+from kcompact.datasource.schemas import MODES
+from kcompact.logdir.listing import parse_partition_dir
+from kcompact.logdir.splits import DEFAULT_MAX_SPLIT_BYTES, OffsetRange
 
 PartitionKey = tuple[str | None, int]  # (None, n): partition n of every topic
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass, fields
 
 from pyspark.sql.datasource import InputPartition
 
-from datasource.options import Settings
-from logdir.listing import Partition, parse_partition_dir, scan_log_dir, scan_partition
-from logdir.splits import ByteRange, partition_ranges
+from kcompact.datasource.options import Settings
+from kcompact.logdir.listing import Partition, parse_partition_dir, scan_log_dir, scan_partition
+from kcompact.logdir.splits import ByteRange, partition_ranges
 
 
 @dataclass(frozen=True)

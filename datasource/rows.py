@@ -9,13 +9,13 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-import storage
-from datasource.planning import Split
-from datasource.schemas import _PER_BATCH, _RENAMED, ARROW_SCHEMAS
-from logdir.splits import OffsetRange
-from readers.batch import Batch
-from readers.columns import batch_columns
-from readers.segment import DEFAULT_CHUNK, iter_batches
+from kcompact import storage
+from kcompact.datasource.planning import Split
+from kcompact.datasource.schemas import _PER_BATCH, _RENAMED, ARROW_SCHEMAS
+from kcompact.logdir.splits import OffsetRange
+from kcompact.readers.batch import Batch
+from kcompact.readers.columns import batch_columns
+from kcompact.readers.segment import DEFAULT_CHUNK, iter_batches
 
 GROUP_BYTES = 4 << 20  # stored bytes of batches turned into one Arrow batch
 GROUP_RECORDS = 1 << 16

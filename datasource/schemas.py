@@ -21,9 +21,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from readers import codecs
-from readers.batch import Batch
-from readers.records import CONTROL_TYPES
+from kcompact.readers import codecs
+from kcompact.readers.batch import Batch
+from kcompact.readers.records import CONTROL_TYPES
 
 MODES = ("records", "compaction", "batches")
 

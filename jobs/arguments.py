@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from jobs import checks
-from jobs.checks import BadArgument
+from kcompact.jobs import checks
+from kcompact.jobs.checks import BadArgument
 
 
 def version() -> str:
@@ -45,7 +45,7 @@ def add_spark_options(p: argparse.ArgumentParser) -> None:
 
 
 def _spark_conf(text: str) -> tuple[str, str]:
-    from jobs.spark import parse_conf
+    from kcompact.jobs.spark import parse_conf
 
     try:
         return parse_conf(text)
@@ -80,7 +80,7 @@ def _copies_option(p: argparse.ArgumentParser) -> None:
 
 
 def _lease_option(p: argparse.ArgumentParser) -> None:
-    from operations.states import LEASE_MS
+    from kcompact.operations.states import LEASE_MS
 
     p.add_argument("--lease-ms", type=checks.positive(checks.MIN_LEASE_MS, " ms"), default=LEASE_MS, metavar="MS",
                    help=f"lease on each partition being cleaned, renewed every quarter of it; a job silent for "
@@ -174,14 +174,14 @@ def check(args: argparse.Namespace) -> None:
     (or ``ConfigError``) here means nothing was written."""
     checks.now_ms(getattr(args, "now", None), getattr(args, "force_now", False))
     if hasattr(args, "spark_conf"):  # a job's embedded Spark, sized by flags and KCOMPACT_*: checked before it starts
-        from jobs.spark import Sizing
+        from kcompact.jobs.spark import Sizing
 
         try:
             Sizing.from_env(args.cores, args.driver_memory, tuple(args.spark_conf))
         except ValueError as exc:
             raise BadArgument(str(exc)) from None
     if getattr(args, "plan", None):
-        from planner import output
+        from kcompact.planner import output
 
         checks.suffix(args.plan, "--plan", (".parquet", ".json"))
         args.plan_read = output.read(args.plan)  # read once: the command takes it from here

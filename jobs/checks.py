@@ -14,9 +14,9 @@ import posixpath
 import tempfile
 from datetime import UTC, datetime
 
-import storage
-from operations.states import utc
-from logdir.listing import CHECKPOINTS, held_partitions, not_a_log_dir, parse_partition_dir
+from kcompact import storage
+from kcompact.operations.states import utc
+from kcompact.logdir.listing import CHECKPOINTS, held_partitions, not_a_log_dir, parse_partition_dir
 
 # Plausible epoch milliseconds: a --now outside these years is seconds, microseconds or a typo,
 # and retention with such a clock deletes every closed segment (or none).
@@ -117,7 +117,7 @@ def dump_path(path: str) -> None:
     """What ``dump`` takes: a segment or index file (by its name; a missing one is dump's own
     error), a partition dir, or a Kafka log dir. Any other directory (an empty one, ``/etc``) is
     refused in one line, as ``verify`` refuses it, not with an error for each subdirectory."""
-    from tools.dump import file_kind
+    from kcompact.tools.dump import file_kind
 
     if file_kind(path) is not None or storage.kind(path) != "directory":
         return  # a segment file, or nothing there, or another file: dump says which

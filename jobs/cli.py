@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import kcompact
-from conf.settings import ConfigError
-from jobs.arguments import build_parser, check, version
-from jobs.checks import BadArgument
-from operations.states import wall_ms
-from readers.errors import FormatError
+from kcompact.conf.settings import ConfigError
+from kcompact.jobs.arguments import build_parser, check, version
+from kcompact.jobs.checks import BadArgument
+from kcompact.operations.states import wall_ms
+from kcompact.readers.errors import FormatError
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERNAL, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2, 3, 4, 5
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
@@ -47,19 +47,19 @@ def _warn(message: str) -> None:
 
 # -- the commands ----------------------------------------------------------------------------------
 def _dump(args: argparse.Namespace) -> int:
-    from tools.dump import dump_path
+    from kcompact.tools.dump import dump_path
 
     return dump_path(args.path, print_data=args.print_data, as_json=args.json, out=sys.stdout)
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from tools.verify import run_verify
+    from kcompact.tools.verify import run_verify
 
     return run_verify(args.logdir, strict=args.strict, out=sys.stdout, err=sys.stderr)
 
 
 def _gen(args: argparse.Namespace) -> int:
-    from tools import generator
+    from kcompact.tools import generator
 
     if args.print_spec:
         import json
@@ -83,8 +83,8 @@ def _gen(args: argparse.Namespace) -> int:
 
 def _config(args: argparse.Namespace, paths: list[str]):
     """The configuration every job takes: KRaft metadata < --config files < command line."""
-    from conf import resolve
-    from logdir import kraft
+    from kcompact.conf import resolve
+    from kcompact.logdir import kraft
 
     return resolve.build(
         files=args.config, topic_args=args.topic_config, broker_args=args.broker_config,
@@ -93,7 +93,7 @@ def _config(args: argparse.Namespace, paths: list[str]):
 
 
 def _session(args: argparse.Namespace):
-    from jobs.spark import Sizing, session
+    from kcompact.jobs.spark import Sizing, session
 
     conf = tuple(args.spark_conf)
     sizing = Sizing.from_env(args.cores, args.driver_memory, conf, args.spark_ui, args.verbose)
@@ -104,8 +104,7 @@ def _session(args: argparse.Namespace):
 def _log_dirs_held(paths: list[str], dry_run: bool = False) -> Iterator[tuple[list[str], list[str]]]:
     """Hold the broker ``.lock`` of every log dir for the whole command: (the free dirs, messages
     about the dirs in use, which are left alone)."""
-    import storage
-
+    from kcompact import storage
     free, busy = [], []
     with contextlib.ExitStack() as stack:
         for path in paths:
@@ -122,7 +121,7 @@ def _log_dirs_held(paths: list[str], dry_run: bool = False) -> Iterator[tuple[li
 def _removing():
     """The files a compaction's commits renamed to ``.deleted``, removed while the command writes
     its report; waited for before the log dirs' locks go (leave this context first)."""
-    from operations.deleted import Removal
+    from kcompact.operations.deleted import Removal
 
     removal = Removal()
     try:
@@ -140,7 +139,7 @@ def _summary(text: str) -> None:
 def _recover(args: argparse.Namespace) -> int:
     """The broker's load-time recovery (swaps, torn tails of active segments, broken indexes), on
     every partition not held by a live job; partial (4), as the jobs, when a log dir held no partition."""
-    from logdir.listing import held_partitions
+    from kcompact.logdir.listing import held_partitions
 
     say = _say(args)
     with _log_dirs_held(args.paths) as (free, busy):
@@ -158,7 +157,7 @@ def _recover(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from compaction.status import render, status
+    from kcompact.compaction.status import render, status
 
     rows = status(args.paths, show_idle=args.all)
     if args.json:
@@ -172,7 +171,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _state_command(args: argparse.Namespace) -> int:
     """pause / resume / abort / reset-uncleanable on named partitions of one log dir."""
-    from operations import states
+    from kcompact.operations import states
 
     change = {"pause": states.pause, "resume": states.resume, "abort": states.abort,
               "reset-uncleanable": states.reset_uncleanable}[args.command]
@@ -190,8 +189,8 @@ def _state_command(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from compaction.report import blocked_rows
-    from planner import output
+    from kcompact.compaction.report import blocked_rows
+    from kcompact.planner import output
 
     config = _config(args, args.paths)
     spark = _session(args)
@@ -202,7 +201,7 @@ def _plan(args: argparse.Namespace) -> int:
         output.write(plan, args.output)
         print(f"plan written to {args.output}")
     if args.plot:
-        from planner.plot import plot_plan
+        from kcompact.planner.plot import plot_plan
 
         plot_plan(plan, args.plot)
         print(f"plot written to {args.plot}")
@@ -258,7 +257,7 @@ def _compact(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _ticker(spark, say: Callable[[str], None], what: str, total_bytes: int | None = None) -> Iterator[None]:
-    from jobs.progress import Ticker
+    from kcompact.jobs.progress import Ticker
 
     with Ticker(spark.sparkContext.statusTracker(), say, what, total_bytes):
         yield
@@ -267,8 +266,8 @@ def _ticker(spark, say: Callable[[str], None], what: str, total_bytes: int | Non
 def _write_report(args: argparse.Namespace, doc: dict, page: bool = True, spark=None, paths=None) -> None:
     """The report, with where and how this run ran (``doc["run"]``) when the document has room for it
     (every command's that runs Spark: ``spark`` is its session)."""
-    from compaction.report_html import write_report
-    from jobs.spark import let_go
+    from kcompact.compaction.report_html import write_report
+    from kcompact.jobs.spark import let_go
 
     if "run" in doc:
         doc["run"] = _run_facts(args, spark, paths or args.paths)
@@ -357,11 +356,11 @@ def main(argv: list[str] | None = None, own_process: bool = False) -> int:
     args.started_ms = wall_ms()
     args.own_process = own_process
     if own_process:  # the process is the command's: a scheduler's SIGTERM stops it as a Ctrl-C does
-        from jobs import signals
+        from kcompact.jobs import signals
 
         signals.install()
     code = _main(args)
-    from jobs import spark
+    from kcompact.jobs import spark
 
     if own_process:
         spark.let_go()
@@ -375,7 +374,7 @@ def command() -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from jobs import spark
+    from kcompact.jobs import spark
 
     try:
         check(args)
@@ -397,8 +396,8 @@ def _main(args: argparse.Namespace) -> int:
 def _failed(args: argparse.Namespace, exc: Exception) -> int:
     """The one line and exit status of a command that ``exc`` ended; the CLI promises no traceback
     (``KCOMPACT_DEBUG`` shows it)."""
-    import storage
-    from jobs import spark
+    from kcompact import storage
+    from kcompact.jobs import spark
 
     if isinstance(exc, BadArgument):
         _warn(str(exc))
@@ -434,7 +433,7 @@ def _failed(args: argparse.Namespace, exc: Exception) -> int:
 
 
 def _interrupted() -> int:
-    from jobs import signals
+    from kcompact.jobs import signals
 
     how = "terminated" if signals.terminated() else "interrupted"
     _warn(f"{how}: nothing half-done is left in place (partitions being cleaned keep their old segments; "

@@ -3,7 +3,7 @@ takes the same options as ``kcompact compact``."""
 
 import sys
 
-from jobs.cli import main
+from kcompact.jobs.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["compact", *sys.argv[1:]], own_process=True))

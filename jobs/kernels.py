@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from readers import kernel_cache
+from kcompact.readers import kernel_cache
 
 DEFAULT_OUT = Path(kernel_cache.__file__).parent / kernel_cache.SHIPPED
 NOW = 1_720_001_000_000
@@ -40,7 +40,7 @@ NOW = 1_720_001_000_000
 def _spec() -> dict:
     """The demo log dir (every codec, transactions, tombstones, three cleanup policies) and a topic
     of legacy magic 0 and 1 messages, compressed and not, before its v2 batches."""
-    from tools.generator.spec import DEMO_SPEC
+    from kcompact.tools.generator.spec import DEMO_SPEC
 
     legacy = {"name": "legacy", "partitions": 1, "records": 1200, "keys": 150, "key_size": 10, "value_size": [10, 120],
               "tombstone_fraction": 0.05, "codecs": {"none": 1, "lz4": 1, "zstd": 1}, "batch_records": [1, 20],
@@ -54,9 +54,9 @@ def _library(logs: Path) -> None:
     (``writers.rebuild.rebuild``), and a key table that grows."""
     import numpy as np
 
-    from compaction.offset_map import KeyTable
-    from readers.segment import iter_batches
-    from writers.rebuild import rebuild
+    from kcompact.compaction.offset_map import KeyTable
+    from kcompact.readers.segment import iter_batches
+    from kcompact.writers.rebuild import rebuild
 
     codecs = set()
     for segment in sorted(logs.glob("*/*.log")):
@@ -73,9 +73,9 @@ def _library(logs: Path) -> None:
 
 def workload(work: Path) -> None:
     """Every path with kernels, in this process (its driver side) and Spark's workers."""
-    from compaction import routing
-    from jobs.cli import main
-    from tools import generator
+    from kcompact.compaction import routing
+    from kcompact.jobs.cli import main
+    from kcompact.tools import generator
 
     logs, shared = work / "logs", work / "logs-shared"
     generator.generate(str(logs), _spec(), seed=1, keep_records=False)
@@ -102,7 +102,7 @@ def workload(work: Path) -> None:
     started = time.perf_counter()
     from pyspark.sql import SparkSession
 
-    from datasource.kafka_log import KafkaLogDataSource
+    from kcompact.datasource.kafka_log import KafkaLogDataSource
 
     spark = SparkSession.builder.getOrCreate()
     spark.dataSource.register(KafkaLogDataSource)
@@ -112,13 +112,24 @@ def workload(work: Path) -> None:
     print(f"  kafka-log data source: {time.perf_counter() - started:.0f} s", flush=True)
 
 
+def layers() -> list:
+    """kcompact's subpackages, found where they lie: the folders beside ``readers`` that import as
+    ``kcompact.<folder>`` (a source checkout's top-level folders, or an install's subpackages)."""
+    base = os.path.dirname(os.path.dirname(kernel_cache.__file__))  # a dir, or a dir inside a zip
+    found = []
+    for entry in sorted(pkgutil.iter_modules([base]), key=lambda e: e.name):
+        if entry.ispkg:
+            with contextlib.suppress(ImportError):
+                found.append(importlib.import_module(f"kcompact.{entry.name}"))
+    return found
+
+
 def kernels() -> dict[tuple[str, str], object]:
     """Every cached kernel of ours a caller may reach, by (package dir, numba's file name base)."""
     from numba.core.registry import CPUDispatcher
 
-    for package in kernel_cache.PACKAGES:  # every module of ours imported, to find them
-        root = importlib.import_module(package)
-        for module in pkgutil.walk_packages(root.__path__, f"{package}."):
+    for root in layers():  # every module of ours imported, to find them
+        for module in pkgutil.walk_packages(root.__path__, f"{root.__name__}."):
             with contextlib.suppress(Exception):  # an optional dependency missing: no kernels there
                 importlib.import_module(module.name)
     found = {}
@@ -126,7 +137,7 @@ def kernels() -> dict[tuple[str, str], object]:
         for obj in list(vars(module).values()) if module else []:
             impl = getattr(obj, "_cache", None) and getattr(obj._cache, "_impl", None)  # cache=True only
             if isinstance(obj, CPUDispatcher) and impl and obj.targetoptions.get("inline", "never") == "never":
-                package = kernel_cache._source_dir(obj.py_func.__code__.co_filename)
+                package = kernel_cache.package_dir(obj.py_func.__module__)
                 if package is not None:
                     found[(package, impl.filename_base)] = obj
     return found
@@ -208,7 +219,7 @@ def build(out: Path) -> int:
         env = {k: v for k, v in os.environ.items() if k not in (kernel_cache.CHOICE_ENV, "NUMBA_CACHE_DIR")}
         env |= {kernel_cache.BUILD_ENV: str(Path(work, "parts")), "NUMBA_CPU_NAME": cpu_name,
                 "NUMBA_CPU_FEATURES": cpu_features}
-        done = subprocess.run([sys.executable, "-m", "jobs.kernels", "--child", work, "--out", str(out)], env=env)
+        done = subprocess.run([sys.executable, "-m", "kcompact.jobs.kernels", "--child", work, "--out", str(out)], env=env)
     return done.returncode
 
 

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from conf.units import MB
+from kcompact.conf.units import MB
 
 EVERY = 10.0  # seconds between two lines
 

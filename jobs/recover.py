@@ -4,7 +4,7 @@ pipeline of spark-submit steps can start with it)."""
 
 import sys
 
-from jobs.cli import main
+from kcompact.jobs.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["recover", *sys.argv[1:]], own_process=True))

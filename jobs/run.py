@@ -4,7 +4,7 @@ takes the same options as ``kcompact run``. The steps (recovery, retention, plan
 
 import sys
 
-from jobs.cli import main
+from kcompact.jobs.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["run", *sys.argv[1:]], own_process=True))

@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 
-from operations import critical
+from kcompact.operations import critical
 
 _received: list[int] = []
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs import cds, signals
+from kcompact.jobs import cds, signals
 
 LOG4J = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
 # The Python workers' environment. spark.executor.pyspark.memory caps a worker's address space,
@@ -86,7 +86,7 @@ def _check_jvm_size(what: str, text: str) -> None:
 
 def parse_conf(item: str) -> tuple[str, str]:
     """``KEY=VALUE`` of a Spark setting (``--spark-conf``, ``KCOMPACT_SPARK_CONF``)."""
-    from compaction.settings import check_setting
+    from kcompact.compaction.settings import check_setting
 
     key, eq, value = item.partition("=")
     if not eq or not key.startswith("spark."):
@@ -139,7 +139,7 @@ def session(app_name: str, sizing: Sizing | None = None):
         _LOG.append(log_path())
     spark.sparkContext.setLogLevel(os.environ.get("KCOMPACT_SPARK_LOG_LEVEL", "WARN"))
     _note_interrupts()
-    from compaction.settings import check_settings
+    from kcompact.compaction.settings import check_settings
 
     check_settings(spark)  # before any command writes: spark-submit's --conf comes unchecked
     return spark

@@ -23,8 +23,18 @@ clock), ``dry_run``, and the configuration by Kafka's names: ``config_files`` (`
 ``broker_config={"log.cleaner.min.cleanable.ratio": 0.3}``, ``topic_config={"orders":
 {"min.cleanable.dirty.ratio": 0.1}}``. Log dirs are local paths or ``s3://`` URLs; ``progress``
 (default ``print``) receives the progress lines. Importing this package imports no Spark.
+
+The layers (``kcompact.readers``, ``kcompact.compaction``...) are subpackages of this one, so the
+functions are imported on first use: a Spark worker that needs only the byte format does not load
+the API's layers.
 """
 
-from kcompact.steps import NightlyReport, compact, plan, plot, recover, register_data_source, retain, run
+import importlib
 
 __all__ = ["NightlyReport", "compact", "plan", "plot", "recover", "register_data_source", "retain", "run"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        return getattr(importlib.import_module("kcompact.steps"), name)
+    raise AttributeError(f"module 'kcompact' has no attribute {name!r}")

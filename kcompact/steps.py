@@ -23,18 +23,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from operations.states import LEASE_MS, wall_ms
+from kcompact.operations.states import LEASE_MS, wall_ms
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from pyspark.sql import SparkSession
 
-    from compaction.report import Report
-    from conf.resolve import Config
-    from operations.deleted import Removal
-    from operations.recover import RecoveryReport
-    from operations.retention import RetentionReport
-    from planner.plan import Plan
+    from kcompact.compaction.report import Report
+    from kcompact.conf.resolve import Config
+    from kcompact.operations.deleted import Removal
+    from kcompact.operations.recover import RecoveryReport
+    from kcompact.operations.retention import RetentionReport
+    from kcompact.planner.plan import Plan
 
 Say = Callable[[str], None]
 TopicConfig = Mapping[str, Mapping[str, object]]  # topic name or glob -> {topic-level key: value}
@@ -73,7 +73,7 @@ class NightlyReport:
         return self.compaction.text()
 
     def to_json(self) -> dict:
-        from conf.units import UNIT_NOTE
+        from kcompact.conf.units import UNIT_NOTE
 
         return {"run": self.run, "now": self.now, "dry_run": self.dry_run, "units": UNIT_NOTE,
                 "recovery": self.recovery.to_json() if self.recovery else None,
@@ -88,8 +88,8 @@ def configuration(log_dirs: Sequence[str], *, config: Config | None = None, conf
     (``{"log.cleaner.min.cleanable.ratio": 0.3}``, as ``--broker-config``), ``topic_config``
     (``{"orders": {"cleanup.policy": "compact,delete"}}``, a topic name or glob, as
     ``--topic-config``). ``config``: one already resolved (``conf.resolve.build``), taken as it is."""
-    from conf import resolve
-    from logdir import kraft
+    from kcompact.conf import resolve
+    from kcompact.logdir import kraft
 
     if config is not None:
         if config_files or topic_config or broker_config:
@@ -121,8 +121,7 @@ def _assignments(values: Mapping[str, object]) -> str:
 def _held(log_dirs: Sequence[str], dry_run: bool) -> Iterator[None]:
     """Every log dir's broker ``.lock`` (``storage.LogDirBusy`` when another process holds one);
     a dry run creates no ``.lock``."""
-    import storage
-
+    from kcompact import storage
     with contextlib.ExitStack() as held:
         for path in log_dirs:
             held.enter_context(storage.LogDirLock(path, create=not dry_run))
@@ -132,7 +131,7 @@ def _held(log_dirs: Sequence[str], dry_run: bool) -> Iterator[None]:
 def _recovered(log_dirs: Sequence[str], progress: Say, summary: Say) -> None:
     """Interrupted swaps of an earlier run finished or undone, as a broker would on start; the
     summary said only when something was repaired."""
-    from operations.recover import recover_log_dirs
+    from kcompact.operations.recover import recover_log_dirs
 
     report = recover_log_dirs(list(log_dirs), progress=progress, object_store_indexes=False)
     if any(p.changed for p in report.partitions) or report.skipped or report.temp_files:
@@ -148,7 +147,7 @@ def plan(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None
     one row per partition (``planner.build.PLAN_SCHEMA``; ``.df(spark)``: as a Spark DataFrame).
     ``top``: select at most N partitions, highest ratio first; ``max_bytes``: select in rank order
     while the dirty bytes fit. Writes nothing."""
-    from planner.build import plan as build_plan
+    from kcompact.planner.build import plan as build_plan
 
     config = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
                            broker_config=broker_config)
@@ -175,11 +174,11 @@ def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan:
     command line's progress ticker). ``removal``: an ``operations.deleted.Removal`` the caller
     waits on before it lets the log dirs' locks go (else the replaced files are removed before
     this returns). Returns the report and the plan it followed."""
-    from compaction import job
-    from compaction.leases import LeaseKeeper
-    from operations import last_run
-    from planner.build import plan as build_plan
-    from planner.output import selected_bytes
+    from kcompact.compaction import job
+    from kcompact.compaction.leases import LeaseKeeper
+    from kcompact.operations import last_run
+    from kcompact.planner.build import plan as build_plan
+    from kcompact.planner.output import selected_bytes
 
     ready = time.monotonic() if ready is None else ready
     if plan is not None and (config is not None or config_files or topic_config or broker_config):
@@ -217,8 +216,8 @@ def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = No
     """Plan retention for every partition of ``log_dirs`` (on Spark), then delete each partition's
     due prefix and move the checkpoints (driver), as Kafka's retention would. ``recover_first``: as
     ``compact``'s. Returns the report and the plan it followed."""
-    from operations.retention import execute
-    from planner.build import plan as build_plan
+    from kcompact.operations.retention import execute
+    from kcompact.planner.build import plan as build_plan
 
     started = time.monotonic()
     now = wall_ms() if now is None else now
@@ -270,7 +269,7 @@ def recover(log_dirs: Sequence[str], *, torn_tails: bool = True, progress: Say =
     swaps finished or undone, and (``torn_tails``) torn tails of active segments truncated and
     broken indexes rebuilt. A log dir another process locks is skipped, the holder named.
     Needs no Spark."""
-    from operations.recover import recover_log_dirs
+    from kcompact.operations.recover import recover_log_dirs
 
     return recover_log_dirs(list(log_dirs), progress=progress, torn_tails=torn_tails)
 
@@ -278,7 +277,7 @@ def recover(log_dirs: Sequence[str], *, torn_tails: bool = True, progress: Say =
 def register_data_source(spark: SparkSession) -> None:
     """Register the ``kafka-log`` data source: ``spark.read.format("kafka-log").load(log_dir)``
     reads the segments in place (options: ``datasource.kafka_log``)."""
-    from datasource.kafka_log import KafkaLogDataSource
+    from kcompact.datasource.kafka_log import KafkaLogDataSource
 
     spark.dataSource.register(KafkaLogDataSource)
 
@@ -286,6 +285,6 @@ def register_data_source(spark: SparkSession) -> None:
 def plot(plan: Plan) -> Figure:
     """The plan's picture: the ratio distribution and the top partitions, a matplotlib Figure
     (``.savefig("plan.png")``; a notebook displays it)."""
-    from planner.plot import show_plan
+    from kcompact.planner.plot import show_plan
 
     return show_plan(plan)

@@ -12,9 +12,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-import storage
-from readers.errors import FormatError, Problem
-from storage import FileInfo
+from kcompact import storage
+from kcompact.readers.errors import FormatError, Problem
+from kcompact.storage import FileInfo
 
 STAGED = ".staged"
 _OWNER = re.compile(r"^[A-Za-z0-9_-]+$")

@@ -13,14 +13,14 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 
-import storage
-from storage import FileInfo
-from readers import metadata
-from readers.batch import Batch
-from readers.errors import FormatError
-from logdir.listing import METADATA_DIR
-from readers.records import Record
-from readers.segment import iter_batches
+from kcompact import storage
+from kcompact.storage import FileInfo
+from kcompact.readers import metadata
+from kcompact.readers.batch import Batch
+from kcompact.readers.errors import FormatError
+from kcompact.logdir.listing import METADATA_DIR
+from kcompact.readers.records import Record
+from kcompact.readers.segment import iter_batches
 
 
 _SEGMENT = re.compile(r"^(\d{20})\.log$")

@@ -11,11 +11,11 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 
-import storage
-from readers import checkpoint
-from logdir.commits import CommitRecord, follow, latest_generations
-from readers.errors import Problem
-from storage import FileInfo
+from kcompact import storage
+from kcompact.readers import checkpoint
+from kcompact.logdir.commits import CommitRecord, follow, latest_generations
+from kcompact.readers.errors import Problem
+from kcompact.storage import FileInfo
 
 NOT_LIVE_SUFFIXES = ("-delete", "-future", "-stray")
 METADATA_TOPIC = "__cluster_metadata"  # KRaft's own log: configuration, not data to clean

@@ -16,10 +16,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-import storage
-from logdir.listing import Partition, Segment
-from readers.errors import FormatError
-from readers.indexes import OffsetEntry, parse_offset_index
+from kcompact import storage
+from kcompact.logdir.listing import Partition, Segment
+from kcompact.readers.errors import FormatError
+from kcompact.readers.indexes import OffsetEntry, parse_offset_index
 
 DEFAULT_MAX_SPLIT_BYTES = 128 << 20
 

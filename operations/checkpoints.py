@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import storage
-from readers import checkpoint
-from logdir.listing import held_partitions
-from writers.checkpoint import render_checkpoint
+from kcompact import storage
+from kcompact.readers import checkpoint
+from kcompact.logdir.listing import held_partitions
+from kcompact.writers.checkpoint import render_checkpoint
 
 CAS_ATTEMPTS = 100  # compare-and-swap rounds on a checkpoint before giving up (transient)
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import storage
-from logdir.commits import staged_name
-from readers.indexes import AbortedTxn
-from logdir.listing import segment_name
-from writers.chunks import BufferSizes, ReadChunks
-from writers.segment import SegmentWriter
+from kcompact import storage
+from kcompact.logdir.commits import staged_name
+from kcompact.readers.indexes import AbortedTxn
+from kcompact.logdir.listing import segment_name
+from kcompact.writers.chunks import BufferSizes, ReadChunks
+from kcompact.writers.segment import SegmentWriter
 
 CLEANED = ".cleaned"
 

@@ -16,11 +16,11 @@ import errno
 import threading
 from collections.abc import Iterable, Sequence
 
-import storage
-from logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
-from operations import critical, s3commit, swap
-from operations.checkpoints import set_cleaner_offset
-from operations.cleaned import WrittenGroup
+from kcompact import storage
+from kcompact.logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
+from kcompact.operations import critical, s3commit, swap
+from kcompact.operations.checkpoints import set_cleaner_offset
+from kcompact.operations.cleaned import WrittenGroup
 
 
 def by_record(path: str) -> bool:

@@ -13,9 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-import storage
-
-
+from kcompact import storage
 class Removal:
     """``start`` once with the paths; ``wait`` returns what could not be removed (a file someone
     removed first is gone, as wanted)."""

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 
-import storage
-
+from kcompact import storage
 FILE = "kcompact-last-run.json"
 
 

@@ -38,15 +38,15 @@ import struct
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
-import storage
-from readers import indexes
-from logdir import commits
-from readers.errors import FormatError
-from logdir.listing import Partition, segment_name
-from storage import FileInfo
-from readers.segment import iter_batches, torn_tail
-from operations import s3commit
-from writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentWriter
+from kcompact import storage
+from kcompact.readers import indexes
+from kcompact.logdir import commits
+from kcompact.readers.errors import FormatError
+from kcompact.logdir.listing import Partition, segment_name
+from kcompact.storage import FileInfo
+from kcompact.readers.segment import iter_batches, torn_tail
+from kcompact.operations import s3commit
+from kcompact.writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentWriter
 
 SWAP, CLEANED, DELETED = ".swap", ".cleaned", ".deleted"
 # What ``storage.write_atomic`` may leave at a log dir's root after a crash: our checkpoints'
@@ -347,8 +347,8 @@ def recover_log_dirs(paths: Iterable[str], progress=print, torn_tails: bool = Fa
 
 def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress, torn_tails: bool,
                      indexes: bool) -> None:
-    from operations import states
-    from logdir.listing import list_log_dir, scan_log_dir
+    from kcompact.operations import states
+    from kcompact.logdir.listing import list_log_dir, scan_log_dir
 
     locked = storage.is_local_path(log_dir)  # object stores have no .lock
     listing = list_log_dir(log_dir)

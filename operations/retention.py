@@ -41,12 +41,12 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 
-import storage
-from conf.units import MB, UNIT_NOTE
-from operations import commit, s3commit, states
-from operations.checkpoints import move_log_starts
-from readers.errors import FormatError
-from logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
+from kcompact import storage
+from kcompact.conf.units import MB, UNIT_NOTE
+from kcompact.operations import commit, s3commit, states
+from kcompact.operations.checkpoints import move_log_starts
+from kcompact.readers.errors import FormatError
+from kcompact.logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
 
 
 class Changed(Exception):

@@ -52,17 +52,17 @@ import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-import storage
-from logdir.listing import held_partitions
-from operations.checkpoints import move_log_starts, update_cleaner_offsets
-from logdir.commits import (
+from kcompact import storage
+from kcompact.logdir.listing import held_partitions
+from kcompact.operations.checkpoints import move_log_starts, update_cleaner_offsets
+from kcompact.logdir.commits import (
     CommitRecord,
     latest_generations,
     parse_staged,
     record_path,
     split_partition_dir,
 )
-from storage import FileInfo
+from kcompact.storage import FileInfo
 
 
 
@@ -234,7 +234,7 @@ class Recovered:
 
 
 def _live_owner(partition_dir: str) -> str | None:
-    from operations import states
+    from kcompact.operations import states
 
     state, _ = states.read(partition_dir)
     if state.state in (states.IN_PROGRESS, states.ABORTED) and not state.lapsed():

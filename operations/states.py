@@ -40,8 +40,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 
-import storage
-from readers.errors import FormatError
+from kcompact import storage
+from kcompact.readers.errors import FormatError
 
 IDLE, IN_PROGRESS, ABORTED, PAUSED, UNCLEANABLE = "idle", "in_progress", "aborted", "paused", "uncleanable"
 STATES = (IDLE, IN_PROGRESS, ABORTED, PAUSED, UNCLEANABLE)

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import storage
-from logdir.listing import Segment
-from operations.cleaned import CLEANED, WrittenGroup
+from kcompact import storage
+from kcompact.logdir.listing import Segment
+from kcompact.operations.cleaned import CLEANED, WrittenGroup
 
 SWAP, DELETED = ".swap", ".deleted"
 

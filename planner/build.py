@@ -20,17 +20,17 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-import storage
-from operations import states
-from conf import resolve
-from logdir import kraft
-from conf.resolve import Config, TopicConfig
-from planner import retention, rules, scan
-from planner.plan import Plan
-from readers import checkpoint
-from readers.errors import FormatError
-from storage import FileInfo
-from logdir.listing import METADATA_TOPIC, is_live_partition_dir, list_log_dir, parse_partition_dir
+from kcompact import storage
+from kcompact.operations import states
+from kcompact.conf import resolve
+from kcompact.logdir import kraft
+from kcompact.conf.resolve import Config, TopicConfig
+from kcompact.planner import retention, rules, scan
+from kcompact.planner.plan import Plan
+from kcompact.readers import checkpoint
+from kcompact.readers.errors import FormatError
+from kcompact.storage import FileInfo
+from kcompact.logdir.listing import METADATA_TOPIC, is_live_partition_dir, list_log_dir, parse_partition_dir
 
 SEGMENT_TYPE = pa.struct([
     ("base_offset", pa.int64()), ("size", pa.int64()), ("mtime_ms", pa.int64()),

@@ -7,10 +7,10 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import storage
-from conf.units import MB, UNIT_NOTE
-from planner.plan import Plan
-from planner.rules import ratio_text
+from kcompact import storage
+from kcompact.conf.units import MB, UNIT_NOTE
+from kcompact.planner.plan import Plan
+from kcompact.planner.rules import ratio_text
 
 TABLE_COLUMNS = ("rank", "partition", "ratio", "dirty MB", "total MB", "dirty range", "bound", "decision")
 
@@ -112,7 +112,7 @@ def read(path: str) -> Plan:
         except pa.ArrowException as exc:
             raise ValueError(f"{not_a_plan} ({exc})") from None
     elif path.endswith(".json"):
-        from planner.build import PLAN_SCHEMA
+        from kcompact.planner.build import PLAN_SCHEMA
 
         try:
             rows = json.loads(storage.read_bytes(path))
@@ -138,7 +138,7 @@ def read(path: str) -> Plan:
 def _complete(path: str, table: pa.Table) -> pa.Table:
     """``table`` when every partition's configuration names every setting the job reads; a plan
     written by another version of kcompact may lack some, and guessing them would clean wrongly."""
-    from conf.settings import BROKER_MESSAGE_MAX_BYTES, SETTINGS
+    from kcompact.conf.settings import BROKER_MESSAGE_MAX_BYTES, SETTINGS
 
     needed = {s.name for s in SETTINGS} | {BROKER_MESSAGE_MAX_BYTES}
     for row in table.select(["topic", "partition", "config"]).to_pylist():

@@ -17,10 +17,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-import storage
-from conf.units import MB
-from planner.plan import Plan
-from planner.rules import ratio_text
+from kcompact import storage
+from kcompact.conf.units import MB
+from kcompact.planner.plan import Plan
+from kcompact.planner.rules import ratio_text
 
 FIGSIZE = (14.0, 6.5)  # inches
 DPI = 100  # so the PNG is FIGSIZE * DPI pixels

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planner.rules import SegmentFacts, largest_timestamp
+from kcompact.planner.rules import SegmentFacts, largest_timestamp
 
 LOG_START, SIZE, TIME = "log start offset", "retention.bytes", "retention.ms"
 RULES = (LOG_START, SIZE, TIME)

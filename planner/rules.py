@@ -11,7 +11,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from conf.settings import LONG_MAX
+from kcompact.conf.settings import LONG_MAX
 
 LAST_STABLE, ACTIVE_SEGMENT, MIN_LAG = "last stable offset", "active segment", "min.compaction.lag.ms"
 

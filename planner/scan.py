@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-import storage
-from storage import FileInfo
-from readers import snapshot, walk
-from readers.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
-from readers.errors import FormatError
-from readers.indexes import TIME_ENTRY, parse_time_index
-from logdir.listing import Partition, Segment, scan_partition
-from readers.segment import DEFAULT_CHUNK, iter_batches, to_torn_tail
-from planner.rules import SegmentFacts, dirty_non_active, first_dirty_offset
+from kcompact import storage
+from kcompact.storage import FileInfo
+from kcompact.readers import snapshot, walk
+from kcompact.readers.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
+from kcompact.readers.errors import FormatError
+from kcompact.readers.indexes import TIME_ENTRY, parse_time_index
+from kcompact.logdir.listing import Partition, Segment, scan_partition
+from kcompact.readers.segment import DEFAULT_CHUNK, iter_batches, to_torn_tail
+from kcompact.planner.rules import SegmentFacts, dirty_non_active, first_dirty_offset
 
 _SNAPSHOT = re.compile(r"^(\d{20})\.snapshot$")
 # a problem the planner met reading a file rather than in its bytes (its mode, an object store's

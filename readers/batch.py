@@ -13,9 +13,9 @@ import zlib
 import crc32c
 import numpy as np
 
-from readers import codecs, scan
-from readers.errors import FormatError
-from readers.records import Record, build_records, control_type
+from kcompact.readers import codecs, scan
+from kcompact.readers.errors import FormatError
+from kcompact.readers.records import Record, build_records, control_type
 
 LOG_OVERHEAD = 12  # baseOffset int64 + batchLength int32, not counted in batchLength
 ENTRY_PREFIX = struct.Struct(">qiib")  # offset, length, (leader epoch | crc), magic

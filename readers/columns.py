@@ -22,9 +22,9 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from readers import codecs, scan
-from readers.batch import LOG_APPEND_TIME, Batch
-from readers.records import Record
+from kcompact.readers import codecs, scan
+from kcompact.readers.batch import LOG_APPEND_TIME, Batch
+from kcompact.readers.records import Record
 
 SCHEMA = pa.schema(
     [

@@ -22,8 +22,8 @@ from contextlib import contextmanager
 import numpy as np
 from numba import njit
 
-from readers import codecs
-from readers.c_routines import I32, I64, POINTER, VOID, bind, routine
+from kcompact.readers import codecs
+from kcompact.readers.c_routines import I32, I64, POINTER, VOID, bind, routine
 
 # Status of a compiled call: every section done, the arena is full, or section i is the caller's.
 DONE, ROOM, CALLER = range(3)

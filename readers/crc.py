@@ -17,7 +17,7 @@ import numpy as np
 from crc32c import _crc32c as _extension
 from numba import njit
 
-from readers.c_routines import I32, I64, POINTER, bind, routine
+from kcompact.readers.c_routines import I32, I64, POINTER, bind, routine
 
 _SYMBOL = "kcompact_crc32c_update"  # (crc, pointer, length) -> crc, without the pre and post inversion
 

@@ -61,10 +61,6 @@ SHIPPED = "compiled-kernels"  # readers/compiled-kernels/<package dir>/<numba's 
 MANIFEST = "target.json"
 BUILD_ENV = "KCOMPACT_KERNELS_BUILD"  # set by jobs.kernels: every process saves under <dir>/<pid>/
 CHOICE_ENV = "KCOMPACT_KERNELS"  # "host": compile for this CPU, the shipped kernels unused
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # holds our packages (a dir or a zip)
-# ours (setup.cfg's): only their kernels are shipped; ROOT may be a site-packages with others beside them
-PACKAGES = ("compaction", "conf", "datasource", "jobs", "kcompact", "logdir", "operations", "planner", "readers",
-            "storage", "tools", "writers")
 
 # LLVM's names of x86-64's micro-architecture levels and the features each adds to the one before
 X86_LEVELS = (
@@ -142,13 +138,13 @@ def _choose_target(shipped: dict) -> bool:
     return True
 
 
-def _source_dir(py_file: str) -> str | None:
-    """The package dir of a source file of ours (``readers``, ``tools/generator``), else None."""
-    py_file = os.path.abspath(py_file)  # relative where its zip is on sys.path so (Spark's executors)
-    if not py_file.startswith(ROOT + os.sep):
+def package_dir(module: str) -> str | None:
+    """The shipped cache's dir for a module of ours (``kcompact.tools.generator.truth``:
+    ``tools/generator``), else None."""
+    parts = module.split(".")
+    if parts[0] != "kcompact" or len(parts) < 3:
         return None
-    package = os.path.dirname(os.path.relpath(py_file, ROOT)).replace(os.sep, "/")
-    return package if package.split("/")[0] in PACKAGES else None
+    return "/".join(parts[1:-1])
 
 
 _SEEDED: dict[str, bool] = {}
@@ -197,7 +193,7 @@ class ShippedLocator(caching._CacheLocator):
 
     @classmethod
     def from_function(cls, py_func, py_file: str):
-        package = _source_dir(py_file)
+        package = package_dir(getattr(py_func, "__module__", None) or "")
         if package is None:
             return None  # not ours: numba's locators decide
         inner = None

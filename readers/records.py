@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from readers import scan
+from kcompact.readers import scan
 
 Header = tuple[str, bytes | None]
 

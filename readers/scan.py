@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from readers.c_routines import prefetch
+from kcompact.readers.c_routines import prefetch
 
 # Column layout of the int64 matrix returned by scan_records.
 OFFSET_DELTA, TIMESTAMP_DELTA, KEY_POS, KEY_LEN, VALUE_POS, VALUE_LEN, HEADERS_POS, HEADERS_COUNT, RECORD_POS = range(9)

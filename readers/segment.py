@@ -14,8 +14,8 @@ from typing import BinaryIO, TypeVar
 
 import crc32c
 
-from readers import codecs
-from readers.batch import (
+from kcompact.readers import codecs
+from kcompact.readers.batch import (
     ATTR_CODEC_MASK,
     ENTRY_PREFIX,
     LEGACY_MIN_SIZE,
@@ -24,7 +24,7 @@ from readers.batch import (
     V2_HEADER_SIZE,
     Batch,
 )
-from readers.errors import FormatError
+from kcompact.readers.errors import FormatError
 
 T = TypeVar("T")
 

@@ -21,11 +21,11 @@ from typing import BinaryIO
 import numpy as np
 from numba import njit
 
-from readers import codecs, compiled_codecs, scan
-from readers.batch import LEGACY_MIN_SIZE, LOG_OVERHEAD, V2_CRC_START, V2_HEADER_SIZE, Batch
-from readers.crc import crcs
-from readers.errors import FormatError
-from readers.segment import DEFAULT_CHUNK, problems
+from kcompact.readers import codecs, compiled_codecs, scan
+from kcompact.readers.batch import LEGACY_MIN_SIZE, LOG_OVERHEAD, V2_CRC_START, V2_HEADER_SIZE, Batch
+from kcompact.readers.crc import crcs
+from kcompact.readers.errors import FormatError
+from kcompact.readers.segment import DEFAULT_CHUNK, problems
 
 # Columns of the entry matrix. Legacy entries fill POSITION, SIZE, MAGIC, BASE_OFFSET (the
 # entry's own offset), ATTRIBUTES, CRC and, for magic 1, BASE_TIMESTAMP = MAX_TIMESTAMP; the rest

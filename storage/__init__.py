@@ -21,12 +21,12 @@ from typing import BinaryIO
 
 import fsspec
 
-from storage.cas import read_versioned, remove_if, write_if, write_if_many
-from storage.direct import DIRECT_BLOCK, DIRECT_BUFFER, DirectFile
-from storage.failures import describe_failure
-from storage.lock import BROKER_LOCK, LogDirBusy, LogDirLock
-from storage import objects, ownership
-from storage.paths import FileInfo, is_local, is_local_path, join, resolve, url
+from kcompact.storage.cas import read_versioned, remove_if, write_if, write_if_many
+from kcompact.storage.direct import DIRECT_BLOCK, DIRECT_BUFFER, DirectFile
+from kcompact.storage.failures import describe_failure
+from kcompact.storage.lock import BROKER_LOCK, LogDirBusy, LogDirLock
+from kcompact.storage import objects, ownership
+from kcompact.storage.paths import FileInfo, is_local, is_local_path, join, resolve, url
 
 __all__ = [
     "BROKER_LOCK", "DIRECT_BLOCK", "DIRECT_BUFFER", "TMP", "DirectFile", "FileInfo", "LogDirBusy", "LogDirLock",

@@ -18,9 +18,9 @@ import posixpath
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-import storage
-from storage import objects
-from storage.paths import is_local, resolve
+from kcompact import storage
+from kcompact.storage import objects
+from kcompact.storage.paths import is_local, resolve
 
 
 @contextlib.contextmanager

@@ -44,7 +44,7 @@ def describe_failure(exc: BaseException, urls: Iterable[str] = ()) -> str | None
             if line is not None:
                 return f"{where}: {line}"
     if isinstance(exc, OSError):
-        from storage import describe_error
+        from kcompact.storage import describe_error
 
         return describe_error(exc)
     return None

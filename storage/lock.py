@@ -9,8 +9,8 @@ import posixpath
 import struct
 import threading
 
-from storage import ownership
-from storage.paths import is_local, resolve
+from kcompact.storage import ownership
+from kcompact.storage.paths import is_local, resolve
 
 
 BROKER_LOCK = ".lock"

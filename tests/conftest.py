@@ -97,7 +97,7 @@ def spark():
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from jobs import cds
+    from kcompact.jobs import cds
 
     session = (SparkSession.builder.master("local[2]").appName("kcompact-tests")
                .config("spark.driver.extraJavaOptions", cds.java_options())  # the jobs' class-data archive

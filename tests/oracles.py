@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compaction.decisions import BatchPlan
-from readers import codecs
-from readers.batch import LOG_APPEND_TIME, NO_TIMESTAMP, Batch
-from readers.records import Record
-from writers.batch import encode_batch
+from kcompact.compaction.decisions import BatchPlan
+from kcompact.readers import codecs
+from kcompact.readers.batch import LOG_APPEND_TIME, NO_TIMESTAMP, Batch
+from kcompact.readers.records import Record
+from kcompact.writers.batch import encode_batch
 
 
 def keep_record(plan: BatchPlan, latest_offset: int, offset: int, has_key: bool, tombstone: bool,

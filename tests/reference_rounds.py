@@ -20,15 +20,15 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.cli import main
-from operations import states
-from readers import checkpoint
-from logdir.listing import CHECKPOINTS, METADATA_DIR
-from readers.segment import iter_batches
+from kcompact.jobs.cli import main
+from kcompact.operations import states
+from kcompact.readers import checkpoint
+from kcompact.logdir.listing import CHECKPOINTS, METADATA_DIR
+from kcompact.readers.segment import iter_batches
 from tests.reference.config import Config
 from tests.reference.manager import Broker, RoundResult
-from tools import generator
-from writers.checkpoint import render_checkpoint
+from kcompact.tools import generator
+from kcompact.writers.checkpoint import render_checkpoint
 
 KAFKA_FILE = re.compile(r"^\d{20}\.(log|index|timeindex|txnindex|snapshot)$")
 MTIME_KINDS = (".log", ".index", ".timeindex")

@@ -21,9 +21,9 @@ import crc32c
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from readers import codecs
-from readers.records import CONTROL_TYPES, Record
-from readers.segment import DEFAULT_CHUNK, iter_batches
+from kcompact.readers import codecs
+from kcompact.readers.records import CONTROL_TYPES, Record
+from kcompact.readers.segment import DEFAULT_CHUNK, iter_batches
 
 FIXTURE_DIR = Path(__file__).resolve().parent / "fixtures" / "kafka-written"  # its README says what it is
 FIXTURE_INPUT = FIXTURE_DIR / "input"
@@ -425,7 +425,7 @@ def use_job_path(request, spark) -> None:
     "threads" (the same by four threads: four key shards), "shared" (every partition treated as larger
     than a task and its map as larger than a task's memory: the map made by many tasks and a shuffle),
     "page cache" (the .log files written through the page cache, ``spark.kcompact.write.direct=false``)."""
-    from compaction import routing, settings
+    from kcompact.compaction import routing, settings
 
     if request.param == "shared":
         saved, routing.WHOLE_BYTES = routing.WHOLE_BYTES, 0
@@ -457,3 +457,32 @@ def pages_in_cache(path: str) -> tuple[int, int]:
     finally:
         os.close(fd)
     return sum(b & 1 for b in vec.raw), pages
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def layers() -> list[str]:
+    """The repository's folders that are installed as ``kcompact.<folder>`` (setup.py's list,
+    found by importing them, so it is written once)."""
+    import contextlib
+    import importlib
+
+    found = []
+    for entry in sorted(REPO.iterdir()):
+        if (entry / "__init__.py").is_file() and entry.name not in ("kcompact", "tests"):
+            with contextlib.suppress(ImportError):
+                importlib.import_module(f"kcompact.{entry.name}")
+                found.append(entry.name)
+    return found
+
+
+def install_layout(dest: Path) -> Path:
+    """Our sources as the wheel lays them out (``dest/kcompact/readers/...``), without caches."""
+    import shutil
+
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "kcompact", dest / "kcompact", ignore=ignore)
+    for layer in layers():
+        shutil.copytree(REPO / layer, dest / "kcompact" / layer, ignore=ignore)
+    return dest

@@ -14,12 +14,12 @@ import posixpath
 from collections.abc import Callable
 from typing import Any, TextIO
 
-import storage
-from readers import codecs
-from readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Batch
-from readers.errors import FormatError, Problem
-from readers.indexes import parse_offset_index, parse_time_index, parse_txn_index
-from logdir.listing import (
+from kcompact import storage
+from kcompact.readers import codecs
+from kcompact.readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Batch
+from kcompact.readers.errors import FormatError, Problem
+from kcompact.readers.indexes import parse_offset_index, parse_time_index, parse_txn_index
+from kcompact.logdir.listing import (
     LEFTOVER_SUFFIXES,
     SEGMENT_KINDS,
     Partition,
@@ -27,9 +27,9 @@ from logdir.listing import (
     scan_log_dir,
     scan_partition,
 )
-from readers.records import CONTROL_TYPES, Record, control_coordinator_epoch, control_type
-from readers.segment import iter_batches, problems
-from tools.verify import unreadable
+from kcompact.readers.records import CONTROL_TYPES, Record, control_coordinator_epoch, control_type
+from kcompact.readers.segment import iter_batches, problems
+from kcompact.tools.verify import unreadable
 
 EXIT_OK, EXIT_PROBLEMS = 0, 1
 TIMESTAMP_TYPES = {NO_TIMESTAMP: "NoTimestampType", CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime"}

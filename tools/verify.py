@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TextIO
 
-import storage
-from readers import checkpoint, codecs
-from readers.batch import NO_TIMESTAMP, Batch
-from readers.errors import FormatError, Problem
-from readers.indexes import (
+from kcompact import storage
+from kcompact.readers import checkpoint, codecs
+from kcompact.readers.batch import NO_TIMESTAMP, Batch
+from kcompact.readers.errors import FormatError, Problem
+from kcompact.readers.indexes import (
     OFFSET_ENTRY,
     TIME_ENTRY,
     TXN_ENTRY,
@@ -39,9 +39,9 @@ from readers.indexes import (
     parse_time_index,
     parse_txn_index,
 )
-from logdir.listing import LogDir, Partition, Segment, scan_log_dir, segment_name
-from readers.records import Record
-from readers.segment import iter_batches, problems, torn_tail
+from kcompact.logdir.listing import LogDir, Partition, Segment, scan_log_dir, segment_name
+from kcompact.readers.records import Record
+from kcompact.readers.segment import iter_batches, problems, torn_tail
 
 EXIT_OK, EXIT_PROBLEMS = 0, 1
 MAX_RELATIVE_OFFSET = 0x7FFFFFFF  # index entries store offset - base offset as an int32

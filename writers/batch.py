@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import crc32c
 
-from readers import codecs
-from readers.batch import (
+from kcompact.readers import codecs
+from kcompact.readers.batch import (
     ATTR_CONTROL,
     ATTR_DELETE_HORIZON,
     ATTR_TIMESTAMP_TYPE,
@@ -26,8 +26,8 @@ from readers.batch import (
     V2_CRC_START,
     V2_HEADER,
 )
-from readers.records import Record
-from writers.codecs import compress
+from kcompact.readers.records import Record
+from kcompact.writers.codecs import compress
 
 
 def uvarint(value: int) -> bytes:

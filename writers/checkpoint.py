@@ -3,7 +3,7 @@ lines in a stable order (parsed by ``readers.checkpoint``)."""
 
 from __future__ import annotations
 
-from readers.checkpoint import VERSION
+from kcompact.readers.checkpoint import VERSION
 
 
 def render_checkpoint(entries: dict[tuple[str, int], int]) -> bytes:

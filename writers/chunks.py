@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from readers.batch import NO_TIMESTAMP
+from kcompact.readers.batch import NO_TIMESTAMP
 
 
 @dataclass(frozen=True, slots=True)

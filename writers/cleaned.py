@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from readers.batch import Batch
-from writers.legacy import rebuild_wrapper
-from writers.rebuild import empty, rebuild
+from kcompact.readers.batch import Batch
+from kcompact.writers.legacy import rebuild_wrapper
+from kcompact.writers.rebuild import empty, rebuild
 
 COPY, REWRITE, EMPTY, DROP = "copy", "rewrite", "empty", "drop"
 

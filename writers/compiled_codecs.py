@@ -14,9 +14,9 @@ import queue
 import numpy as np
 from numba import njit
 
-from readers.c_routines import I32, I64, POINTER, bind, routine
-from readers.codecs import LZ4, ZSTD
-from readers.compiled_codecs import (
+from kcompact.readers.c_routines import I32, I64, POINTER, bind, routine
+from kcompact.readers.codecs import LZ4, ZSTD
+from kcompact.readers.compiled_codecs import (
     CALLER,
     DONE,
     LZ4_LIBRARY,
@@ -27,7 +27,7 @@ from readers.compiled_codecs import (
     sections,
     zstd_is_error,
 )
-from writers.codecs import ZSTD_LEVEL, compress
+from kcompact.writers.codecs import ZSTD_LEVEL, compress
 
 if LZ4_LIBRARY is not None:
     bind({f"kcompact_{name}": ctypes.cast(getattr(LZ4_LIBRARY, name), ctypes.c_void_p).value

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from readers.indexes import OFFSET_ENTRY, TIME_ENTRY, TXN_ENTRY, AbortedTxn, OffsetEntry, TimeEntry
+from kcompact.readers.indexes import OFFSET_ENTRY, TIME_ENTRY, TXN_ENTRY, AbortedTxn, OffsetEntry, TimeEntry
 
 
 def encode_offset_index(entries: list[OffsetEntry]) -> bytes:

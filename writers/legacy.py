@@ -28,10 +28,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from readers import codecs
-from readers.batch import ATTR_TIMESTAMP_TYPE, LOG_APPEND_TIME, NO_TIMESTAMP, Batch
-from readers.records import Record
-from writers.codecs import compress_legacy
+from kcompact.readers import codecs
+from kcompact.readers.batch import ATTR_TIMESTAMP_TYPE, LOG_APPEND_TIME, NO_TIMESTAMP, Batch
+from kcompact.readers.records import Record
+from kcompact.writers.codecs import compress_legacy
 
 _ENTRY_HEADER = struct.Struct(">qi")  # offset, message size
 _MAGIC_ATTRIBUTES = struct.Struct(">bb")

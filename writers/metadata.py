@@ -8,8 +8,8 @@ from __future__ import annotations
 import base64
 import struct
 
-from readers.metadata import CONFIG_RECORD, FRAME_VERSION, RESOURCE_TOPIC, TOPIC_RECORD
-from writers.batch import uvarint
+from kcompact.readers.metadata import CONFIG_RECORD, FRAME_VERSION, RESOURCE_TOPIC, TOPIC_RECORD
+from kcompact.writers.batch import uvarint
 
 
 def _compact_string(text: str | None) -> bytes:

@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from readers import codecs
-from readers.crc import crcs
-from readers.batch import (
+from kcompact.readers import codecs
+from kcompact.readers.crc import crcs
+from kcompact.readers.batch import (
     ATTR_CODEC_MASK,
     ATTR_CONTROL,
     ATTR_DELETE_HORIZON,
@@ -36,9 +36,9 @@ from readers.batch import (
     V2_HEADER_SIZE,
     Batch,
 )
-from readers.scan import RECORD_POS
-from readers.scan import _varint as read_varint
-from writers.codecs import compress
+from kcompact.readers.scan import RECORD_POS
+from kcompact.readers.scan import _varint as read_varint
+from kcompact.writers.codecs import compress
 
 KEPT_ATTRIBUTES = ATTR_CODEC_MASK | ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL  # a rebuilt batch's
 EMPTY_ATTRIBUTES = ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL  # an empty header's (writeEmptyHeader)

@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from readers.batch import NO_TIMESTAMP
-from readers.indexes import (
+from kcompact.readers.batch import NO_TIMESTAMP
+from kcompact.readers.indexes import (
     AbortedTxn,
     OffsetEntry,
     TimeEntry,
 )
-from writers.indexes import encode_offset_index, encode_time_index, encode_txn_index
+from kcompact.writers.indexes import encode_offset_index, encode_time_index, encode_txn_index
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
 

@@ -7,7 +7,7 @@ import struct
 
 import crc32c
 
-from readers.snapshot import ENTRY, VERSION, ProducerEntry
+from kcompact.readers.snapshot import ENTRY, VERSION, ProducerEntry
 
 
 def render_snapshot(entries: list[ProducerEntry]) -> bytes:

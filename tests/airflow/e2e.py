@@ -107,8 +107,7 @@ PARSE = """
 import json, sys
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
-ours = {"pyspark", "py4j", "compaction", "conf", "datasource", "jobs", "kcompact", "logdir", "operations", "planner", "readers",
-        "storage", "tools", "writers"}
+ours = {"pyspark", "py4j", "kcompact"}
 print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dag_ids),
                   "imported": sorted(m for m in sys.modules if m.split(".")[0] in ours)}))
 """

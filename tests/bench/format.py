@@ -52,13 +52,13 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from readers import codecs
-from readers.batch import V2_CRC_START, Batch
-from readers.columns import batch_columns
-from readers.records import Record
-from readers.segment import iter_batches
-from writers.batch import encode_batch
-from writers.segment import SegmentWriter
+from kcompact.readers import codecs
+from kcompact.readers.batch import V2_CRC_START, Batch
+from kcompact.readers.columns import batch_columns
+from kcompact.readers.records import Record
+from kcompact.readers.segment import iter_batches
+from kcompact.writers.batch import encode_batch
+from kcompact.writers.segment import SegmentWriter
 
 MB = 1_000_000
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from readers import codecs
-from readers.batch import V2_CRC_START, V2_HEADER_SIZE, Batch
-from readers.segment import iter_batches
+from kcompact.readers import codecs
+from kcompact.readers.batch import V2_CRC_START, V2_HEADER_SIZE, Batch
+from kcompact.readers.segment import iter_batches
 from tests.bench.format import MB, build_pool, machine, placed_stream
 from tests.oracles import encode_like
-from writers.rebuild import rebuild
+from kcompact.writers.rebuild import rebuild
 
 CODECS = ("none", "lz4", "zstd")
 WARM_UP_BATCHES = 20

@@ -49,7 +49,7 @@ COMPACT_SUMMARY = re.compile(r"^(\d+) partitions?: (\d+) cleaned, (\d+) failed, 
 
 # -- corpora ---------------------------------------------------------------------------------------
 def many_spec(partitions: int) -> dict:
-    from tools import generator
+    from kcompact.tools import generator
 
     spec = copy.deepcopy(generator.DEMO_SPEC)
     orders, clicks = spec["topics"][:2]
@@ -77,7 +77,7 @@ def _files(root: Path) -> dict[str, int]:
 
 
 def _generate(logs: Path, spec: dict, seed: int) -> dict:
-    from tools import generator
+    from kcompact.tools import generator
 
     shutil.rmtree(logs, ignore_errors=True)
     result = generator.generate(str(logs), spec, seed=seed, keep_records=False)
@@ -155,7 +155,7 @@ def run_cli(command: str, path: str, now: int, env: dict[str, str],
     commit stage (the driver's alone: they do not shrink with more executors); stops the bench if
     it fails or prints no summary."""
     report = ROOT / "bench-data" / f"s3-report-{os.getpid()}.json"
-    argv = [sys.executable, "-m", "jobs.cli", command, path, "--now", str(now), *extra]
+    argv = [sys.executable, "-m", "kcompact.jobs.cli", command, path, "--now", str(now), *extra]
     if command == "compact":
         argv += ["--report", str(report)]
     started = time.perf_counter()

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from jobs import cds
+from kcompact.jobs import cds
 
 
 def test_options_name_the_archive_only_when_it_exists_and_is_wanted(monkeypatch, tmp_path):
@@ -38,14 +38,14 @@ def test_jobs_map_the_installed_archive(tmp_path):
     import os
     import sys
 
-    from jobs import cli
+    from kcompact.jobs import cli
 
     archive = cds.archive()
     if not archive.is_file():
         pytest.fail(f"{archive} missing: `make install` builds it (python -m jobs.cds)")
     assert cli.main(["gen", "--out", str(tmp_path / "logs"), "--records", "200", "--partitions", "1"]) == 0
     env = os.environ | {"JDK_JAVA_OPTIONS": "-Xshare:on", "KCOMPACT_CDS": "on"}
-    done = subprocess.run([sys.executable, "-m", "jobs.cli", "plan", str(tmp_path / "logs")], env=env,
+    done = subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", "plan", str(tmp_path / "logs")], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "3 partitions" in done.stdout

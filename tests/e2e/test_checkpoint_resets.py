@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
-from readers.records import Record
+from kcompact.jobs.cli import main
+from kcompact.readers.records import Record
 from tests.support import checkpoint_text, kp_build, write_partition
 
 NOW = 1_720_300_000_000

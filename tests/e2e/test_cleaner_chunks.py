@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-from jobs.cli import main
-from readers.records import Record
+from kcompact.jobs.cli import main
+from kcompact.readers.records import Record
 from tests.support import OFFSET_ENTRY, TIME_ENTRY, broker_indexes, kp_build, seg_path
-from writers.chunks import BufferSizes, ReadChunks, grown
-from writers.segment import SegmentWriter
+from kcompact.writers.chunks import BufferSizes, ReadChunks, grown
+from kcompact.writers.segment import SegmentWriter
 
 NOW = 1_720_300_000_000
 OLD = NOW - 30 * 86_400_000  # far before NOW: a delete horizon makes timestamp deltas 5-byte varints

@@ -29,15 +29,13 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from readers import kernel_cache
-from tests.support import kp_batches
+from kcompact.readers import kernel_cache
+from tests.support import kp_batches, layers
 
 REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 PYTHON = sys.executable  # the project's venv: the driver's Python
 KCOMPACT = str(Path(PYTHON).parent / "kcompact")
-PACKAGES = ("compaction", "conf", "datasource", "jobs", "kcompact", "logdir", "operations", "planner", "readers", "storage",
-            "tools", "writers")
 NOW = "1720001000000"
 # Short-lived JVMs on two shared cores: C1 only and one GC thread save most of the JIT's CPU.
 JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -77,8 +75,9 @@ def dist(tmp_path_factory) -> Path:
         "run.py"]
     with zipfile.ZipFile(out / "kcompact-py.zip") as archive:
         names = set(archive.namelist())
-    assert {f"{package}/__init__.py" for package in PACKAGES} | {"conf/log4j2.properties", "readers/scan.py"} <= names
-    assert {name.split("/")[0] for name in names} == set(PACKAGES)
+    assert {f"kcompact/{layer}/__init__.py" for layer in layers()} | {
+        "kcompact/__init__.py", "kcompact/conf/log4j2.properties", "kcompact/readers/scan.py"} <= names
+    assert {name.split("/")[0] for name in names} == {"kcompact"}
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
     return out
 
@@ -94,18 +93,17 @@ def executor_python(tmp_path_factory) -> str:
     python = str(root / "bin" / "python")
     purelib = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
     Path(purelib, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    probe = f"""
+    probe = """
 import importlib
 import pyspark, pyarrow, numba, cramjam, crc32c, fsspec, s3fs  # the dependencies: importable
-for name in {PACKAGES!r}:  # our packages: not importable
-    try:
-        importlib.import_module(name)
-    except ImportError as exc:
-        print(type(exc).__name__, exc.name)
+try:  # our package: not importable
+    importlib.import_module("kcompact.readers")
+except ImportError as exc:
+    print(type(exc).__name__, exc.name)
 """
     done = _run([python, "-c", probe], env=_env(), cwd=root)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [f"ModuleNotFoundError {name}" for name in PACKAGES]
+    assert done.stdout.splitlines() == ["ModuleNotFoundError kcompact"]
     return python
 
 

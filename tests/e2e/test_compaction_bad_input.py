@@ -19,10 +19,10 @@ import crc32c
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-from jobs.cli import main
-from readers import codecs
-from readers.records import Record
-from tools.verify import verify_log_dir
+from kcompact.jobs.cli import main
+from kcompact.readers import codecs
+from kcompact.readers.records import Record
+from kcompact.tools.verify import verify_log_dir
 from tests.support import TIME_ENTRY, checkpoint_text, kp_keyed, seg_path, write_partition
 from tests.unit.test_legacy import legacy_message_set
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
-from tools.verify import verify_log_dir
+from kcompact.jobs.cli import main
+from kcompact.tools.verify import verify_log_dir
 from tests.support import (
     FIXTURE_DIR,
     FIXTURE_INPUT,

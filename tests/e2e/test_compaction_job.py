@@ -25,10 +25,10 @@ import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from jobs.cli import main
-from readers import codecs
-from readers.records import Record
-from tools.verify import verify_log_dir
+from kcompact.jobs.cli import main
+from kcompact.readers import codecs
+from kcompact.readers.records import Record
+from kcompact.tools.verify import verify_log_dir
 from tests.support import (
     JOB_PATHS,
     TIME_ENTRY,

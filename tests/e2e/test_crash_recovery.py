@@ -38,8 +38,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main as kcompact_main
-from logdir import names
+from kcompact.jobs.cli import main as kcompact_main
+from kcompact.logdir import names
 from tests.faults.crash_points import nth_of, read_log, session_processes
 from tests.support import kp_batches
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from compaction.routing import WORKER_IMPORTS
+from kcompact.compaction.routing import WORKER_IMPORTS
 from tests.support import kp_keyed, write_partition
 
 NOW = 1_720_300_000_000
@@ -51,7 +51,7 @@ def kcompact(*args: str, env: dict | None = None, timeout: float = 300, clean: b
     AWS_*/KCOMPACT_* variables, the rest of the environment as it is."""
     base = {k: v for k, v in os.environ.items() if not (clean and k.startswith(("AWS_", "KCOMPACT_", "FSSPEC_")))}
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "jobs.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           env=base | (env or {}), timeout=timeout)
     return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - started
 

@@ -30,8 +30,8 @@ import pytest
 from jsonpointer import JsonPointer, resolve_pointer
 from matplotlib import image
 
-from jobs.cli import main
-from tools import generator
+from kcompact.jobs.cli import main
+from kcompact.tools import generator
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

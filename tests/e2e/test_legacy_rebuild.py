@@ -28,16 +28,16 @@ from kafka.codec import gzip_decode, gzip_encode, lz4_decode, lz4_decode_old_kaf
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from compaction.decisions import COPY, REWRITE, BatchPlan, Outcome, batch_outcome
-from compaction.model import BatchInfo
-from jobs.cli import main
-from readers import codecs
-from readers.records import Record
-from tools.verify import verify_log_dir
+from kcompact.compaction.decisions import COPY, REWRITE, BatchPlan, Outcome, batch_outcome
+from kcompact.compaction.model import BatchInfo
+from kcompact.jobs.cli import main
+from kcompact.readers import codecs
+from kcompact.readers.records import Record
+from kcompact.tools.verify import verify_log_dir
 from tests.support import TIME_ENTRY, broker_indexes, checkpoint_text, kp_keyed, read_one, seg_path
 from tests.unit.test_legacy import legacy_message_set
-from writers.legacy import rebuild_wrapper
-from writers.codecs import compress_legacy
+from kcompact.writers.legacy import rebuild_wrapper
+from kcompact.writers.codecs import compress_legacy
 
 DAY = 86_400_000
 RET = 600_000  # delete.retention.ms of the lg-* topics

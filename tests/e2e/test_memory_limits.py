@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 
 import kcompact
-from compaction import routing
-from compaction.job_result import JobResult
-from compaction.report import Report
-from compaction.results import IO_ERROR, OUT_OF_MEMORY
-from jobs import cli
+from kcompact.compaction import routing
+from kcompact.compaction.job_result import JobResult
+from kcompact.compaction.report import Report
+from kcompact.compaction.results import IO_ERROR, OUT_OF_MEMORY
+from kcompact.jobs import cli
 
 MiB, GiB = 1 << 20, 1 << 30
 # the bench's corpora (tests/bench/compact.py): bytes, the records that feed the map, largest group

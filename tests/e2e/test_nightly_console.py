@@ -22,9 +22,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobs.cli import main
-from jobs.progress import Ticker
-from readers import codecs
+from kcompact.jobs.cli import main
+from kcompact.jobs.progress import Ticker
+from kcompact.readers import codecs
 from tests.support import kp_keyed, write_partition
 from tests.e2e.test_legacy_rebuild import NOW as LEGACY_NOW
 from tests.e2e.test_legacy_rebuild import TOPIC_ARGS as LEGACY_ARGS
@@ -188,7 +188,7 @@ def test_ticker_prints_while_a_job_runs():
 
 # -- an operator's shell: a process of its own ----------------------------------------------------
 def kcompact(*args: str, env: dict | None = None, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "jobs.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "kcompact.jobs.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}, **kw)
 
 
@@ -211,8 +211,7 @@ def test_console_is_quiet_and_spark_is_sized_by_flags(tmp_path):
 
 SLOW_WORKER = '''
 import os, time
-import storage
-
+from kcompact import storage
 _create = storage.create_durable
 
 
@@ -273,7 +272,7 @@ import json, os, signal, time
 import pyarrow as pa
 from pyspark import SparkContext
 from pyspark.sql.pandas.types import from_arrow_schema
-from jobs import spark as js
+from kcompact.jobs import spark as js
 
 
 def read(path, mode="r"):

@@ -26,7 +26,7 @@ from kafka.record.memory_records import MemoryRecords
 from matplotlib import image
 from nbclient import NotebookClient
 
-from planner.plot import DPI, FIGSIZE
+from kcompact.planner.plot import DPI, FIGSIZE
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "plan_and_compact.ipynb"
 KERNEL = "kcompact-venv"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
+from kcompact.jobs.cli import main
 from tests.e2e.test_operator_inputs import EXPECTED, dirty, files, one_line, not_log_dirs
 from tests.support import checkpoint_text, write_partition
 
@@ -60,7 +60,7 @@ def test_a_partition_moving_between_log_dirs_is_not_a_duplicate(tmp_path, capsys
     dirty(a / "orders-3")
     dirty(b / "orders-3.7b2c5a41e5e64b0e9d7d3b2e0e5c6a11-future")
     dirty(b / "clicks-1")
-    from jobs import checks
+    from kcompact.jobs import checks
 
     checks.distinct_partitions([str(a), str(b)])
 
@@ -82,7 +82,7 @@ def test_one_log_dir_named_twice_is_refused(tmp_path, command, capsys):
 
 
 def test_one_s3_log_dir_named_twice_is_refused():
-    from jobs import checks
+    from kcompact.jobs import checks
 
     with pytest.raises(checks.BadArgument, match="s3://b/logs and s3://b//logs/ are the same log dir"):
         checks.distinct_log_dirs(["s3://b/logs", "s3://b//logs/"])
@@ -205,9 +205,9 @@ def tiny_disk(tmp_path):
 
 
 def test_a_full_disk_names_the_mount_the_file_and_the_room_needed(spark, tiny_disk):
-    from compaction import job
-    from conf import resolve
-    from planner.build import plan
+    from kcompact.compaction import job
+    from kcompact.conf import resolve
+    from kcompact.planner.build import plan
     from tests.e2e.test_safety import recs
 
     log_dir = tiny_disk / "logs"
@@ -231,8 +231,7 @@ def test_a_full_disk_names_the_mount_the_file_and_the_room_needed(spark, tiny_di
 def test_a_full_disk_while_writing_a_file_names_it(tiny_disk):
     """A write that fails for want of room raises ENOSPC from write(), with no file name: the path
     being written is named (a report, a checkpoint, a state file)."""
-    import storage
-
+    from kcompact import storage
     target = tiny_disk / "r.json"
     with pytest.raises(OSError) as raised:
         storage.write_durable(str(target), b"x" * 400_000)

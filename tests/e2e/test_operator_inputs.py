@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
+from kcompact.jobs.cli import main
 from tests.support import checkpoint_text, kp_keyed, write_partition
 
 NOW = 1_720_300_000_000
@@ -81,7 +81,7 @@ def test_state_command_on_a_path_that_is_not_a_log_dir(tmp_path, capsys):
 
 
 def test_a_log_dir_is_known_by_its_root_files_or_a_partition_dir():
-    from logdir.listing import not_a_log_dir
+    from kcompact.logdir.listing import not_a_log_dir
 
     assert not_a_log_dir(str(Path(__file__).parent.parent / "fixtures" / "kafka-written" / "input")) is None
 
@@ -270,7 +270,7 @@ def test_config_file_errors_name_file_and_line(tmp_path, capsys):
 
 
 def test_sample_properties_file_loads_as_documented():
-    from conf import resolve
+    from kcompact.conf import resolve
 
     root = Path(__file__).resolve().parents[2]
     config = resolve.build(files=[str(root / "examples" / "kcompact.properties")])
@@ -283,7 +283,7 @@ def test_sample_properties_file_loads_as_documented():
 
 def test_readme_properties_examples_load(tmp_path):
     """Every ``properties`` block of the README loads as it is written."""
-    from conf import resolve
+    from kcompact.conf import resolve
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     blocks = re.findall(r"```properties\n(.*?)```", readme, re.S)

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from tools import generator
+from kcompact.tools import generator
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="changing owners needs root")
 
 ROOT = Path(__file__).resolve().parents[2]
-KCOMPACT = [sys.executable, "-m", "jobs.cli"]
+KCOMPACT = [sys.executable, "-m", "kcompact.jobs.cli"]
 NOW = "1720001000000"
 BROKER = 1000  # the broker's user and group
 OPERATOR = 1001  # an operator without root, in the broker's group
@@ -149,7 +149,7 @@ def test_another_user_is_refused_before_anything_is_written(scratch):
     would be its own: refused, one line naming the owner, nothing written (not even ``.lock``)."""
     log_dir = broker_owned(scratch, file_mode=0o660, dir_mode=0o770)
     before = owners(log_dir)
-    from jobs import cli
+    from kcompact.jobs import cli
 
     for command in (["compact", str(log_dir), "--now", NOW], ["run", str(log_dir), "--now", NOW],
                     ["retain", str(log_dir), "--now", NOW], ["recover", str(log_dir)],

@@ -23,12 +23,12 @@ import crc32c
 import pytest
 from chispa import assert_df_equality
 
-from conf import resolve
-from logdir import kraft
-from jobs import cli
-from planner import output
-from planner.build import plan
-from readers.records import Record
+from kcompact.conf import resolve
+from kcompact.logdir import kraft
+from kcompact.jobs import cli
+from kcompact.planner import output
+from kcompact.planner.build import plan
+from kcompact.readers.records import Record
 from tests.support import FIXTURE_INPUT, checkpoint_text, hand_control_batch, kp_build, write_partition
 from tests.unit.test_kraft_metadata import BROKER, TOPIC, batch, config_value, topic_value, write_log
 

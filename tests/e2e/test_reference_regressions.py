@@ -12,15 +12,15 @@ import shutil
 from pathlib import Path
 
 
-from readers import checkpoint
-from readers.indexes import parse_offset_index
-from readers.segment import iter_batches
+from kcompact.readers import checkpoint
+from kcompact.readers.indexes import parse_offset_index
+from kcompact.readers.segment import iter_batches
 from tests.reference.cleaner import Cleaner, LogFilter, filter_to
 from tests.reference.log import CleanedSegment, LogSegment
 from tests.reference.producers import LastRecord
 from tests.reference.manager import Broker
 from tests.reference_rounds import Rounds
-from tools import generator
+from kcompact.tools import generator
 
 T0 = 1_720_000_000_000
 MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000

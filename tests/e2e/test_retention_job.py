@@ -19,14 +19,14 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
-from conf import resolve
-from conf.units import MB
-from jobs import cli
-from planner import output
-from planner.build import PLAN_SCHEMA, plan
-from readers.records import Record
+from kcompact.conf import resolve
+from kcompact.conf.units import MB
+from kcompact.jobs import cli
+from kcompact.planner import output
+from kcompact.planner.build import PLAN_SCHEMA, plan
+from kcompact.readers.records import Record
 from tests.support import checkpoint_text, kp_batches, kp_build, seg_path, write_partition
-from operations.retention import execute
+from kcompact.operations.retention import execute
 
 MIN, HOUR = 60_000, 3_600_000
 NOW = 1_720_100_000_000  # a whole second: mtimes set from it read back exactly
@@ -339,7 +339,7 @@ def x_row(log_dir: str) -> pa.Table:
 
 
 def seen_bases(log_dir: str) -> list[int]:
-    from logdir.listing import scan_partition
+    from kcompact.logdir.listing import scan_partition
 
     return [s.base_offset for s in scan_partition(f"{log_dir}/x-0", "x", 0).segments]
 
@@ -374,7 +374,7 @@ def test_object_store_deletes_through_a_commit_record(store):
     0's files and snapshot replaced, log start 10; applied, it left those files gone and both
     checkpoints moved by compare-and-swap (the cleaner entry 3 below the new log start raised, y-1's
     entry dropped: no such partition in the log dir)."""
-    from logdir import commits
+    from kcompact.logdir import commits
 
     log_dir = uploaded(store, "plain")
     report = execute(x_row(log_dir), now=NOW)
@@ -397,7 +397,7 @@ def test_object_store_every_write_failure_is_old_or_new(store):
     ``kcompact recover`` then ends where the record decides: untouched byte for byte without
     one, segment 0 gone and both checkpoints moved with one."""
     from tests.support import FAULTY, failing_s3
-    from logdir import commits
+    from kcompact.logdir import commits
 
     failing = failing_s3()
     failing.calls, failing.fail_at = 0, 0
@@ -432,7 +432,7 @@ def test_object_store_waits_for_an_unapplied_commit(store):
     """A commit record not yet applied (a compaction committing, or interrupted) blocks retention
     of its partition: nothing touched. Once ``kcompact recover`` applied it, retention takes the
     next generation."""
-    from logdir import commits
+    from kcompact.logdir import commits
 
     log_dir = uploaded(store, "unapplied")
     pending = commits.CommitRecord("x", 0, 1, "kcompact-other", {}, (), 3)
@@ -453,8 +453,8 @@ def test_object_store_loses_the_generation_to_a_compaction(store, monkeypatch):
     """A compaction commits the partition between retention's listing and its record: the
     compaction's record has generation 1, retention's PUT of generation 1 fails, the partition is
     reported failed and nothing of retention's is applied."""
-    from operations import retention
-    from logdir import commits
+    from kcompact.operations import retention
+    from kcompact.logdir import commits
 
     log_dir = uploaded(store, "race")
     winner = commits.CommitRecord("x", 0, 1, "kcompact-other", {}, (), 3, copied=True, applied=True)
@@ -475,8 +475,8 @@ def test_object_store_loses_the_generation_to_a_compaction(store, monkeypatch):
 def test_run_on_object_store(spark_s3, store, tmp_path):
     """``kcompact run`` on s3://: Q's compact,delete partition retained (generation 1) then
     compacted (generation 2) with the result worked out for the local run above."""
-    from logdir.listing import scan_partition
-    from logdir import commits
+    from kcompact.logdir.listing import scan_partition
+    from kcompact.logdir import commits
 
     build_q(tmp_path / "q")
     store.fs.put(f"{tmp_path / 'q'}/", f"{BUCKET}/q/", recursive=True)

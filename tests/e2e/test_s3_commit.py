@@ -28,20 +28,20 @@ from pathlib import Path
 
 import pytest
 
-from jobs import cli
-from readers.checkpoint import parse as parse_checkpoint
-from tools.dump import dump_path
-from logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
+from kcompact.jobs import cli
+from kcompact.readers.checkpoint import parse as parse_checkpoint
+from kcompact.tools.dump import dump_path
+from kcompact.logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
 from tests.support import FAULTY, failing_s3, kp_batches, kp_record
-from operations import last_run, s3commit
-from logdir import commits
-from logdir import names as log_dir_names
+from kcompact.operations import last_run, s3commit
+from kcompact.logdir import commits
+from kcompact.logdir import names as log_dir_names
 
 NOW = "1720001000000"
 BUCKET = "kc-commit"
 SECRET = f"kcompact-secret-{uuid.uuid4().hex}"
 FAULTS = Path(__file__).resolve().parents[1] / "faults_s3"
-KCOMPACT = [sys.executable, "-m", "jobs.cli"]
+KCOMPACT = [sys.executable, "-m", "kcompact.jobs.cli"]
 MERGING = ["--topic-config", "orders:segment.bytes=1000000"]  # orders-0's first three segments become one group
 TARGET = "orders-0"  # the partition whose commit the faults hit
 JOB_LEASE_MS = "30000"  # killed jobs' leases lapse this soon (the default is 120 s)
@@ -144,8 +144,7 @@ def partition_dirs(log_dir: Path) -> list[str]:
 def seen_records(partition_url: str) -> list:
     """What a reader sees of an s3:// partition now: our listing (commit records followed), each
     .log read from the file it names, decoded by kafka-python."""
-    import storage
-
+    from kcompact import storage
     topic, _, number = posixpath.basename(partition_url).rpartition("-")
     part = scan_partition(partition_url, topic, int(number))
     assert not part.problems, part.problems
@@ -260,8 +259,8 @@ def commit_fixture(s3, gen: Path, merged_truth: Path):
 
 COMMIT_ONE = """
 import json, sys
-from operations import last_run, s3commit
-from logdir import commits
+from kcompact.operations import last_run, s3commit
+from kcompact.logdir import commits
 args = json.loads(sys.argv[1])
 record = s3commit.plan_record("orders", 0, 1, args["owner"], args["staged"], args["replaced"], args["checkpoint"])
 s3commit.commit_partition(args["log_dir"], args["partition_dir"], record)
@@ -409,7 +408,7 @@ def test_compact_on_s3_equals_local_compaction(jobs, local_truth, gen, s3, child
 # -- 4. whole jobs killed in the middle of a commit ---------------------------------------------------
 def lapse(log_dirs: list[str], partitions: list[str], timeout: float = 120) -> None:
     """Wait until the killed jobs' leases have lapsed (their heartbeats stopped with them)."""
-    from operations import states
+    from kcompact.operations import states
 
     deadline = time.monotonic() + timeout
     for log_dir in log_dirs:

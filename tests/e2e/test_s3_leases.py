@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
-from operations import states
+from kcompact.jobs.cli import main
+from kcompact.operations import states
 from tests.e2e.test_safety import NOW, TOPIC_ARGS, dirty_partition
 
 BUCKET = "kc-leases"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import cli
+from kcompact.jobs import cli
 
 BUCKET = "kc-requests"
 NOW = "1720001000000"
@@ -31,7 +31,7 @@ MERGING = ["--topic-config", "orders:segment.bytes=1000000"]  # about 4 segments
 
 @pytest.fixture(scope="module")
 def log_dir(tmp_path_factory) -> Path:
-    spec = json.loads(subprocess.run([sys.executable, "-m", "jobs.cli", "gen", "--print-spec"], check=True,
+    spec = json.loads(subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", "gen", "--print-spec"], check=True,
                                      capture_output=True, text=True).stdout)
     orders, clicks = spec["topics"][:2]
     spec["topics"] = [orders | {"partitions": PARTITIONS}, clicks | {"partitions": 2}]
@@ -68,7 +68,7 @@ def upload(fs, local: Path, prefix: str) -> str:
 def counted(server, args: list[str], env: dict) -> tuple[subprocess.CompletedProcess, dict, dict]:
     """Run ``kcompact <args>``; its requests by operation, and by (operation, object)."""
     server.reset()
-    done = subprocess.run([sys.executable, "-m", "jobs.cli", *args], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", *args], env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return done, server.snapshot()["requests"], dict(server.by_key)
@@ -114,7 +114,7 @@ def test_a_compaction_sends_at_most_40_requests_a_cleaned_partition(s3, s3_serve
 @pytest.fixture
 def shared_path(spark_s3):
     """The job's shared path for every partition (``tests.support.use_job_path``'s "shared")."""
-    from compaction import routing
+    from kcompact.compaction import routing
 
     saved, routing.WHOLE_BYTES = routing.WHOLE_BYTES, 0
     spark_s3.conf.set(routing.MAP_MEMORY, "0")

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from jobs import cli
-from logdir import commits
-from operations import last_run
-from readers.checkpoint import parse as parse_checkpoint
+from kcompact.jobs import cli
+from kcompact.logdir import commits
+from kcompact.operations import last_run
+from kcompact.readers.checkpoint import parse as parse_checkpoint
 from tests.e2e.test_s3_commit import NOW, compacted_copy, local_records, partition_dirs, records
 from tests.s3server import CountingS3
 
 BUCKET = "kc-throttle"
-KCOMPACT = [sys.executable, "-m", "jobs.cli"]
+KCOMPACT = [sys.executable, "-m", "kcompact.jobs.cli"]
 CHECKPOINT = "cleaner-offset-checkpoint"
 
 

@@ -18,16 +18,16 @@ from pathlib import Path
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-from operations import states
-from compaction.leases import LeaseKeeper
-from jobs.cli import main
+from kcompact.operations import states
+from kcompact.compaction.leases import LeaseKeeper
+from kcompact.jobs.cli import main
 from tests.support import kp_build, write_partition
-from readers.records import Record
+from kcompact.readers.records import Record
 
 NOW = 1_720_300_000_000
 TS = NOW - 3_600_000
 ROOT = Path(__file__).resolve().parents[2]
-KCOMPACT = [sys.executable, "-m", "jobs.cli"]
+KCOMPACT = [sys.executable, "-m", "kcompact.jobs.cli"]
 TOPIC_ARGS = ["--topic-config", "*:cleanup.policy=compact"]
 
 
@@ -247,8 +247,7 @@ def test_log_dir_locked_by_a_broker_is_refused_untouched(spark, java_holding_loc
 
 
 def test_lock_is_free_again_once_the_broker_is_gone(java_holding_lock):
-    import storage
-
+    from kcompact import storage
     log_dir, pid = java_holding_lock
     with pytest.raises(storage.LogDirBusy, match=f"process {pid}"):
         with storage.LogDirLock(str(log_dir)):
@@ -291,15 +290,15 @@ def test_two_concurrent_jobs_never_clean_the_same_partition(tmp_path):
 # -- operator abort, I/O errors, a full disk (in-process jobs on the session's Spark) -----------------
 
 def _plan(spark, log_dir: Path):
-    from conf import resolve
-    from planner.build import plan
+    from kcompact.conf import resolve
+    from kcompact.planner.build import plan
 
     config = resolve.build(topic_args=["*:cleanup.policy=compact"])
     return plan(spark, [str(log_dir)], conf=config, now=NOW)
 
 
 def test_abort_stops_the_job_at_the_next_group_and_keeps_old_segments(spark, tmp_path):
-    from compaction import job
+    from kcompact.compaction import job
 
     log_dir = tmp_path / "logs"
     for name in ("a-0", "b-0"):
@@ -332,8 +331,7 @@ def test_replaced_files_go_once_every_partition_is_committed_under_the_lock(spar
     removes them on a thread once every partition is committed (both checkpoint entries written),
     and the command line waits for it, its report written meanwhile, before the broker ``.lock``
     goes; none is left."""
-    import storage
-
+    from kcompact import storage
     log_dir = tmp_path / "logs"
     for name in ("a-0", "a-1"):
         dirty_partition(log_dir / name)
@@ -366,9 +364,9 @@ def test_replaced_files_go_once_every_partition_is_committed_under_the_lock(spar
 def test_a_job_returns_before_its_removal_ends_when_the_caller_takes_it(spark, tmp_path, monkeypatch):
     """Given a ``Removal``, ``job.run`` returns with the replaced files still being removed (the
     command line writes its report meanwhile); ``wait`` ends it."""
-    import storage
-    from compaction import job
-    from operations.deleted import Removal
+    from kcompact import storage
+    from kcompact.compaction import job
+    from kcompact.operations.deleted import Removal
 
     part = dirty_partition(tmp_path / "logs" / "a-0")
     replaced = sorted(p.name for p in part.iterdir() if p.name.startswith(("00000000000000000000.", "00000000000000000004.")))
@@ -392,8 +390,8 @@ def test_a_job_stopped_mid_commit_still_removes_what_it_committed(spark, tmp_pat
     """An error (or a Ctrl-C) between two partitions' commits: the first partition is committed,
     its replaced files go all the same; the second keeps its segments (and its ``.cleaned``
     files, for recovery to remove, as after any interrupted job)."""
-    from compaction import committing, job
-    from operations.deleted import Removal
+    from kcompact.compaction import committing, job
+    from kcompact.operations.deleted import Removal
 
     log_dir = tmp_path / "logs"
     parts = [dirty_partition(log_dir / name) for name in ("a-0", "a-1")]
@@ -422,8 +420,8 @@ def test_a_full_disk_at_the_checkpoint_frees_the_replaced_files_first(spark, tmp
     checkpoint (ENOSPC), the partition's replaced files go at once and the checkpoint is written."""
     import errno
 
-    from compaction import job
-    from operations import commit
+    from kcompact.compaction import job
+    from kcompact.operations import commit
 
     part = dirty_partition(tmp_path / "logs" / "a-0")
     real_set, calls = commit.set_cleaner_offset, []
@@ -447,7 +445,7 @@ def test_removal_says_what_it_could_not_remove():
     way out (recovery removes ``.deleted`` files)."""
     import tempfile
 
-    from operations.deleted import Removal
+    from kcompact.operations.deleted import Removal
 
     with tempfile.TemporaryDirectory() as tmp:
         there, gone, stuck = Path(tmp, "1.log.deleted"), Path(tmp, "2.log.deleted"), Path(tmp, "3.log.deleted")
@@ -466,8 +464,8 @@ def test_io_error_during_commit_leaves_old_or_new_and_is_retried_next_run(spark,
     would, reports the partition, does not mark it uncleanable; the next run cleans it."""
     import errno
 
-    import storage
-    from compaction import job
+    from kcompact import storage
+    from kcompact.compaction import job
 
     log_dir = tmp_path / "logs"
     dirty_partition(log_dir / "a-0")
@@ -508,7 +506,7 @@ def tiny_disk(tmp_path):
 def test_disk_full_while_writing_cleaned_segments(spark, tiny_disk):
     """Executors run out of space writing .cleaned files: the partition is reported and left as it
     was (no partial file), not marked uncleanable; once there is room, the next run cleans it."""
-    from compaction import job
+    from kcompact.compaction import job
 
     log_dir = tiny_disk / "logs"
     write_partition(log_dir / "big-0", [(0, [recs(0, [b"k%d" % i for i in range(30)], 1500)]),
@@ -534,8 +532,8 @@ def test_disk_full_while_writing_cleaned_segments(spark, tiny_disk):
 
 def test_lease_length_is_a_job_option(spark, tmp_path):
     """``--lease-ms`` on compact and run; the lease a job writes says how long it stands unrenewed."""
-    from compaction import job
-    from jobs.cli import build_parser
+    from kcompact.compaction import job
+    from kcompact.jobs.cli import build_parser
 
     for command in ("compact", "run"):
         assert build_parser().parse_args([command, "x", "--lease-ms", "60000"]).lease_ms == 60000

@@ -31,8 +31,7 @@ BUCKET = "signals"
 # holding ``KCOMPACT_TEST_SLOW_AT``'s substring says so in a marker file, then takes long.
 HOOK = '''
 import os, time
-import storage
-
+from kcompact import storage
 _op, _where = os.environ["KCOMPACT_TEST_SLOW_AT"].split(":", 1)
 _real = getattr(storage, _op)
 
@@ -74,7 +73,7 @@ def start(args: list[str], env: dict, hook: Path, slow_at: str, marker: Path, sl
     env = env | {"PYTHONPATH": os.pathsep.join(filter(None, [str(hook), env.get("PYTHONPATH")])),
                  "KCOMPACT_TEST_SLOW_AT": slow_at, "KCOMPACT_TEST_MARKER": str(marker),
                  "KCOMPACT_TEST_SLEEP": str(sleep)}
-    return subprocess.Popen([sys.executable, "-m", "jobs.cli", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "kcompact.jobs.cli", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
@@ -141,7 +140,7 @@ def child_env(tmp_path: Path) -> dict:
 def cleaned_once(tmp_path: Path, name: str) -> dict[str, bytes]:
     """What a whole, undisturbed run makes of the same log dir."""
     log_dir = make_log_dir(tmp_path / name)
-    done = subprocess.run([sys.executable, "-m", "jobs.cli", "compact", str(log_dir), "--now", str(NOW), *COMPACT,
+    done = subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", "compact", str(log_dir), "--now", str(NOW), *COMPACT,
                            "-q"], cwd=ROOT, env=child_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return local_files(log_dir)
@@ -164,7 +163,7 @@ def test_sigterm_while_cleaning_is_handled_as_ctrl_c(tmp_path, hook, to):
             and not k.startswith("kcompact-state.")} == {k: v for k, v in before.items() if k != ".lock"}
     assert_no_lease({k: v for k, v in after.items() if k.startswith("kcompact-state.")})
     assert lock_is_free(log_dir)
-    again = subprocess.run([sys.executable, "-m", "jobs.cli", "compact", str(log_dir), "--now", str(NOW), *COMPACT, "-q"],
+    again = subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", "compact", str(log_dir), "--now", str(NOW), *COMPACT, "-q"],
                            cwd=ROOT, env=child_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert not [k for k in local_files(log_dir) if k.endswith((".cleaned", ".swap", ".deleted"))]
@@ -215,7 +214,7 @@ def test_sigterm_on_s3_keeps_the_bucket_safe(tmp_path, hook, s3_endpoint):
     states = {path: fs.cat_file(path) for path in fs.ls(f"{BUCKET}/logs", detail=False)
               if path.rsplit("/", 1)[-1].startswith("kcompact-state.")}
     assert_no_lease(states)
-    again = subprocess.run([sys.executable, "-m", "jobs.cli", "compact", url, "--now", str(NOW), *COMPACT, "-q"],
+    again = subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", "compact", url, "--now", str(NOW), *COMPACT, "-q"],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     fetched = tmp_path / "fetched"

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-from jobs.cli import main
-from tools.verify import Note, verify_log_dir
+from kcompact.jobs.cli import main
+from kcompact.tools.verify import Note, verify_log_dir
 from tests.support import (
     TIME_ENTRY,
     TXN_ENTRY,
@@ -31,7 +31,7 @@ from tests.support import (
     seg_path,
     write_partition,
 )
-from readers.records import Record
+from kcompact.readers.records import Record
 
 NOW = 1_720_300_000_000
 TS = NOW - 3_600_000

@@ -91,7 +91,7 @@ def child_env(**more: str) -> dict:
 
 
 def kcompact(prefix: list[str], *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*prefix, sys.executable, "-m", "jobs.cli", *args], env=env or child_env(), cwd=REPO,
+    return subprocess.run([*prefix, sys.executable, "-m", "kcompact.jobs.cli", *args], env=env or child_env(), cwd=REPO,
                           capture_output=True, text=True, timeout=900)
 
 

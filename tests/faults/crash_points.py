@@ -241,8 +241,7 @@ class _Counting:
 
 def install(point: CrashPoint | None = None) -> None:
     """Wrap ``storage``'s mutations (once per process) to log them and kill at ``point``."""
-    import storage
-
+    from kcompact import storage
     if getattr(storage, "_crash_injector", None) is not None:
         storage._crash_injector.point = point
         storage._crash_injector.armed_rename = None

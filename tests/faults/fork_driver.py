@@ -32,11 +32,11 @@ import traceback
 
 import crash_points
 
-import operations.recover  # noqa: F401  (imported before forking: the children start warm)
-from jobs.cli import main as kcompact
-from operations.cleaned import CLEANED, WrittenGroup
-from operations.commit import commit_cleaned
-from operations.deleted import Removal
+import kcompact.operations.recover  # noqa: F401  (imported before forking: the children start warm)
+from kcompact.jobs.cli import main as kcompact
+from kcompact.operations.cleaned import CLEANED, WrittenGroup
+from kcompact.operations.commit import commit_cleaned
+from kcompact.operations.deleted import Removal
 
 KINDS = ("log", "index", "timeindex", "txnindex")  # write_group's order of a group's files
 

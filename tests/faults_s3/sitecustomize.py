@@ -20,8 +20,7 @@ if os.environ.get("KCOMPACT_S3_FAULTS") and not os.environ.get("_KCOMPACT_S3_FAU
     import signal
     import sys
 
-    import storage
-
+    from kcompact import storage
     MUTATIONS = ("write_durable", "create_durable", "write_atomic", "write_if", "write_if_many", "remove_if", "remove", "remove_many", "rename", "copy", "copy_many")
     _target = "/" + os.environ.get("KCOMPACT_S3_CRASH_PARTITION", "orders-0")
     _crash_at = int(os.environ.get("KCOMPACT_S3_CRASH_AT", "0"))
@@ -57,6 +56,6 @@ if os.environ.get("KCOMPACT_S3_FAULTS") and not os.environ.get("_KCOMPACT_S3_FAU
         setattr(storage, _name, _counted(_name, getattr(storage, _name)))
 
     if os.environ.get("KCOMPACT_S3_LEASE_MS"):
-        from compaction.leases import LeaseKeeper
+        from kcompact.compaction.leases import LeaseKeeper
 
         LeaseKeeper.__init__.__defaults__ = (None, int(os.environ["KCOMPACT_S3_LEASE_MS"]))

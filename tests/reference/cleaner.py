@@ -11,9 +11,9 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from readers.batch import LOG_APPEND_TIME, Batch
-from readers.indexes import AbortedTxn
-from readers.records import ABORT, COMMIT, Record, control_type
+from kcompact.readers.batch import LOG_APPEND_TIME, Batch
+from kcompact.readers.indexes import AbortedTxn
+from kcompact.readers.records import ABORT, COMMIT, Record, control_type
 from tests.reference import encode
 from tests.reference.log import CleanedSegment, CleaningFailed, Log, LogSegment
 from tests.reference.producers import LastRecord

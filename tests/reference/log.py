@@ -13,9 +13,9 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-from readers.batch import Batch
-from readers.indexes import AbortedTxn, OffsetEntry, TimeEntry, parse_offset_index, parse_time_index, parse_txn_index
-from readers.segment import iter_batches
+from kcompact.readers.batch import Batch
+from kcompact.readers.indexes import AbortedTxn, OffsetEntry, TimeEntry, parse_offset_index, parse_time_index, parse_txn_index
+from kcompact.readers.segment import iter_batches
 from tests.reference.producers import ProducerState
 
 INT_MAX = 2**31 - 1

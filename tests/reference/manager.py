@@ -13,11 +13,11 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from readers import checkpoint
+from kcompact.readers import checkpoint
 from tests.reference.cleaner import Cleaner
 from tests.reference.config import Config
 from tests.reference.log import CleaningFailed, Log
-from writers.checkpoint import render_checkpoint
+from kcompact.writers.checkpoint import render_checkpoint
 
 LONG_MAX = 2**63 - 1
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")

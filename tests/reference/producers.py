@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from readers.batch import Batch
+from kcompact.readers.batch import Batch
 
 
 @dataclass(slots=True)

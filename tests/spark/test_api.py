@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 import kcompact
-from operations import last_run
-from readers import checkpoint
+from kcompact.operations import last_run
+from kcompact.readers import checkpoint
 from tests.reference.config import Config
 from tests.reference.manager import Broker
-from tools import generator
+from kcompact.tools import generator
 
 NOW = 1_720_001_000_000  # 1000 s after the generated records: retention is inert, compaction is not
 QUIET = dict(progress=lambda line: None)

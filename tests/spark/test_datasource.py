@@ -19,10 +19,10 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 from pyspark.sql.datasource import EqualTo, GreaterThan, In, InputPartition, IsNotNull, LessThanOrEqual
 
-import storage
-from readers import codecs
-from datasource.kafka_log import KafkaLogDataSource, Split, plan_splits, read_split
-from readers.records import ABORT, COMMIT, Record
+from kcompact import storage
+from kcompact.readers import codecs
+from kcompact.datasource.kafka_log import KafkaLogDataSource, Split, plan_splits, read_split
+from kcompact.readers.records import ABORT, COMMIT, Record
 from tests.support import (
     FIXTURE_DIR,
     FIXTURE_INPUT,

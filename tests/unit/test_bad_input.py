@@ -18,13 +18,13 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from jobs import cli
-from readers import checkpoint
-from tools.dump import dump_path
-from readers.errors import FormatError
-from readers.records import Record
-from readers.segment import iter_batches
-from tools.verify import verify_log_dir
+from kcompact.jobs import cli
+from kcompact.readers import checkpoint
+from kcompact.tools.dump import dump_path
+from kcompact.readers.errors import FormatError
+from kcompact.readers.records import Record
+from kcompact.readers.segment import iter_batches
+from kcompact.tools.verify import verify_log_dir
 from tests.support import hand_v2_batch, hand_varint, kp_build, recompute_crc32c
 from tests.support import TS0, make_batches, write_partition
 

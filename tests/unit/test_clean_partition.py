@@ -12,12 +12,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from compaction import backward, batch_plans, job, rewrite
-from compaction.backward import clean_partition
-from compaction.cleaner_config import CleanerConfig
-from compaction.results import IO_ERROR, OUT_OF_MEMORY
-from compaction.to_clean import PartitionToClean
-from conf.resolve import Config
+from kcompact.compaction import backward, batch_plans, job, rewrite
+from kcompact.compaction.backward import clean_partition
+from kcompact.compaction.cleaner_config import CleanerConfig
+from kcompact.compaction.results import IO_ERROR, OUT_OF_MEMORY
+from kcompact.compaction.to_clean import PartitionToClean
+from kcompact.conf.resolve import Config
 from tests.support import kp_batches, kp_keyed, seg_path, write_partition
 
 NOW = 1_700_000_000_000
@@ -174,7 +174,7 @@ def test_a_failed_write_stops_the_partition_before_the_groups_below(tmp_path, sm
 
 def test_map_shards_split_keys_evenly_enough():
     """The shard of a key is bits of its hash the index does not place by: every shard gets keys."""
-    from compaction.offset_map import shard_of
+    from kcompact.compaction.offset_map import shard_of
 
     hashes = np.random.default_rng(1).integers(-(1 << 63), (1 << 63) - 1, 4096, dtype=np.int64)
     counts = np.bincount([shard_of(int(h), 4) for h in hashes], minlength=4)

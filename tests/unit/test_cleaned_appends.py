@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operations import cleaned
-from operations.cleaned import ChunkOut, write_group
-from readers.batch import NO_TIMESTAMP
-from writers.chunks import BufferSizes
-from writers.segment import SegmentFiles
+from kcompact.operations import cleaned
+from kcompact.operations.cleaned import ChunkOut, write_group
+from kcompact.readers.batch import NO_TIMESTAMP
+from kcompact.writers.chunks import BufferSizes
+from kcompact.writers.segment import SegmentFiles
 
 
 class Recorder:

@@ -13,8 +13,8 @@ import pytest
 import zstandard
 from kafka import codec as kp
 
-from readers.codecs import GZIP, LZ4, NONE, SNAPPY, ZSTD, CodecError, decompress
-from writers.codecs import compress
+from kcompact.readers.codecs import GZIP, LZ4, NONE, SNAPPY, ZSTD, CodecError, decompress
+from kcompact.writers.codecs import compress
 
 # Records-like text: compressible, yet not one repeated byte.
 _rng = random.Random(7)

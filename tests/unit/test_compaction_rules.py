@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compaction.decisions import (
+from kcompact.compaction.decisions import (
     COPY,
     DROP,
     EMPTY,
@@ -26,10 +26,10 @@ from compaction.decisions import (
     PartitionPlan,
     plan_partition,
 )
-from compaction.model import BatchInfo, SegmentInfo, infos_at, table_of
-from compaction.transactions import TransactionSweep, collect_aborted, last_of_active_producers
-from readers.indexes import AbortedTxn, OffsetEntry
-from readers.records import ABORT, COMMIT
+from kcompact.compaction.model import BatchInfo, SegmentInfo, infos_at, table_of
+from kcompact.compaction.transactions import TransactionSweep, collect_aborted, last_of_active_producers
+from kcompact.readers.indexes import AbortedTxn, OffsetEntry
+from kcompact.readers.records import ABORT, COMMIT
 from tests.oracles import keep_record
 from tests.reference.cleaner import LogFilter
 from tests.reference.producers import ProducerState

@@ -14,9 +14,9 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from readers import codecs, compiled_codecs
-from writers.codecs import compress
-from writers.compiled_codecs import compress_many
+from kcompact.readers import codecs, compiled_codecs
+from kcompact.writers.codecs import compress
+from kcompact.writers.compiled_codecs import compress_many
 
 
 def _kafka_lz4(data: bytes) -> bytes:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conf.resolve import (
+from kcompact.conf.resolve import (
     Config,
     add_broker_arg,
     add_properties_file,
@@ -20,7 +20,7 @@ from conf.resolve import (
     build,
     split_assignments,
 )
-from conf.settings import ConfigError
+from kcompact.conf.settings import ConfigError
 
 KAFKA_DEFAULTS = {
     "cleanup.policy": ("delete",),

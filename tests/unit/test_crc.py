@@ -5,7 +5,7 @@ import crc32c
 import numpy as np
 import pytest
 
-from readers import crc
+from kcompact.readers import crc
 
 
 def _ranges(seed: int):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from operations import critical
+from kcompact.operations import critical
 
 
 def test_a_stop_outside_a_section_is_not_held():

@@ -16,10 +16,10 @@ from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-import storage
-from jobs import cli
-from tools.dump import dump_path
-from readers.records import COMMIT, Record
+from kcompact import storage
+from kcompact.jobs import cli
+from kcompact.tools.dump import dump_path
+from kcompact.readers.records import COMMIT, Record
 from tests.support import FIXTURE_DIR, FIXTURE_INPUT, hand_control_batch, kp_build
 from tests.support import TS0
 

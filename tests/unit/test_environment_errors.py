@@ -15,10 +15,10 @@ from botocore.exceptions import (ClientError, ConnectTimeoutError, EndpointConne
                                  PartialCredentialsError)
 from s3fs.errors import translate_boto_error
 
-import storage
-from compaction import routing, settings
-from jobs import cli
-from jobs.spark import Sizing
+from kcompact import storage
+from kcompact.compaction import routing, settings
+from kcompact.jobs import cli
+from kcompact.jobs.spark import Sizing
 
 URLS = ["s3://nightly-logs/broker-1"]
 WORKER_IMPORTS_MIB = routing.WORKER_IMPORTS >> 20

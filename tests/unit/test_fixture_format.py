@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from readers import checkpoint, codecs
-from readers.indexes import parse_txn_index
-from readers.records import CONTROL_TYPES
+from kcompact.readers import checkpoint, codecs
+from kcompact.readers.indexes import parse_txn_index
+from kcompact.readers.records import CONTROL_TYPES
 from tests.support import (
     FIXTURE_DIR,
     FIXTURE_INPUT,
@@ -27,8 +27,8 @@ from tests.support import (
     segment_batches,
 )
 from tests.oracles import encode_like
-from writers.segment import SegmentWriter
-from writers.checkpoint import render_checkpoint
+from kcompact.writers.segment import SegmentWriter
+from kcompact.writers.checkpoint import render_checkpoint
 
 SEGMENTS = log_segments(FIXTURE_INPUT)
 

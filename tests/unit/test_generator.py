@@ -17,12 +17,12 @@ import crc32c
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-from jobs.cli import main
-from readers import checkpoint
-from readers.indexes import AbortedTxn, parse_offset_index, parse_time_index, parse_txn_index
+from kcompact.jobs.cli import main
+from kcompact.readers import checkpoint
+from kcompact.readers.indexes import AbortedTxn, parse_offset_index, parse_time_index, parse_txn_index
 from tests.support import FIXTURE_DIR
-from logdir.listing import METADATA_DIR
-from tools import generator
+from kcompact.logdir.listing import METADATA_DIR
+from kcompact.tools import generator
 
 FIXTURE_SPEC = FIXTURE_DIR / "generator-spec.json"
 COMPACTED = {"orders", "users"}
@@ -494,8 +494,7 @@ def test_cli_gen_writes_a_log_dir(tmp_path: Path, capsys: pytest.CaptureFixture)
 
 def test_writes_to_s3_the_same_bytes(tmp_path: Path, s3_endpoint: str) -> None:
     """Everything goes through the storage seam: an s3:// target gets the local bytes."""
-    import storage
-
+    from kcompact import storage
     storage.resolve("s3://gen")[0].call_s3("create_bucket", Bucket="gen")
     spec = generator.override(small_spec(), partitions=1)
     generator.generate("s3://gen/logs", spec, seed=5)

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-from readers import checkpoint
-from readers.indexes import parse_offset_index, parse_time_index
+from kcompact.readers import checkpoint
+from kcompact.readers.indexes import parse_offset_index, parse_time_index
 from tests.unit.test_generator import expected_indexes, read_segment
-from tools import generator
+from kcompact.tools import generator
 
 T0 = 1_720_000_000_000
 HOUR = 3_600_000

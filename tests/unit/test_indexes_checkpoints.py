@@ -7,10 +7,10 @@ import struct
 
 import pytest
 
-import storage
-from readers import checkpoint
-from readers.errors import FormatError
-from readers.indexes import (
+from kcompact import storage
+from kcompact.readers import checkpoint
+from kcompact.readers.errors import FormatError
+from kcompact.readers.indexes import (
     AbortedTxn,
     OffsetEntry,
     TimeEntry,
@@ -18,8 +18,8 @@ from readers.indexes import (
     parse_time_index,
     parse_txn_index,
 )
-from writers.indexes import encode_offset_index, encode_time_index, encode_txn_index
-from writers.checkpoint import render_checkpoint
+from kcompact.writers.indexes import encode_offset_index, encode_time_index, encode_txn_index
+from kcompact.writers.checkpoint import render_checkpoint
 
 OFFSETS = [(17, 4102), (35, 8230), (61, 12400)]
 TIMES = [(1_720_000_000_500, 17), (1_720_000_001_000, 35), (1_720_000_002_750, 64)]

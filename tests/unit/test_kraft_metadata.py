@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logdir.kraft import metadata_sources, read_metadata
-from conf.resolve import build
-from readers.errors import FormatError
-from readers.metadata import (
+from kcompact.logdir.kraft import metadata_sources, read_metadata
+from kcompact.conf.resolve import build
+from kcompact.readers.errors import FormatError
+from kcompact.readers.metadata import (
     ConfigRecord,
     MetadataError,
     OtherRecord,
@@ -27,7 +27,7 @@ from readers.metadata import (
     TopicRecord,
     decode,
 )
-from readers.records import Record
+from kcompact.readers.records import Record
 from tests.support import ATTR_CONTROL, TS0, kp_build
 
 METADATA_DIR = "__cluster_metadata-0"

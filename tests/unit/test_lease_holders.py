@@ -14,11 +14,11 @@ import time
 
 import pyarrow as pa
 
-from compaction.report import PartitionReport, Report
-from jobs.cli import EXIT_OK, EXIT_PARTIAL, _exit_status
-from operations import states
-from operations.recover import RecoveryReport
-from planner.build import PLAN_SCHEMA
+from kcompact.compaction.report import PartitionReport, Report
+from kcompact.jobs.cli import EXIT_OK, EXIT_PARTIAL, _exit_status
+from kcompact.operations import states
+from kcompact.operations.recover import RecoveryReport
+from kcompact.planner.build import PLAN_SCHEMA
 
 HOUR = 3_600_000
 

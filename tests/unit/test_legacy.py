@@ -17,9 +17,9 @@ import lz4.frame
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from readers import codecs
-from readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP
-from readers.records import Record
+from kcompact.readers import codecs
+from kcompact.readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP
+from kcompact.readers.records import Record
 from tests.support import kp_batches, kp_build, kp_record, read_batches
 
 T0 = 1_500_000_000_000

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 
-import storage
-from logdir import commits, names
-from logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
-from operations import checkpoints, last_run, states, swap
-from operations.cleaned import WrittenGroup, output_path
-from operations.recover import recover_partition
-from readers import checkpoint
-from tools import generator
+from kcompact import storage
+from kcompact.logdir import commits, names
+from kcompact.logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
+from kcompact.operations import checkpoints, last_run, states, swap
+from kcompact.operations.cleaned import WrittenGroup, output_path
+from kcompact.operations.recover import recover_partition
+from kcompact.readers import checkpoint
+from kcompact.tools import generator
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT = ("compaction", "operations", "logdir", "storage", "planner", "jobs", "kcompact", "readers", "writers",

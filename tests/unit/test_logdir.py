@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from logdir.listing import parse_partition_dir, scan_log_dir
+from kcompact.logdir.listing import parse_partition_dir, scan_log_dir
 from tests.support import FIXTURE_INPUT, MTIME_MS, make_log_dir
 
 

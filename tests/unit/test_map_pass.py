@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compaction import map_pass
-from compaction.offset_map import KeyTable
-from readers import walk
+from kcompact.compaction import map_pass
+from kcompact.compaction.offset_map import KeyTable
+from kcompact.readers import walk
 from tests.support import kp_batches, make_batches
 
 facts = st.lists(st.tuples(st.integers(0, 5), st.sampled_from([b"a", b"b", b"", b"key-1", b"key-22"]),

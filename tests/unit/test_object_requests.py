@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-import storage
-from storage import objects
+from kcompact import storage
+from kcompact.storage import objects
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compaction.offset_map import EMPTY, KeyTable, record_hashes
+from kcompact.compaction.offset_map import EMPTY, KeyTable, record_hashes
 
 
 def laid_out(keys: list[bytes | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

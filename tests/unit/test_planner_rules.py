@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conf.settings import LONG_MAX
-from planner.rules import (
+from kcompact.conf.settings import LONG_MAX
+from kcompact.planner.rules import (
     ACTIVE_SEGMENT,
     LAST_STABLE,
     MIN_LAG,

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 from PIL import Image
 
-from planner.build import PLAN_SCHEMA
-from planner.plan import Plan
-from planner.plot import DPI, FIGSIZE, plot_plan, show_plan
+from kcompact.planner.build import PLAN_SCHEMA
+from kcompact.planner.plan import Plan
+from kcompact.planner.plot import DPI, FIGSIZE, plot_plan, show_plan
 
 SIZE = (round(FIGSIZE[0] * DPI), round(FIGSIZE[1] * DPI))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -83,7 +83,7 @@ def test_show_plan_says_why_there_is_nothing_to_draw():
 def test_a_skipped_ratio_never_reads_as_its_threshold():
     """Kafka cleans when ratio > min.cleanable.dirty.ratio: 0.499 shown as "0.50, skipped" (or 0.4996
     as "0.500") reads as a partition at the threshold; the labels keep the digits that tell them apart."""
-    from planner.output import describe
+    from kcompact.planner.output import describe
 
     table = pa.Table.from_pylist([row(0, 0.499, 200_000), row(1, 0.4996, 100_000),
                                   row(2, 0.9, 50_000, selected=True, rank=1)], schema=PLAN_SCHEMA)

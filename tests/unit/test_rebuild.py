@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from readers import codecs, scan
-from readers.batch import ATTR_DELETE_HORIZON, LOG_APPEND_TIME, V2_HEADER_SIZE, Batch
-from readers.records import ABORT, COMMIT, Record
-from readers.segment import iter_batches
+from kcompact.readers import codecs, scan
+from kcompact.readers.batch import ATTR_DELETE_HORIZON, LOG_APPEND_TIME, V2_HEADER_SIZE, Batch
+from kcompact.readers.records import ABORT, COMMIT, Record
+from kcompact.readers.segment import iter_batches
 from tests.support import (
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
@@ -36,7 +36,7 @@ from tests.support import (
     read_one,
 )
 from tests.oracles import encode_like
-from writers.rebuild import rebuild, splice_records
+from kcompact.writers.rebuild import rebuild, splice_records
 
 ALL_CODECS = [codecs.NONE, codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD]
 CODEC_IDS = [codecs.name(c) for c in ALL_CODECS]

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.util import encode_varint as kp_encode_varint
 
-from readers import codecs, scan
-from readers.batch import LOG_APPEND_TIME
-from readers.errors import FormatError
-from readers.records import ABORT, COMMIT, Record, control_coordinator_epoch, control_key, control_value
+from kcompact.readers import codecs, scan
+from kcompact.readers.batch import LOG_APPEND_TIME
+from kcompact.readers.errors import FormatError
+from kcompact.readers.records import ABORT, COMMIT, Record, control_coordinator_epoch, control_key, control_value
 from tests.support import (
     V2_HEADER,
     hand_control_batch,
@@ -33,7 +33,7 @@ from tests.support import (
     read_one,
 )
 from tests.oracles import encode_like
-from writers.batch import encode_batch, varint
+from kcompact.writers.batch import encode_batch, varint
 
 ALL_CODECS = [codecs.NONE, codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD]
 CODEC_IDS = [codecs.name(c) for c in ALL_CODECS]

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-from operations import states
+from kcompact.operations import states
 from tests.support import FIXTURE_INPUT, broker_indexes, make_batches, seg_path, write_partition
-from operations.recover import plan_recovery, recover_log_dirs, recover_partition
+from kcompact.operations.recover import plan_recovery, recover_log_dirs, recover_partition
 
 
 def n(offset: int, suffix: str) -> str:

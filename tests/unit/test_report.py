@@ -13,9 +13,9 @@ import json
 import pyarrow as pa
 import pytest
 
-from compaction.report import METRICS, MIB, NO_BUFFER, NO_LAST_RUN, NO_PLAN, PartitionReport, Report, java_fixed
-from compaction.report_html import write_report
-from planner.build import PLAN_SCHEMA
+from kcompact.compaction.report import METRICS, MIB, NO_BUFFER, NO_LAST_RUN, NO_PLAN, PartitionReport, Report, java_fixed
+from kcompact.compaction.report_html import write_report
+from kcompact.planner.build import PLAN_SCHEMA
 
 NOW = 1_720_001_000_000
 

@@ -8,8 +8,8 @@ time when its largest timestamp < 9000 (now - ts > 1000, strictly).
 
 from __future__ import annotations
 
-from planner.retention import LOG_START, SIZE, TIME, plan_deletion
-from planner.rules import SegmentFacts
+from kcompact.planner.retention import LOG_START, SIZE, TIME, plan_deletion
+from kcompact.planner.rules import SegmentFacts
 
 NOW = 10_000
 OFF = -1  # retention.ms / retention.bytes disabled

@@ -27,8 +27,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compaction import partition_scan
-from compaction.decisions import (
+from kcompact.compaction import partition_scan
+from kcompact.compaction.decisions import (
     DELETE,
     DISCARD,
     MARKER_FOR_EMPTY_TXN,
@@ -39,10 +39,10 @@ from compaction.decisions import (
     batch_outcome,
     plan_partition,
 )
-from compaction.model import BatchInfo, SegmentInfo, table_of
-from compaction.offset_map import EMPTY as NOT_MAPPED
-from compaction.results import KEPT_TOMBSTONE
-from compaction.rewrite import (
+from kcompact.compaction.model import BatchInfo, SegmentInfo, table_of
+from kcompact.compaction.offset_map import EMPTY as NOT_MAPPED
+from kcompact.compaction.results import KEPT_TOMBSTONE
+from kcompact.compaction.rewrite import (
     COPY,
     DROP,
     EMPTY_HEADER,
@@ -54,15 +54,15 @@ from compaction.rewrite import (
     fate_codes,
     undecided,
 )
-from readers import codecs, walk
-from readers.batch import ATTR_DELETE_HORIZON, Batch
-from readers.records import ABORT, COMMIT, Record
+from kcompact.readers import codecs, walk
+from kcompact.readers.batch import ATTR_DELETE_HORIZON, Batch
+from kcompact.readers.records import ABORT, COMMIT, Record
 from tests.oracles import encode_like, keep_record
 from tests.reference.cleaner import CleanedTransactionMetadata, LogFilter, OffsetMap
 from tests.support import V2_HEADER, hand_control_batch, kp_build, read_batches, read_one, recompute_crc32c
 from tests.unit.test_legacy import legacy_message_set
-from writers import cleaned
-from writers.chunks import BufferSizes
+from kcompact.writers import cleaned
+from kcompact.writers.chunks import BufferSizes
 
 NOW = 1_720_000_000_000
 DAY = 86_400_000

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from readers import codecs
-from readers.errors import FormatError
-from readers.records import Record
-from readers.segment import DEFAULT_CHUNK, iter_batches, problems
+from kcompact.readers import codecs
+from kcompact.readers.errors import FormatError
+from kcompact.readers.records import Record
+from kcompact.readers.segment import DEFAULT_CHUNK, iter_batches, problems
 from tests.support import kp_batches, kp_build, read_batches
 
 T0 = 1_720_000_000_000

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -17,11 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from readers import kernel_cache
+from kcompact.readers import kernel_cache
+from tests.support import install_layout
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("compaction", "conf", "datasource", "jobs", "kcompact", "logdir", "operations", "planner", "readers",
-            "storage", "tools", "writers")
 
 # Run in a new process: every kernel of ours (imported by jobs.kernels.kernels), its entries in the
 # cache numba now uses for it; then a compaction of one partition as a Spark task of the whole path
@@ -34,8 +32,8 @@ from pathlib import Path
 if os.environ.get("PROBE_PATH"):  # a path entry as pyspark's worker adds one: not made absolute
     sys.path.insert(0, os.environ["PROBE_PATH"])
 
-from jobs import kernels
-from jobs.cli import main
+from kcompact.jobs import kernels
+from kcompact.jobs.cli import main
 from tests.support import seg_path
 from tests.unit.test_clean_partition import _groups, _partition, clean_partition  # wherever it lives now
 
@@ -102,11 +100,11 @@ def test_from_a_zip_compiles_nothing(tmp_path, shipped):
     named on the path relative to the working dir as Spark's executors name it: numba caches
     zipped code in the user's cache dir, empty here."""
     archive = tmp_path / "kcompact-py.zip"
+    layout = install_layout(tmp_path / "layout")
     with zipfile.ZipFile(archive, "w") as z:
-        for package in PACKAGES:
-            for path in sorted((REPO / package).rglob("*")):
-                if path.is_file() and "__pycache__" not in path.parts:
-                    z.write(path, path.relative_to(REPO).as_posix())
+        for path in sorted(layout.rglob("*")):
+            if path.is_file():
+                z.write(path, path.relative_to(layout).as_posix())
     found = _probe(tmp_path, str(REPO), PROBE_PATH=archive.name)
     _assert_nothing_compiled(found)
     assert all(f.startswith(archive.name + os.sep) for f in found["files"].values()), found["files"]
@@ -116,9 +114,7 @@ def test_from_a_zip_compiles_nothing(tmp_path, shipped):
 def test_nothing_is_written_beside_the_packages(tmp_path, shipped):
     """A copy of our packages as an install would lay them out: nothing is added to it (the
     shipped files are read, numba's entries go to NUMBA_CACHE_DIR)."""
-    site = tmp_path / "site"
-    for package in PACKAGES:
-        shutil.copytree(REPO / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
+    site = install_layout(tmp_path / "site")
     before = sorted(p for p in site.rglob("*") if "__pycache__" not in p.parts)
     found = _probe(tmp_path, f"{site}{os.pathsep}{REPO}", NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"),
                    PYTHONDONTWRITEBYTECODE="1")

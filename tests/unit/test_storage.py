@@ -13,9 +13,9 @@ import uuid
 
 import pytest
 
-import storage
-from logdir.listing import scan_log_dir
-from readers.segment import iter_batches
+from kcompact import storage
+from kcompact.logdir.listing import scan_log_dir
+from kcompact.readers.segment import iter_batches
 from tests.support import FIXTURE_INPUT
 from tests.support import TREE, make_log_dir, pages_in_cache
 
@@ -122,7 +122,7 @@ def test_s3_errors_name_the_objects_url(s3):
     """s3fs names an object ``bucket/key`` or not at all (a GET of an archived object: a bare
     PermissionError); read through the seam, every error names its ``s3://`` URL, and so do the
     errors a job's task reports (``compaction.results``, ``planner.scan``)."""
-    from compaction.results import IO_ERROR, read_error, reason
+    from kcompact.compaction.results import IO_ERROR, read_error, reason
 
     s3.pipe_file(f"{BUCKET}/named/x-0/00000000000000000000.log", b"x" * 100, StorageClass="GLACIER")
     archived, missing = (f"s3://{BUCKET}/named/x-0/00000000000000000{n}.log" for n in ("000", "123"))

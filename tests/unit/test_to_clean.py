@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from compaction.cleaner_config import CLEANER_CONFIG, CONFIG_KEYS, CleanerConfig
-from compaction.to_clean import PartitionToClean, to_clean
-from conf.resolve import Config
-from planner.build import PLAN_SCHEMA
-from planner.plan import Plan
+from kcompact.compaction.cleaner_config import CLEANER_CONFIG, CONFIG_KEYS, CleanerConfig
+from kcompact.compaction.to_clean import PartitionToClean, to_clean
+from kcompact.conf.resolve import Config
+from kcompact.planner.build import PLAN_SCHEMA
+from kcompact.planner.plan import Plan
 
 
 def strings(topic: str) -> dict[str, str]:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-import storage
-from jobs import cli
-from readers.records import ABORT
-from readers.errors import Problem
-from tools.verify import MISSING, TAIL_NOT_TORN, TORN_TAIL, TORN_TAIL_KEPT, Note, split, verify_log_dir
+from kcompact import storage
+from kcompact.jobs import cli
+from kcompact.readers.records import ABORT
+from kcompact.readers.errors import Problem
+from kcompact.tools.verify import MISSING, TAIL_NOT_TORN, TORN_TAIL, TORN_TAIL_KEPT, Note, split, verify_log_dir
 from tests.support import (
     FIXTURE_DIR,
     FIXTURE_INPUT,

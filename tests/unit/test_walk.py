@@ -16,14 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from readers import codecs, walk
-from readers.errors import FormatError
-from readers.records import Record
-from readers.segment import iter_batches
+from kcompact.readers import codecs, walk
+from kcompact.readers.errors import FormatError
+from kcompact.readers.records import Record
+from kcompact.readers.segment import iter_batches
 from tests.support import kp_batches, kp_build, recompute_crc32c
 from tests.unit.test_legacy import legacy_message_set
 from tests.unit.test_segment_reader import LOG, SPECS, batch_specs_log
-from writers.codecs import compress
+from kcompact.writers.codecs import compress
 
 T0 = 1_720_000_000_000
 
@@ -162,7 +162,7 @@ def test_payload_is_the_decompressed_records_section():
 
 def records_by_decode(data: bytes, chunk_size: int = 4096) -> list[tuple]:
     out = []
-    from readers import scan
+    from kcompact.readers import scan
 
     for chunk in walk.read_chunks(io.BytesIO(data), "x.log", chunk_size=chunk_size):
         sections = walk.decode(chunk, np.arange(len(chunk.entries)))

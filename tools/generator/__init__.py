@@ -23,19 +23,19 @@ Their public names are this package's too.
 
 from __future__ import annotations
 
-from tools.generator.log_dir import ROOT_CHECKPOINTS, append, generate, topic_id
-from tools.generator.partition import DEFAULT_SEGMENT_BYTES, DEFAULT_SEGMENT_INDEX_BYTES
-from tools.generator.producers import (
+from kcompact.tools.generator.log_dir import ROOT_CHECKPOINTS, append, generate, topic_id
+from kcompact.tools.generator.partition import DEFAULT_SEGMENT_BYTES, DEFAULT_SEGMENT_INDEX_BYTES
+from kcompact.tools.generator.producers import (
     COORDINATOR_EPOCH,
     IDEMPOTENT_PID_BASE,
     LOG_APPEND_DELAY_MS,
     TRANSACTIONAL_PID_BASE,
 )
-from tools.generator.spec import _CONFIG_CHECKS as _CONFIG_CHECKS  # the README's list of spec keys is
-from tools.generator.spec import _SPEC_KEYS as _SPEC_KEYS  # checked against these three
-from tools.generator.spec import _TOPIC_FIELDS as _TOPIC_FIELDS
-from tools.generator.spec import DEFAULT_START_MS, DEMO_SPEC, load_spec, override, validate
-from tools.generator.truth import GenResult, PartitionTruth, WrittenBatch, WrittenRecord, WrittenSegment
+from kcompact.tools.generator.spec import _CONFIG_CHECKS as _CONFIG_CHECKS  # the README's list of spec keys is
+from kcompact.tools.generator.spec import _SPEC_KEYS as _SPEC_KEYS  # checked against these three
+from kcompact.tools.generator.spec import _TOPIC_FIELDS as _TOPIC_FIELDS
+from kcompact.tools.generator.spec import DEFAULT_START_MS, DEMO_SPEC, load_spec, override, validate
+from kcompact.tools.generator.truth import GenResult, PartitionTruth, WrittenBatch, WrittenRecord, WrittenSegment
 
 __all__ = [
     "COORDINATOR_EPOCH", "DEFAULT_SEGMENT_BYTES", "DEFAULT_SEGMENT_INDEX_BYTES", "DEFAULT_START_MS", "DEMO_SPEC",

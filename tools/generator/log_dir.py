@@ -10,17 +10,17 @@ import hashlib
 import io
 from typing import Any
 
-import storage
-from logdir.listing import METADATA_DIR, segment_name
-from readers import checkpoint
-from readers.records import Record
-from tools.generator.partition import _append_partition, _write_partition
-from tools.generator.spec import validate
-from tools.generator.truth import GenResult, PartitionTruth
-from writers import metadata
-from writers.batch import encode_batch
-from writers.checkpoint import render_checkpoint
-from writers.segment import SegmentWriter
+from kcompact import storage
+from kcompact.logdir.listing import METADATA_DIR, segment_name
+from kcompact.readers import checkpoint
+from kcompact.readers.records import Record
+from kcompact.tools.generator.partition import _append_partition, _write_partition
+from kcompact.tools.generator.spec import validate
+from kcompact.tools.generator.truth import GenResult, PartitionTruth
+from kcompact.writers import metadata
+from kcompact.writers.batch import encode_batch
+from kcompact.writers.checkpoint import render_checkpoint
+from kcompact.writers.segment import SegmentWriter
 
 ROOT_CHECKPOINTS = (
     "cleaner-offset-checkpoint",

@@ -10,15 +10,15 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-import storage
-from logdir.listing import segment_name
-from readers import snapshot
-from tools.generator.producers import COORDINATOR_EPOCH, _PartitionProducer, _produce
-from tools.generator.truth import _Encoded
-from tools.generator.spec import _INT32_MAX
-from tools.generator.truth import PartitionTruth, WrittenSegment, _truth
-from writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentFiles, SegmentWriter
-from writers.snapshot import render_snapshot
+from kcompact import storage
+from kcompact.logdir.listing import segment_name
+from kcompact.readers import snapshot
+from kcompact.tools.generator.producers import COORDINATOR_EPOCH, _PartitionProducer, _produce
+from kcompact.tools.generator.truth import _Encoded
+from kcompact.tools.generator.spec import _INT32_MAX
+from kcompact.tools.generator.truth import PartitionTruth, WrittenSegment, _truth
+from kcompact.writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentFiles, SegmentWriter
+from kcompact.writers.snapshot import render_snapshot
 
 DEFAULT_SEGMENT_BYTES = 1 << 30
 DEFAULT_SEGMENT_INDEX_BYTES = 10 * 1024 * 1024

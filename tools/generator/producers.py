@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
-from readers import codecs
-from readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP
-from readers.indexes import AbortedTxn
-from readers.records import ABORT, COMMIT, Record, control_key, control_value
-from tools.generator.spec import _INT32_MAX
-from tools.generator.truth import WrittenBatch, WrittenRecord, _Encoded
-from writers import legacy
-from writers.batch import encode_batch
+from kcompact.readers import codecs
+from kcompact.readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP
+from kcompact.readers.indexes import AbortedTxn
+from kcompact.readers.records import ABORT, COMMIT, Record, control_key, control_value
+from kcompact.tools.generator.spec import _INT32_MAX
+from kcompact.tools.generator.truth import WrittenBatch, WrittenRecord, _Encoded
+from kcompact.writers import legacy
+from kcompact.writers.batch import encode_batch
 
 IDEMPOTENT_PID_BASE = 598000
 TRANSACTIONAL_PID_BASE = 598500

@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import storage
-from readers import codecs
+from kcompact import storage
+from kcompact.readers import codecs
 
 DEFAULT_START_MS = 1720000000000
 _INT32_MAX = (1 << 31) - 1

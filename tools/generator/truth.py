@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from readers.indexes import AbortedTxn
-from readers.records import Header
+from kcompact.readers.indexes import AbortedTxn
+from kcompact.readers.records import Header
 
 
 @dataclass(frozen=True, slots=True)
