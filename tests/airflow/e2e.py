@@ -1,7 +1,10 @@
 """End-to-end check of the Airflow DAG ``kcompact_nightly`` (jobs/airflow_dag.py) on a real Airflow.
 
 ``make test-airflow`` runs it with the Python of .venv-airflow, which has Airflow and this project.
-In a throwaway AIRFLOW_HOME (SQLite database, jobs/ as the DAG folder) it checks:
+In a throwaway AIRFLOW_HOME (SQLite database; a DAG folder holding a copy of jobs/airflow_dag.py
+beside packages of its own named ``tools`` and ``jobs``, as a shared DAG folder may, and on the
+PYTHONPATH of everything Airflow starts, so that a package of ours by those names would be
+shadowed) it checks:
 1. parsing: Airflow's DagBag loads the DAG without import errors, and loading it imported
    neither Spark nor this project; the DAG is one task, ``run``, with an execution timeout;
 2. the nightly run: ``airflow dags test`` runs ``kcompact run`` on a log dir from ``kcompact gen
@@ -133,17 +136,30 @@ print(json.dumps({"tasks": sorted(dag.task_ids), "timeout_s": task.execution_tim
 """
 
 
+def dag_folder(tmp: Path) -> Path:
+    """The example DAG beside the DAG folder's own ``tools`` and ``jobs`` packages, which refuse to
+    be imported by anyone but their own DAGs."""
+    folder = tmp / "dags"
+    for own in ("tools", "jobs"):
+        (folder / own).mkdir(parents=True)
+        (folder / own / "__init__.py").write_text(
+            f"raise ImportError('the DAG folder\\'s own {own} package was imported instead of kcompact\\'s')\n")
+    shutil.copy(ROOT / "jobs" / "airflow_dag.py", folder / "airflow_dag.py")
+    return folder
+
+
 def check_parsing(env: dict) -> None:
-    done = run(str(BIN / "python"), "-c", PARSE, str(ROOT / "jobs"), env=env)
+    folder = env["AIRFLOW__CORE__DAGS_FOLDER"]
+    done = run(str(BIN / "python"), "-c", PARSE, folder, env=env)
     parsed = json_out(done)
-    if not check("DagBag parses jobs/", parsed is not None, tail(done.stdout + done.stderr)):
+    if not check("DagBag parses the DAG folder", parsed is not None, tail(done.stdout + done.stderr)):
         return
     check("no import errors", parsed["errors"] == {}, parsed["errors"])
-    check(f"{DAG_ID} is the DAG of jobs/", parsed["dags"] == [DAG_ID], parsed["dags"])
+    check(f"{DAG_ID} is the DAG of the DAG folder", parsed["dags"] == [DAG_ID], parsed["dags"])
     check("parsing imported neither Spark nor this project", parsed["imported"] == [], parsed["imported"])
     listed = json_out(run(str(BIN / "airflow"), "dags", "list-import-errors", "--local", "--output", "json", env=env))
     check("airflow dags list-import-errors --local is empty", listed == [], listed)
-    found = json_out(run(str(BIN / "python"), "-c", RETRIES, str(ROOT / "jobs"), env=env)) or {}
+    found = json_out(run(str(BIN / "python"), "-c", RETRIES, folder, env=env)) or {}
     check("one task, run, with a 6 h execution timeout", (found.get("tasks"), found.get("timeout_s")) == (["run"], 6 * 3600),
           found)
     check("retry policy: exit 1, 2 and 5 and a timeout fail at once, 3 and a kill (137) are retried",
@@ -247,9 +263,11 @@ def check_timeout(env: dict, db: Path, tmp: Path) -> None:
 def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="kcompact-airflow-"))
     home = tmp / "airflow-home"
+    dags = dag_folder(tmp)
     env = {**os.environ,
            "AIRFLOW_HOME": str(home),
-           "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "jobs"),
+           "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+           "PYTHONPATH": str(dags),
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
            "AIRFLOW_VAR_KCOMPACT_COMMAND": f"{BIN / 'kcompact'} {{step}}",  # the command from a Variable

@@ -315,3 +315,19 @@ def test_entry_scripts_run_from_the_archive(dist, executor_python, script):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"usage: kcompact {script} [-h]")
     assert "LOGDIR" in done.stdout
+
+
+def test_the_wheel_adds_one_name_to_site_packages(dist, tmp_path):
+    """Installed into a fresh venv, the wheel adds the package ``kcompact`` and its metadata, and no
+    other top-level name (a DAG folder's or another distribution's ``tools``, ``conf`` or ``jobs``
+    neither shadows ours nor is shadowed by it)."""
+    venv = tmp_path / "venv"
+    assert _run([PYTHON, "-m", "venv", str(venv)]).returncode == 0
+    python = str(venv / "bin" / "python")
+    purelib = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    before = {p.name for p in purelib.iterdir()}
+    done = _run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(dist / "kcompact-0.1.0-py3-none-any.whl")])
+    assert done.returncode == 0, done.stderr
+    added = {p.name for p in purelib.iterdir()} - before
+    assert added == {"kcompact", "kcompact-0.1.0.dist-info"}, added
+    assert {p.name for p in (purelib / "kcompact").iterdir() if (p / "__init__.py").is_file()} == set(layers())
