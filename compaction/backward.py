@@ -119,7 +119,7 @@ class _Inline:
         done = Future()
         try:
             done.set_result(fn(*args))
-        except BaseException as exc:  # handed to whoever takes the result, as a pool would
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever takes the result, as a pool would
             done.set_exception(exc)
         return done
 

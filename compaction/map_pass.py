@@ -148,7 +148,7 @@ def _same_key(keys, offsets, tags, a, b):
     n = offsets[a + 1] - offsets[a]
     if tags[a] != tags[b] or offsets[b + 1] - offsets[b] != n:
         return False
-    for c in range(n):
+    for c in range(n):  # noqa: SIM110 - a loop numba compiles; all() of a generator it does not
         if keys[offsets[a] + c] != keys[offsets[b] + c]:
             return False
     return True

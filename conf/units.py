@@ -14,10 +14,7 @@ def spark_size(text: str) -> int:
     number is mebibytes)."""
     value = text.strip().lower().removesuffix("b")
     try:
-        if value[-1:] in _SPARK_UNITS:
-            size = int(float(value[:-1]) * _SPARK_UNITS[value[-1]])
-        else:
-            size = int(value) << 20
+        size = int(float(value[:-1]) * _SPARK_UNITS[value[-1]]) if value[-1:] in _SPARK_UNITS else int(value) << 20
     except ValueError:
         raise ValueError(f"{text!r} is not a size (for example 512m or 2g)") from None
     if size < 0:

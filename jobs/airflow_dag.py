@@ -47,7 +47,7 @@ import logging
 import os
 import re
 import shlex
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG, Param, RetryDecision, RetryPolicy, Variable
@@ -80,7 +80,7 @@ def step_script(step: str, params, dag_run) -> str:
         raise AirflowFailException("no log dirs: set the log_dirs Param or the kcompact_log_dirs Variable")
     home = os.path.expanduser(os.environ.get("AIRFLOW_HOME", "~/airflow"))
     report_dir = _setting(params, "report_dir", os.path.join(home, "kcompact-reports"))
-    run_dir = f"{report_dir.rstrip('/')}/{when.astimezone(timezone.utc):%Y%m%dT%H%M%SZ}"
+    run_dir = f"{report_dir.rstrip('/')}/{when.astimezone(UTC):%Y%m%dT%H%M%SZ}"
     report = shlex.quote(f"{run_dir}/{step}.json")
     now_ms = calendar.timegm(when.utctimetuple()) * 1000 + when.microsecond // 1000
     args = [*log_dirs, "--now", str(now_ms), *_setting(params, "extra_args", [])]
@@ -125,7 +125,7 @@ with DAG(
     description="Kafka log dirs: recover, apply retention, plan and compact, in one kcompact run",
     doc_md=__doc__,
     schedule="@daily",
-    start_date=datetime(2024, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
     catchup=False,  # each run works on the log dirs as they are now; missed nights add nothing
     max_active_runs=1,  # two runs on the same log dirs would refuse each other's
     params={

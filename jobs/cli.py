@@ -385,7 +385,7 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_OK
     except KeyboardInterrupt:
         return _interrupted()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one line and an exit code
         # After a Ctrl-C or SIGTERM, what broke on the way out (Spark's cancelled jobs, a JVM the
         # same signal ended, as a signal to the whole process group does) is not news
         if spark.interrupted():

@@ -123,7 +123,7 @@ class CleaningState:
         return None
 
     def to_json(self) -> bytes:
-        return json.dumps({k: v for k, v in asdict(self).items() if v is not None and v != 0 or k == "state"}).encode()
+        return json.dumps({k: v for k, v in asdict(self).items() if (v is not None and v != 0) or k == "state"}).encode()
 
 
 _HELD = re.compile(r"^(?:in progress|aborted, waiting for its job to stop) \(owner (?P<owner>.*) on (?P<host>\S*) "

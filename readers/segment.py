@@ -173,7 +173,7 @@ def _sound(batch: Batch) -> bool:
         return not problems(batch)
     return (crc32c.crc32c(memoryview(batch.buf)[batch.start + V2_CRC_START : batch.end]) == batch.crc
             and batch.attributes & ATTR_CODEC_MASK <= codecs.ZSTD and batch.records_count >= 0
-            and 0 <= batch.last_offset_delta and batch.records_count <= batch.last_offset_delta + 1)
+            and batch.last_offset_delta >= 0 and batch.records_count <= batch.last_offset_delta + 1)
 
 
 def _tail_error(path: str, pos: int, rest: bytes, what: str) -> FormatError:

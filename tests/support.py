@@ -238,7 +238,7 @@ def write_partition(part: Path, segments: list[tuple[int, list[bytes]]], txns: d
 
 
 def checkpoint_text(entries: list[tuple[str, int, int]]) -> bytes:
-    return ("0\n%d\n" % len(entries) + "".join(f"{t} {p} {o}\n" for t, p, o in entries)).encode()
+    return (f"0\n{len(entries)}\n" + "".join(f"{t} {p} {o}\n" for t, p, o in entries)).encode()
 
 
 # -- a log dir of empty files, for listing tests -------------------------------------------

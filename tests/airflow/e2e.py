@@ -214,7 +214,7 @@ def check_partial(env: dict, db: Path, tmp: Path) -> None:
     segment.write_bytes(data)
     done = dags_test(env, PARTIAL, {"log_dirs": [str(logs)], "report_dir": str(reports)}, tmp / "partial.log",
                      timeout=1200)
-    states, tries, xcoms = run_facts(env, db, PARTIAL)
+    states, _tries, xcoms = run_facts(env, db, PARTIAL)
     report = reports / PARTIAL_STAMP / f"{STEP}.json"
     check("exit 4: the task succeeds", done.returncode == 0 and states.get(STEP) == "success", states)
     check("exit 4: XCom says partial and names the report",

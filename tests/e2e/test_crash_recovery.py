@@ -285,8 +285,8 @@ class Lab:
     def check(self, log_dir: Path, converged: bool = False) -> Checked:
         try:
             now = Snapshot.of(log_dir)
-        except Exception as exc:  # kafka-python cannot read it: a failure to report, not to crash on
-            return Checked({p: "MIX" for p in PARTITIONS}, {}, sum(map(len, self.after.records.values())),
+        except Exception as exc:  # noqa: BLE001 - kafka-python cannot read it: a failure to report, not to crash on
+            return Checked(dict.fromkeys(PARTITIONS, "MIX"), {}, sum(map(len, self.after.records.values())),
                            problems=[f"unreadable: {exc!r}"])
         checked = Checked({}, now.checkpoint)
         for p in PARTITIONS:
@@ -605,7 +605,7 @@ def test_recovery_gives_the_old_or_the_new_partition_never_a_mix(lab):
     for k in range(1, len(lab.commit) + 1):  # the protocol's promise, exactly
         checked = lab.after_recovery[f"commit:k{k:03d}"]
         assert (checked.outcome, checked.checkpoint) == (lab.expected_outcome(k), lab.expected_checkpoint(k)), k
-    old = {p: "old" for p in PARTITIONS}
+    old = dict.fromkeys(PARTITIONS, "old")
     assert lab.after_recovery["job:cleaned-write"].outcome == old
     assert lab.after_recovery["job:before-first-swap"].outcome == old
     for name, (_, done) in lab.job_points.items():

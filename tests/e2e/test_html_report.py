@@ -126,7 +126,7 @@ def shows(text: str, value) -> bool:
     if isinstance(value, int):
         return text == text.strip() and int(text) == value
     if isinstance(value, float):
-        whole, _, places = text.partition(".")
+        _, _, places = text.partition(".")
         return len(places) == 3 and abs(float(text) - value) <= 0.0005 + 1e-9
     if isinstance(value, str):
         return text == value

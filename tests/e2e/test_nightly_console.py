@@ -199,7 +199,7 @@ def test_console_is_quiet_and_spark_is_sized_by_flags(tmp_path):
     proc = kcompact("compact", str(tmp_path / "logs"), "--now", str(NOW), "--dry-run", "--report", str(report),
                     "--cores", "1", "--driver-memory", "700m", "--spark-conf", "spark.sql.shuffle.partitions=3",
                     *COMPACT, env={"KCOMPACT_SPARK_LOG": str(log)})
-    out, err = proc.communicate(timeout=300)
+    _out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert err == "", err  # no "Using incubator modules", no "SparkUI could not bind", no WARN lines
     assert "WARNING: Using incubator modules" in log.read_text()  # the JVM's own output went to its log

@@ -154,7 +154,7 @@ def test_another_user_is_refused_before_anything_is_written(scratch):
     for command in (["compact", str(log_dir), "--now", NOW], ["run", str(log_dir), "--now", NOW],
                     ["retain", str(log_dir), "--now", NOW], ["recover", str(log_dir)],
                     ["pause", str(log_dir), "orders-0"]):
-        code, err = as_user(OPERATOR, BROKER, lambda: cli.main(command))
+        code, err = as_user(OPERATOR, BROKER, lambda command=command: cli.main(command))
         assert code == 2, (command, err)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and f"uid {BROKER}" in lines[0] and "sudo -u" in lines[0], err

@@ -72,7 +72,7 @@ def topic_specs(draw, name: str) -> dict:
         "tombstone_fraction": draw(st.sampled_from([0.0, 0.05, 0.3])),
         "keyless_fraction": draw(st.sampled_from([0.0, 0.0, 0.05])),
         "headers": draw(st.integers(0, 2)),
-        "codecs": {c: 1 for c in codecs},
+        "codecs": dict.fromkeys(codecs, 1),
         "batch_records": [1, draw(st.integers(1, 30))],
         "timestamp_step_ms": step,
         "idempotent_fraction": idempotent, "idempotent_producers": draw(st.integers(1, 3)),
@@ -98,8 +98,7 @@ def topic_specs(draw, name: str) -> dict:
         topic["log_start"] = draw(st.floats(0, 1))
     if draw(st.integers(0, 3)) == 0:
         topic["legacy"] = {"magic0": draw(st.integers(0, 40)), "magic1": draw(st.integers(0, 40)),
-                           "codecs": {c: 1 for c in draw(st.lists(st.sampled_from(("none", "gzip", "snappy", "lz4")),
-                                                                  min_size=1, max_size=4, unique=True))},
+                           "codecs": dict.fromkeys(draw(st.lists(st.sampled_from(("none", "gzip", "snappy", "lz4")), min_size=1, max_size=4, unique=True)), 1),
                            "wrapper_records": [1, draw(st.integers(1, 8))]}
     return topic
 

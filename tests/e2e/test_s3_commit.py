@@ -280,7 +280,7 @@ def test_every_crash_point_of_a_commit(s3, gen, merged_truth, child_env, spark_s
         args = prepare(point)
         return finish(start([sys.executable, "-c", COMMIT_ONE, json.dumps(args)], faults_env(child_env, **settings)))
 
-    code, out, err = commit("uninjected", KCOMPACT_S3_COUNT_FILE=str(tmp_path / "count"))
+    code, _out, err = commit("uninjected", KCOMPACT_S3_COUNT_FILE=str(tmp_path / "count"))
     assert code == 0, err
     mutations = int((tmp_path / "count").read_text())
     # the record, the 4 copies (sent at once), copied, one batched delete of the 8 replaced files, the
@@ -295,7 +295,7 @@ def test_every_crash_point_of_a_commit(s3, gen, merged_truth, child_env, spark_s
                                            range(1, mutations + 1))))
     committed = {}
     for n, point in enumerate(points, 1):
-        code, out, err = killed[point]
+        code, _out, err = killed[point]
         assert code == -signal.SIGKILL, (point, err)
         committed[point] = s3.exists(f"{BUCKET}/sweep/{point}/{commits.record_name('orders', 0, 1)}")
         assert committed[point] == (n > 1)

@@ -249,9 +249,8 @@ def test_log_dir_locked_by_a_broker_is_refused_untouched(spark, java_holding_loc
 def test_lock_is_free_again_once_the_broker_is_gone(java_holding_lock):
     from kcompact import storage
     log_dir, pid = java_holding_lock
-    with pytest.raises(storage.LogDirBusy, match=f"process {pid}"):
-        with storage.LogDirLock(str(log_dir)):
-            pass
+    with pytest.raises(storage.LogDirBusy, match=f"process {pid}"), storage.LogDirLock(str(log_dir)):
+        pass
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     with storage.LogDirLock(str(log_dir)):  # the OS released it with the process

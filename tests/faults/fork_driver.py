@@ -32,7 +32,7 @@ import traceback
 
 import crash_points
 
-import kcompact.operations.recover  # noqa: F401  (imported before forking: the children start warm)
+import kcompact.operations.recover  # imported before forking: the children start warm
 from kcompact.jobs.cli import main as kcompact
 from kcompact.operations.cleaned import CLEANED, WrittenGroup
 from kcompact.operations.commit import commit_cleaned
@@ -84,7 +84,7 @@ def run_one(task: dict, run: dict) -> dict:
             spec = run.get("crash_at")
             crash_points.install(crash_points.CrashPoint.parse(spec) if spec else None)
             code = commit(target, task["partitions"]) if task["action"] == "commit" else recover(target)
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - the child reports everything, then exits with its code
             traceback.print_exc()
         finally:
             os._exit(code)

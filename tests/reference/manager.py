@@ -77,7 +77,7 @@ class Broker:
     def observe_appends(self) -> None:
         """Producers appended to the logs (the files changed): the broker's producer state sees
         every new batch, in order."""
-        for tp, log in self.logs.items():
+        for log in self.logs.values():
             end = log.log_end_offset()
             fresh = Log.load(log.dir, log.topic, log.partition, None)
             log.segments = fresh.segments

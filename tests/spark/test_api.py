@@ -105,7 +105,7 @@ def test_a_dry_run_compacts_nothing_and_writes_no_stamp(spark, generated, tmp_pa
 def test_compact_cleans_them_as_kafka_and_writes_the_last_run_stamp(spark, generated, tmp_path):
     _, _, model, model_dir = generated
     log_dir = copy_of(generated, tmp_path)
-    report, table = kcompact.compact(spark, [log_dir], now=NOW, **QUIET)
+    report, _ = kcompact.compact(spark, [log_dir], now=NOW, **QUIET)
     assert report.totals()["failed"] == 0
     assert {(p.topic, p.partition): (p.dirty_start, p.dirty_end) for p in report.partitions if p.committed} \
         == model.cleaned

@@ -338,7 +338,7 @@ def test_topics_that_do_not_exist_are_an_error_naming_those_that_do(log_dir: Pat
         splits(log_dir, topics="nosuch, ordres")
     assert str(raised.value) == (f"kafka-log: topics=nosuch,ordres: no such topic in {log_dir}; "
                                  "the topics there: orders, user-events")
-    with pytest.raises(ValueError, match="no such topic in .*orders-1; the topics there: orders$"):
+    with pytest.raises(ValueError, match=r"no such topic in .*orders-1; the topics there: orders$"):
         splits(log_dir / "orders-1", topics="user-events")
     assert {s.topic for s in splits(log_dir, topics="orders,payments")} == {"orders"}
     # a pushed filter on a topic that does not exist is a query with no rows, as in SQL
@@ -348,7 +348,7 @@ def test_topics_that_do_not_exist_are_an_error_naming_those_that_do(log_dir: Pat
 
 
 def test_a_missing_topic_reaches_the_notebook_as_that_error(spark, source, log_dir: Path):
-    with pytest.raises(Exception, match="no such topic in .*; the topics there: orders, user-events"):
+    with pytest.raises(Exception, match=r"no such topic in .*; the topics there: orders, user-events"):
         read(spark, log_dir, topics="nosuch")
 
 
@@ -356,7 +356,7 @@ def test_offset_range_prunes_segments_and_index_ranges(log_dir: Path):
     user_events = log_dir / "user-events-0"
     ranged = splits(user_events, startingOffset="60", endingOffset="80")
     (only,) = ranged  # the second segment (base 200) is skipped
-    assert only.segment_base == 0 and 0 < only.start and only.end < (user_events / f"{0:020d}.log").stat().st_size
+    assert only.segment_base == 0 and only.start > 0 and only.end < (user_events / f"{0:020d}.log").stat().st_size
     rows = local_rows(ranged, "compaction")
     assert [r["offset"] for r in rows] == list(range(60, 80))
     everything = local_rows(splits(user_events), "compaction")

@@ -5,6 +5,7 @@ batches, new source segments, chunks spanning buffers, timestamps that tie."""
 
 from __future__ import annotations
 
+from typing import ClassVar
 import tempfile
 from pathlib import Path
 from unittest import mock
@@ -24,7 +25,7 @@ from kcompact.writers.segment import SegmentFiles
 class Recorder:
     """A SegmentWriter that records its appends (and writes their bytes to the .log)."""
 
-    made: list[Recorder] = []
+    made: ClassVar[list[Recorder]] = []
 
     def __init__(self, log, base_offset, *_):
         self.log, self.base_offset, self.appends = log, base_offset, []

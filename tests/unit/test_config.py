@@ -232,10 +232,10 @@ def test_retention_alias_of_a_later_source_beats_ms_of_an_earlier_one(tmp_path):
 def test_retention_alias_out_of_range(tmp_path):
     # log.retention.hours and .minutes are Java ints in Kafka
     path = props(tmp_path, "log.retention.hours=3000000000\n")
-    with pytest.raises(ConfigError, match="log.retention.hours") as info:
+    with pytest.raises(ConfigError, match=r"log\.retention\.hours") as info:
         build(files=[path])
     assert path in str(info.value)
-    with pytest.raises(ConfigError, match="log.retention.minutes"):
+    with pytest.raises(ConfigError, match=r"log\.retention\.minutes"):
         build(broker_args=["log.retention.minutes=x"])
 
 

@@ -31,7 +31,7 @@ KP_CONTROL = {0: "ABORT", 1: "COMMIT"}
 def recs(first: int, n: int, **overrides) -> list[Record]:
     out = [Record(o, TS0 + 10 * o, b"key-%d" % o, b"value %d " % o * 8, (("h1", b"x"), ("h2", None)))
            for o in range(first, first + n)]
-    return [Record(r.offset, r.timestamp, **{**{"key": r.key, "value": r.value, "headers": r.headers}, **overrides})
+    return [Record(r.offset, r.timestamp, **{"key": r.key, "value": r.value, "headers": r.headers, **overrides})
             for r in out]
 
 
@@ -198,7 +198,7 @@ def test_index_files(tmp_path: Path):
         "version: 0 producerId: 7 firstOffset: 101 lastOffset: 105 lastStableOffset: 101",
         "version: 0 producerId: 8 firstOffset: 90 lastOffset: 109 lastStableOffset: 101",
     ])
-    rc, lines = dump(timeindex, as_json=True)
+    _, lines = dump(timeindex, as_json=True)
     assert [json.loads(line) for line in lines] == [
         {"type": "timeindex", "file": str(timeindex), "timestamp": TS0 + 30, "offset": 103},
         {"type": "timeindex", "file": str(timeindex), "timestamp": TS0 + 90, "offset": 109},

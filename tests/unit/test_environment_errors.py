@@ -137,7 +137,7 @@ def test_a_worker_cap_that_holds_the_imports_passes(cap):
 
 
 def test_a_worker_cap_that_is_no_size_is_refused():
-    with pytest.raises(ValueError, match="spark.executor.pyspark.memory"):
+    with pytest.raises(ValueError, match=r"spark\.executor\.pyspark\.memory"):
         settings.check_setting("spark.executor.pyspark.memory", "lots")
 
 

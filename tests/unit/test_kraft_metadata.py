@@ -174,7 +174,7 @@ def test_both_encodings_agree(resource, key, value):
 
 
 def test_frame_version_zero_names_the_preview_format():
-    with pytest.raises(MetadataError, match="2.8") as info:
+    with pytest.raises(MetadataError, match=r"2\.8") as info:
         decode(uvarint(0) + uvarint(2) + uvarint(0) + compact("t") + ORDERS_ID + NO_TAGS)
     assert info.value.position == 0
     with pytest.raises(MetadataError, match="frame version 2"):
@@ -276,7 +276,7 @@ def test_corrupt_record_names_file_and_batch(tmp_path):
 
 def test_preview_frame_in_log(tmp_path):
     mdir = write_log(tmp_path, {0: [batch(0, b"\x00\x02\x00")]})
-    with pytest.raises(FormatError, match="2.8") as info:
+    with pytest.raises(FormatError, match=r"2\.8") as info:
         read_metadata(str(mdir))
     assert info.value.position == 0
 

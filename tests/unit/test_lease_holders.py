@@ -61,7 +61,7 @@ def test_a_zombie_holds_nothing():
     proc = subprocess.Popen(["sleep", "0"])
     try:
         deadline = time.monotonic() + 10
-        while not open(f"/proc/{proc.pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[0] == b"Z":
+        while open(f"/proc/{proc.pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[0] != b"Z":
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert states.process_gone(proc.pid, states.wall_ms())

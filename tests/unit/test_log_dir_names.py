@@ -237,7 +237,9 @@ def traced(monkeypatch, tmp_path) -> Trace:
     generator.generate(str(tmp_path / "logs"), spec, seed=7)
     trace = Trace(tmp_path / "logs")
     for op in ("write_durable", "rename", "remove", "remove_if", "copy", "truncate"):
-        def wrapped(*args, _real=getattr(storage, op), _op=op, **kwargs):
+        real = getattr(storage, op)
+
+        def wrapped(*args, _real=real, _op=op, **kwargs):
             out = _real(*args, **kwargs)
             trace.snap(f"{_op} {args[-1] if _op in ('rename', 'copy') else args[0]}")
             return out

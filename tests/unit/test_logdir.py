@@ -21,7 +21,7 @@ def test_partitions_sorted_by_topic_then_number(log_dir):
     found = scan_log_dir(str(log_dir))
     assert [(p.topic, p.partition) for p in found.partitions] == [
         ("a.b-c", 0), ("empty-partition", 5), ("my-topic.v2", 12), ("orders", 7), ("orders", 10), ("orphan", 1)]
-    assert [p.name for p in found.partitions][0] == "a.b-c-0"
+    assert found.partitions[0].name == "a.b-c-0"
 
 
 def test_segments_sorted_with_sizes_and_mtimes(log_dir):

@@ -38,7 +38,7 @@ def counted(s3_server):
 
 
 def test_a_small_file_is_one_request_each_way(bucket, counted):
-    fs, name = bucket
+    _, name = bucket
     path = f"s3://{name}/small/state.json"
     version = storage.write_if(path, b"one", None)
     assert counted() == {"PUT": 1}
@@ -52,7 +52,7 @@ def test_a_small_file_is_one_request_each_way(bucket, counted):
 
 def test_a_conditional_write_that_meets_its_own_bytes_has_won(bucket):
     """A PUT retried after its answer was lost finds its first attempt there (412): that is ours."""
-    fs, name = bucket
+    _, name = bucket
     path = f"s3://{name}/retried/record.json"
     first = storage.write_if(path, b"record", None)
     assert storage.write_if(path, b"record", None) == first

@@ -205,7 +205,7 @@ def corrupt_record(codec: int) -> bytes:
 def test_decode_errors_are_batch_records_errors(codec):
     data = corrupt_record(codec)
     with pytest.raises(FormatError) as expected:
-        list(iter_batches(io.BytesIO(data), "x.log"))[0].records()
+        next(iter(iter_batches(io.BytesIO(data), "x.log"))).records()
     with pytest.raises(FormatError) as got:
         records_by_decode(data)
     assert (got.value.position, str(got.value)) == (expected.value.position, str(expected.value))
