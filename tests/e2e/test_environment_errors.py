@@ -90,7 +90,7 @@ def test_a_worker_cap_that_holds_the_imports_but_no_cleaning_is_refused_and_the_
     code, out, err, _ = kcompact("compact", str(logs), *COMPACT, "--spark-conf", "spark.executor.pyspark.memory=600m",
                                  env={"KCOMPACT_SPARK_LOG": str(log)}, timeout=300)
     assert code == 2, (code, out, err)
-    advice = re.search(r"give it at least (\d+m)", one_line(err))
+    advice = re.search(r"give it at least (\d+m)", err)
     assert advice and advice[1] == f"{MIN_WORKER_MEMORY >> 20}m", err
     assert not log.exists(), "a JVM was started"
     assert files(logs) == before
