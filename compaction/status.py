@@ -44,7 +44,7 @@ def _row(part, state: states.CleaningState) -> Row:
                    f"{state.holder}, started {states.utc(state.started_ms)}, {state.lease_end}{pause}",
                    f"wait, or 'kcompact abort {target}' (stops at the next segment group)")
     if state.state == states.PAUSED:
-        times = f", {state.pause_count} times (nested pauses count)" if state.pause_count > 1 else ""
+        times = f" {state.pause_count}x (each pause needs its resume)" if state.pause_count > 1 else ""
         return Row(name, part.path, "paused", f"paused {state.pause_count}x", f"'kcompact resume {target}'{times}")
     if state.state == states.UNCLEANABLE:
         return Row(name, part.path, "uncleanable", f"{state.reason} (since {states.utc(state.since_ms)})",

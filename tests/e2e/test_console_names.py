@@ -24,7 +24,7 @@ def test_status_way_out_names_the_log_dir_and_the_partition(tmp_path, capsys):
         json.dumps({"state": "uncleanable", "reason": "x.log: byte 0: bad", "since_ms": NOW}))
     assert main(["status", str(log_dir)]) == 0
     out = capsys.readouterr().out
-    assert f"-> 'kcompact resume {log_dir} orders-1', 2 times" in out, out
+    assert f"-> 'kcompact resume {log_dir} orders-1' 2x (each pause needs its resume)" in out, out
     assert f"then 'kcompact reset-uncleanable {log_dir} orders-2'" in out, out
     # the way out, as printed, works: twice, then the partition is idle
     for _ in range(2):
