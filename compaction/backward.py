@@ -24,7 +24,7 @@ from numba import njit
 from kcompact import storage
 from kcompact.compaction.offset_map import EMPTY as NOT_MAPPED
 from kcompact.compaction.offset_map import KeyTable, record_hashes
-from kcompact.compaction.results import ABORTED_BY_OPERATOR, REASON_OF_CODE
+from kcompact.compaction.results import ABORTED_BY_OPERATOR, REASON_OF_CODE, task_failure
 from kcompact.compaction.rewrite import (
     Decoded,
     GroupJob,
@@ -246,7 +246,9 @@ def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, hel
             rewriter, outs = _Backward(job, plans, render), _Outputs()
             try:
                 rewriter.backward(tables, outs, pools)
-            except (FormatError, OSError, ValueError, MemoryError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
+            except (FormatError, OSError, ValueError, MemoryError, RuntimeError) as exc:  # ValueError: a legacy entry
+                if not task_failure(exc):
+                    raise
                 outs.close()
                 if _written(writing, results):
                     results.append(failed(job, base, started, rewriter, exc))
@@ -273,7 +275,9 @@ def _written(writing, results: list[dict]) -> bool:
     job, base, started, rewriter, outs, future = writing
     try:
         written = future.result()
-    except (FormatError, OSError, ValueError, MemoryError) as exc:
+    except (FormatError, OSError, ValueError, MemoryError, RuntimeError) as exc:
+        if not task_failure(exc):
+            raise
         results.append(failed(job, base, started, rewriter, exc))
         return False
     finally:

@@ -49,6 +49,12 @@ def commit_partitions(rows: list[dict], written: list[dict], report_row: Callabl
     listings = {log_dir: list_log_dir(log_dir) for log_dir in dict.fromkeys(row["log_dir"] for _, row, _ in ready)
                 if commit.by_record(log_dir)}
     wave, in_wave = commit.Wave(), {}
+    names = [(row["topic"], row["partition"]) for row in rows]
+
+    def named(row: dict) -> str:
+        """The partition's name, with its log dir when it is in several (copies of log dirs)."""
+        twice = names.count((row["topic"], row["partition"])) > 1
+        return f"{row['topic']}-{row['partition']}" + (f" in {row['log_dir']}" if twice else "")
 
     def attempt(item: tuple[int, dict, list[dict]]) -> tuple[str, object]:
         _, row, groups = item
@@ -63,27 +69,29 @@ def commit_partitions(rows: list[dict], written: list[dict], report_row: Callabl
             return "failed", exc
 
     size = storage.IN_FLIGHT if listings else 1  # local disk: one at a time, each reported as it ends
+    done = 0
     for at in range(0, len(ready), size):
         batch = ready[at:at + size]
+        # a stop held while they commit is raised once they are reported: every commit is said
         with critical.section():
             outcomes = storage.map_in_flight(attempt, batch, batch[0][1]["path"])
-        for (pid, row, groups), (outcome, value) in zip(batch, outcomes):
-            if outcome == "changed":
-                _discard(groups)
-                result.fail(row | {"error": value}, transient=True)
-            elif outcome == "aborted":
-                _discard(groups)
-                _aborted(row, result, progress)
-            elif isinstance(value, s3commit.CommitLost):
-                result.fail(row | {"error": str(value)}, transient=True)
-            elif outcome == "failed":
-                result.fail(row | {"error": _recovered_after(row, value)})
-            else:
-                result.deleted += value
-                in_wave.setdefault(row["log_dir"], []).append((row, len(report.partitions)))
-                report.partitions.append(PartitionReport.of(report_row(row, pid), counts, groups, committed=True))
-                progress(f"  committed {row['topic']}-{row['partition']} ({pid + 1}/{len(rows)}): "
-                         f"checkpoint {row['latest_offset'] + 1}")
+            for (pid, row, groups), (outcome, value) in zip(batch, outcomes):
+                if outcome == "changed":
+                    _discard(groups)
+                    result.fail(row | {"error": value}, transient=True)
+                elif outcome == "aborted":
+                    _discard(groups)
+                    _aborted(row, result, progress)
+                elif isinstance(value, s3commit.CommitLost):
+                    result.fail(row | {"error": str(value)}, transient=True)
+                elif outcome == "failed":
+                    result.fail(row | {"error": _recovered_after(row, value)})
+                else:
+                    done += 1  # numbered among the partitions ready to commit
+                    result.deleted += value
+                    in_wave.setdefault(row["log_dir"], []).append((row, len(report.partitions)))
+                    report.partitions.append(PartitionReport.of(report_row(row, pid), counts, groups, committed=True))
+                    progress(f"  committed {named(row)} ({done}/{len(ready)}): checkpoint {row['latest_offset'] + 1}")
     for log_dir, exc in wave.finish().items():
         for row, at in in_wave[log_dir]:  # committed (readers see the new segments): the rest is recovery's
             error = f"{IO_ERROR}committed, but the commit record's apply did not finish ({exc}); the next run finishes it"

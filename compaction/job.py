@@ -164,9 +164,21 @@ def run(spark, plan: Plan, now: int, dry_run: bool = False, progress=print,
         if waits:
             for problem in removal.wait():
                 progress(f"  {problem}")
-    report.observe_plan(plan.table, marked=result.uncleanable)
+    report.observe_plan(plan.table, marked=result.uncleanable, paused=[] if dry_run else _paused_now(report))
     report.seconds = time.monotonic() - started
     return result
+
+
+def _paused_now(report: Report) -> list[str]:
+    """The partitions this run passed over that are paused now, their leases given back: an
+    operator paused them while it ran (aborted, or found paused when the job came to take them)."""
+    paused = []
+    for p in report.partitions:
+        if p.skipped:
+            with contextlib.suppress(FormatError, OSError):
+                if states.read(p.path)[0].state == states.PAUSED:
+                    paused.append(p.path)
+    return paused
 
 
 def _reset_checkpoints(plan: pa.Table, taken: pa.Table, result: JobResult, progress) -> None:

@@ -126,20 +126,22 @@ class PartitionReport:
             groups=group_outcomes(row, groups, "swapped in" if committed else "would be written"),
         )
 
-    def summary(self) -> str:
+    def summary(self, where: bool = False) -> str:
         """Kafka's cleaner stats message for this partition (a dry run says "would clean" and
-        has no end size: nothing was written), then the records removed by reason."""
+        has no end size: nothing was written), then the records removed by reason. ``where``: the
+        partition named with its log dir (copies of one partition in several log dirs)."""
+        name = f"{self.topic}-{self.partition}" + (f" in {self.path.rstrip('/').rpartition('/')[0]}" if where else "")
         if self.skipped:
-            return f"{self.topic}-{self.partition}: skipped: {self.skipped}"
+            return f"{name}: skipped: {self.skipped}"
         if self.error:
             groups = "; ".join(f"group {g['base_offset']} {g['outcome'].split(':')[0]}" for g in self.groups)
-            return (f"{self.topic}-{self.partition}: NOT cleaned, its files left as they were: {self.error}"
+            return (f"{name}: NOT cleaned, its files left as they were: {self.error}"
                     + (f" (segment groups: {groups})" if groups else ""))
         read = self.bytes_read / MIB
         rate = read / self.seconds if self.seconds else 0.0
         fewer = java_fixed(_reduction(self.records_kept, self.records_read), 1, grouping=False)
         lines = [
-            f"Log cleaner thread 0 {'cleaned' if self.committed else 'would clean'} log {self.topic}-{self.partition} "
+            f"Log cleaner thread 0 {'cleaned' if self.committed else 'would clean'} log {name} "
             f"(dirty section = [{self.dirty_start}, {self.dirty_end}])",
             f"\t{java_fixed(read, 1)} MB of log processed in {java_fixed(self.seconds, 1)} seconds "
             f"({java_fixed(rate, 1)} MB/sec).",
@@ -175,10 +177,13 @@ class Report:
     began_choosing_ms: int | None = None
     run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
 
-    def observe_plan(self, plan, marked: Iterable[str] = ()) -> None:
+    def observe_plan(self, plan, marked: Iterable[str] = (), paused: Iterable[str] = ()) -> None:
         """Keep what Kafka's cleaner-manager gauges read of ``plan`` (an Arrow table with the
-        planner's columns) and the partition dirs this run marks uncleanable."""
-        self.planned = plan.select(list(PLAN_FACTS)).to_pylist()
+        planner's columns), the partition dirs this run marks uncleanable and those paused since
+        it planned (as the state files now read)."""
+        now_paused = set(paused)
+        self.planned = [r | {"state": PAUSED} if r["path"] in now_paused else r
+                        for r in plan.select(list(PLAN_FACTS)).to_pylist()]
         self.marked = sorted(set(marked))
 
     def totals(self) -> dict:
@@ -315,7 +320,8 @@ class Report:
         of every log dir, the paused ones with the way out: a forgotten pause must not stop cleaning
         silently); then the run's totals, in the same units, or, when it cleaned no partition at
         all, what happened instead."""
-        lines = [p.summary() for p in self.partitions]
+        names = [(p.topic, p.partition) for p in self.partitions]
+        lines = [p.summary(where=names.count((p.topic, p.partition)) > 1) for p in self.partitions]
         blocked = self.blocked()
         if blocked:
             lines.append(f"not cleaned until fixed ({_count(len(blocked), 'partition')}):")

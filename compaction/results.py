@@ -18,9 +18,10 @@ REASON_OF_CODE = ("kept", "kept", "superseded", "tombstone", "aborted", "keyless
 IO_ERROR = "I/O error (transient, retried next run): "
 # a task that ran out of memory: no fault of the log's (it is not marked uncleanable), but not
 # transient either: the next run fails the same way unless the workers get more
-OUT_OF_MEMORY = ("out of memory (give the Python workers more, spark.executor.pyspark.memory, or lower "
-                 "spark.kcompact.map.memory so that large partitions take the shared path): ")
+OUT_OF_MEMORY = ("out of memory (give the Python workers more, spark.executor.pyspark.memory; a partition over "
+                 "256 MiB also takes the shared path once spark.kcompact.map.memory is lowered): ")
 ABORTED_BY_OPERATOR = "aborted"
+THREAD_NOT_STARTED = "can't start new thread"  # Python's RuntimeError when a thread's stack cannot be mapped
 RESULT_SCHEMA = pa.schema([
     ("gid", pa.int32()), ("path", pa.string()), ("group", pa.int32()), ("base_offset", pa.int64()),
     ("size", pa.int64()), ("batches", pa.int64()), ("records", pa.int64()), ("files", pa.list_(pa.string())),
@@ -57,6 +58,12 @@ def no_space(exc: OSError, writing: str, needed: int) -> str:
     return f"{IO_ERROR}no space left on {mount} (writing {short}, up to {f'{mb:.1f}' if mb >= 0.05 else f'{mb:.2g}'} MB needed)"
 
 
+def task_failure(exc: Exception) -> bool:
+    """A failure that is one group's or partition's (bad bytes, I/O, memory), not the program's: a
+    RuntimeError only when it is a thread that could not start (``memory_error``)."""
+    return not isinstance(exc, RuntimeError) or memory_error(exc) is not None
+
+
 def read_error(exc: Exception, path: str) -> str:
     """The error of a partition whose files stage 1 could not read (``path``: its dir): bad bytes
     as they are, an OSError as ``planner.scan`` says it (``UNREADABLE``: not the log's fault)."""
@@ -65,8 +72,10 @@ def read_error(exc: Exception, path: str) -> str:
 
 def memory_error(exc: Exception) -> str | None:
     """The error of a task that ran out of memory (a MemoryError, or an allocation the system
-    refused: ENOMEM, a capped address space's mmap); None for any other failure."""
-    if isinstance(exc, MemoryError) or getattr(exc, "errno", None) == errno.ENOMEM:
+    refused: ENOMEM, a capped address space's mmap, a thread whose stack it could not map); None
+    for any other failure."""
+    if (isinstance(exc, MemoryError) or getattr(exc, "errno", None) == errno.ENOMEM
+            or isinstance(exc, RuntimeError) and THREAD_NOT_STARTED in str(exc)):
         return f"{OUT_OF_MEMORY}{str(exc) or type(exc).__name__}"
     return None
 

@@ -46,6 +46,7 @@ from kcompact.compaction.results import (
     TOMBSTONE,
     no_space,
     reason,
+    task_failure,
 )
 from kcompact.operations.cleaned import ChunkOut, WrittenGroup, output_path, write_group
 from kcompact.readers import codecs, scan, walk
@@ -452,6 +453,8 @@ def rewrite_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> dict:
     rewriter = Rewriter(job, plans, render=True, lookup=lookup)
     try:
         written = write_outputs(job, rewriter.outputs())
-    except (FormatError, OSError, ValueError, MemoryError) as exc:  # ValueError: a legacy entry Kafka cannot keep empty
+    except (FormatError, OSError, ValueError, MemoryError, RuntimeError) as exc:  # ValueError: a legacy entry
+        if not task_failure(exc):
+            raise
         return failed(job, base, started, rewriter, exc)
     return succeeded(base, written, started, rewriter)

@@ -43,6 +43,11 @@ MIN_BUCKET_BYTES = 64 << 20  # the least map memory a hash bucket of the shared 
 WORKER_IMPORTS = 560 << 20
 WHOLE_FIXED = 350 << 20
 WHOLE_PER_THREAD = 140 << 20
+# The least cap a worker cleans with: its imports, then one thread reading a partition of up to
+# WHOLE_BYTES whole (its map, its two groups' output; measured: 8 partitions of 16 MB cleaned under
+# 700m, none under 600m, where the first table's allocation fails). Each thread more takes
+# WHOLE_PER_THREAD, so under a cap a task uses only the threads the cap holds.
+MIN_WORKER_MEMORY = 700 << 20
 # Threads a task of batch plans or of whole partitions uses (rounded down to a power of two: the
 # map's key shards); by default the cores its job leaves idle (one large partition: all of them).
 THREADS = "spark.kcompact.threads"
@@ -101,7 +106,11 @@ def worker_cap(spark) -> int | None:
 
 
 def task_threads(spark, tasks: int) -> int:
-    """Threads per task when ``tasks`` tasks share the cores (``THREADS``): batch plans and whole partitions."""
+    """Threads per task when ``tasks`` tasks share the cores (``THREADS``): batch plans and whole
+    partitions; under a worker cap no more than it holds (``MIN_WORKER_MEMORY``), whatever was asked."""
     chosen = spark.conf.get(THREADS, None)
     wanted = int(chosen) if chosen else spark.sparkContext.defaultParallelism // tasks
+    cap = worker_cap(spark)
+    if cap is not None:
+        wanted = min(wanted, 1 + max(0, cap - MIN_WORKER_MEMORY) // WHOLE_PER_THREAD)
     return 1 << (max(1, wanted).bit_length() - 1)

@@ -4,13 +4,13 @@ is refused, naming the setting, before the job writes anything (the command line
 
 from __future__ import annotations
 
-from kcompact.compaction.routing import MAP_MEMORY, THREADS, WORKER_IMPORTS
+from kcompact.compaction.routing import MAP_MEMORY, MIN_WORKER_MEMORY, THREADS, WORKER_IMPORTS
 from kcompact.conf.units import spark_size
 
 # Whether the rewrite writes its .log files past the page cache (``storage.DirectFile``), "true" by
 # default; "false" writes them through it, as Kafka's cleaner does, leaving them in the cache.
 DIRECT_WRITES = "spark.kcompact.write.direct"
-# Spark's cap on a Python worker's address space: below WORKER_IMPORTS a worker cannot even import its modules
+# Spark's cap on a Python worker's address space: below MIN_WORKER_MEMORY a worker cannot clean a partition
 WORKER_MEMORY = "spark.executor.pyspark.memory"
 
 
@@ -40,7 +40,7 @@ def check_setting(key: str, value: str) -> None:
             cap = spark_size(value)
         except ValueError as exc:
             raise ValueError(f"{key}: {exc}") from None
-        if cap < WORKER_IMPORTS:
-            raise ValueError(f"{key}={value}: a Python worker so capped cannot even import its modules, which take "
-                             f"{WORKER_IMPORTS >> 20} MiB (measured): give it at least {WORKER_IMPORTS >> 20}m "
-                             "(more to hold data), or leave it unset")
+        if cap < MIN_WORKER_MEMORY:
+            raise ValueError(f"{key}={value}: a Python worker so capped cannot clean a partition: its imports take "
+                             f"{WORKER_IMPORTS >> 20} MiB, cleaning one on a thread {MIN_WORKER_MEMORY >> 20} MiB in all "
+                             f"(measured): give it at least {MIN_WORKER_MEMORY >> 20}m, or leave it unset")

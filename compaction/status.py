@@ -25,6 +25,7 @@ class Row:
 
 def _row(part, state: states.CleaningState) -> Row:
     name = part.name
+    target = f"{part.path.rstrip('/').rpartition('/')[0]} {name}"  # what a state command takes: LOGDIR PARTITION
     if part.leftovers:
         files = ", ".join(sorted(f.path.rsplit("/", 1)[-1] for f in part.leftovers)[:3])
         return Row(name, part.path, "interrupted", f"files of an unfinished swap: {files}",
@@ -33,20 +34,21 @@ def _row(part, state: states.CleaningState) -> Row:
         if state.expired():
             return Row(name, part.path, f"{state.state} (lease expired)",
                        f"{state.holder} stopped renewing its lease at {states.utc(state.heartbeat_ms)}",
-                       "none needed: the next job takes it over ('kcompact abort' clears it now)")
+                       f"none needed: the next job takes it over ('kcompact abort {target}' clears it now)")
         if state.holder_gone():
             return Row(name, part.path, f"{state.state} (holder gone)",
                        f"{state.holder}: that process no longer runs on this host; {state.lease_end}",
-                       "none needed: the next job takes it over ('kcompact abort' clears it now)")
+                       f"none needed: the next job takes it over ('kcompact abort {target}' clears it now)")
         pause = f", {state.pause_count} pause(s) requested" if state.pause_count else ""
         return Row(name, part.path, state.state,
                    f"{state.holder}, started {states.utc(state.started_ms)}, {state.lease_end}{pause}",
-                   "wait, or 'kcompact abort' (stops at the next segment group)")
+                   f"wait, or 'kcompact abort {target}' (stops at the next segment group)")
     if state.state == states.PAUSED:
-        return Row(name, part.path, "paused", f"paused {state.pause_count}x", f"'kcompact resume' ({state.pause_count}x)")
+        times = f" {state.pause_count}x (each pause needs its resume)" if state.pause_count > 1 else ""
+        return Row(name, part.path, "paused", f"paused {state.pause_count}x", f"'kcompact resume {target}'{times}")
     if state.state == states.UNCLEANABLE:
         return Row(name, part.path, "uncleanable", f"{state.reason} (since {states.utc(state.since_ms)})",
-                   "fix or remove the named file, then 'kcompact reset-uncleanable'")
+                   f"fix or remove the named file, then 'kcompact reset-uncleanable {target}'")
     return Row(name, part.path, "idle", "", "")
 
 

@@ -5,6 +5,7 @@ it since the plan (``take_partitions``)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -31,7 +32,7 @@ def take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult, 
     cleaner checkpoint read once (an object store is asked nothing per partition that a listing
     tells); on an object store the partitions as listed go to the tasks (``result.listed``)."""
     leased, locked = [], {}
-    columns = ["path", "log_dir", "topic", "partition", "first_dirty_offset", "checkpoint_offset"]
+    columns = ["path", "log_dir", "topic", "partition", "first_dirty_offset", "checkpoint_offset", "cleanable_bytes"]
     rows = selected.select(columns).to_pylist()
     for i, row in enumerate(rows):
         if row["log_dir"] not in locked:
@@ -40,7 +41,11 @@ def take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult, 
                 locked[row["log_dir"]] = None
             except storage.LogDirBusy as exc:
                 locked[row["log_dir"]] = str(exc)
-        busy = locked[row["log_dir"]] or keeper.acquire(row["path"])
+        try:
+            busy = locked[row["log_dir"]] or keeper.acquire(row["path"])
+        except OSError as exc:  # its state file cannot be written (a full disk): retried next run
+            result.fail(row | {"error": _lease_failure(exc, row)}, transient=True)
+            continue
         if busy is not None:
             result.report.partitions.append(PartitionReport.skipped_for(row, busy))
             progress(f"  skipped {row['topic']}-{row['partition']}: {busy}")
@@ -76,6 +81,18 @@ def take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult, 
                 result.listed[row["path"]] = part
         keep.append(i)
     return selected.take(pa.array(keep, pa.int64()))  # an empty list alone has no type
+
+
+def _lease_failure(exc: OSError, row: dict) -> str:
+    """Why a partition's lease could not be written: on a full disk, the state file and the room
+    its cleaning needs (``results.no_space``), else the error naming the state file."""
+    from kcompact.compaction.results import IO_ERROR, no_space
+    from kcompact.operations.states import state_path
+
+    path = state_path(row["path"])
+    if exc.errno == errno.ENOSPC:
+        return no_space(OSError(exc.errno, exc.strerror), path, row["cleanable_bytes"] or 0)  # not its .tmp
+    return f"{IO_ERROR}{storage.describe_error(exc, path)}"
 
 
 def cleaner_checkpoint(log_dir: str) -> dict | str:

@@ -328,10 +328,9 @@ def _run(args: argparse.Namespace) -> int:
     with _log_dirs_held(args.paths, args.dry_run) as (free, busy), _removing() as removal:
         if not free:
             return EXIT_FAILED
-        with _ticker(spark, say, "run"):
-            result = kcompact.run(spark, free, config=config, now=args.now, dry_run=args.dry_run,
-                                  lease_ms=args.lease_ms, max_partitions=args.max_partitions, progress=say,
-                                  summary=_summary, removal=removal)
+        result = kcompact.run(spark, free, config=config, now=args.now, dry_run=args.dry_run, lease_ms=args.lease_ms,
+                              max_partitions=args.max_partitions, progress=say, summary=_summary, removal=removal,
+                              watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
         empty = _empty(free, result.plan)
         print(result.text())
         if args.report:
@@ -364,7 +363,9 @@ def main(argv: list[str] | None = None, own_process: bool = False) -> int:
 
     if own_process:
         spark.let_go()
-    spark.close_log(keep=code not in (EXIT_OK, EXIT_PARTIAL))
+    if code in (EXIT_PARTIAL, EXIT_FAILED) and spark.started_jvm():  # the other exits' messages name it
+        _warn(f"Spark's log: {spark.log_path()}")
+    spark.close_log(keep=code != EXIT_OK)
     return code
 
 
@@ -399,37 +400,46 @@ def _failed(args: argparse.Namespace, exc: Exception) -> int:
     from kcompact import storage
     from kcompact.jobs import spark
 
+    named = _spark_log()  # once Spark started, every message names its log
     if isinstance(exc, BadArgument):
-        _warn(str(exc))
+        _warn(f"{exc}{named}")
         return EXIT_USAGE
     if isinstance(exc, FormatError):
-        _warn(str(exc))
+        _warn(f"{exc}{named}")
         return EXIT_PROBLEMS
     if isinstance(exc, ConfigError):
-        _warn(f"configuration error: {exc}")
+        _warn(f"configuration error: {exc}{named}")
         return EXIT_USAGE
     if isinstance(exc, OSError):
-        _warn(f"error: {storage.describe_failure(exc, getattr(args, 'argv', ()))}")
+        _warn(f"error: {storage.describe_failure(exc, getattr(args, 'argv', ()))}{named}")
         return EXIT_USAGE
     if isinstance(exc, ValueError):
-        _warn(f"error: {exc}")
+        _warn(f"error: {exc}{named}")
         return EXIT_USAGE
     storage_failure = storage.describe_failure(exc, getattr(args, "argv", ()))  # unreachable, no credentials
     if storage_failure is not None:
-        _warn(f"error: {storage_failure}")
+        _warn(f"error: {storage_failure}{named}")
         return EXIT_USAGE
     if os.environ.get("KCOMPACT_DEBUG"):
         raise exc
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     log = f"; Spark's log: {spark.log_path()}" if spark.started_jvm() else ""
-    # a Spark task's (Python's MemoryError, the JVM's OutOfMemoryError, an allocation refused: ENOMEM)
-    if any(sign in str(exc) for sign in ("MemoryError", "ENOMEM", "Cannot allocate memory")):
+    # a Spark task's (Python's MemoryError, the JVM's OutOfMemoryError, an allocation refused: ENOMEM,
+    # a thread whose stack could not be mapped)
+    if any(sign in str(exc) for sign in ("MemoryError", "ENOMEM", "Cannot allocate memory", "can't start new thread")):
         _warn("error: a Spark task ran out of memory: give it more (spark.executor.pyspark.memory caps a Python "
-              "worker's address space, --driver-memory the JVM's heap) or lower spark.kcompact.map.memory, "
-              f"so that large partitions take the shared path (set KCOMPACT_DEBUG=1 for details{log})")
+              "worker's address space, --driver-memory the JVM's heap; a partition over 256 MiB also takes the "
+              f"shared path once spark.kcompact.map.memory is lowered) (set KCOMPACT_DEBUG=1 for details{log})")
         return EXIT_USAGE
     _warn(f"internal error: {type(exc).__name__}: {first[:300]} (set KCOMPACT_DEBUG=1 for details{log})")
     return EXIT_INTERNAL
+
+
+def _spark_log() -> str:
+    """`` (Spark's log: PATH)`` once this command started Spark with its log in a file, else nothing."""
+    from kcompact.jobs import spark
+
+    return f" (Spark's log: {spark.log_path()})" if spark.started_jvm() else ""
 
 
 def _interrupted() -> int:
@@ -437,7 +447,7 @@ def _interrupted() -> int:
 
     how = "terminated" if signals.terminated() else "interrupted"
     _warn(f"{how}: nothing half-done is left in place (partitions being cleaned keep their old segments; "
-          "the next run, or 'kcompact recover', removes unfinished files)")
+          f"the next run, or 'kcompact recover', removes unfinished files){_spark_log()}")
     return EXIT_TERMINATED if signals.terminated() else EXIT_INTERRUPTED
 
 

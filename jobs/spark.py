@@ -133,16 +133,50 @@ def session(app_name: str, sizing: Sizing | None = None):
         for key, value in sizing.conf:
             builder = builder.config(key, value)
     redirect = not sizing.verbose and embedded and starts_jvm
-    with _jvm_output(log_path() if redirect else None):
-        spark = builder.getOrCreate()
     if redirect:
-        _LOG.append(log_path())
+        _LOG[:] = [log_path()]
+    try:
+        with _jvm_output(log_path() if redirect else None):
+            spark = builder.getOrCreate()
+    except Exception as exc:
+        cause = _start_failure()
+        if cause is None:
+            raise
+        raise CannotStart(cause) from exc
     spark.sparkContext.setLogLevel(os.environ.get("KCOMPACT_SPARK_LOG_LEVEL", "WARN"))
     _note_interrupts()
     from kcompact.compaction.settings import check_settings
 
     check_settings(spark)  # before any command writes: spark-submit's --conf comes unchecked
     return spark
+
+
+class CannotStart(ValueError):
+    """Spark could not start for a reason of this host's, which the message names with its fix."""
+
+
+# What Spark's log says when the JVM could not start for a reason of the host's, and the fix.
+# Spark's driver looks up this host's name (InetAddress.getLocalHost) or SPARK_LOCAL_IP's.
+_HOST_CAUSES = (("java.net.UnknownHostException", "a name Spark's driver looked up does not resolve (this host's, or "
+                 "SPARK_LOCAL_IP's): add it to /etc/hosts, or set SPARK_LOCAL_IP=127.0.0.1 and "
+                 "SPARK_LOCAL_HOSTNAME=localhost"),)
+
+
+def _start_failure() -> str | None:
+    """Why the JVM did not start, from its log (``log_path``), when the cause is the host's."""
+    if not _LOG:
+        return None
+    try:
+        with open(_LOG[0], errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    for sign, fix in _HOST_CAUSES:
+        at = text.find(sign)
+        if at >= 0:
+            found = text[at:].splitlines()[0].strip()
+            return f"Spark cannot start: {found[:200]}: {fix}"
+    return None
 
 
 @contextlib.contextmanager

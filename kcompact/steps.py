@@ -205,7 +205,10 @@ def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan:
         report.previous_runs, report.began_choosing_ms = previous, began
         if not dry_run:
             for path in log_dirs:
-                last_run.write(path, began)
+                try:
+                    last_run.write(path, began)
+                except OSError as exc:  # a full disk: the stamp is a gauge's, the run's outcome stands
+                    progress(f"  {path.rstrip('/')}/{last_run.FILE} not written: {(exc.strerror or str(exc)).lower()}")
     return report, plan
 
 
@@ -238,10 +241,14 @@ def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None,
         max_partitions: int | None = None, lease_ms: int = LEASE_MS, config: Config | None = None,
         config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
         broker_config: BrokerConfig | None = None, progress: Say = print, summary: Say | None = None,
-        removal: Removal | None = None) -> NightlyReport:
+        removal: Removal | None = None,
+        watch: Callable[..., contextlib.AbstractContextManager] = lambda *_: contextlib.nullcontext()
+        ) -> NightlyReport:
     """The nightly job: recovery (not on a dry run), retention, a fresh plan, compaction, on one
     configuration and one clock, holding every log dir's ``.lock`` throughout. Each step's summary
-    goes to ``summary`` (default ``progress``) as it ends. ``removal``: as ``compact``'s."""
+    goes to ``summary`` (default ``progress``) as it ends. ``removal``: as ``compact``'s;
+    ``watch(what, total_bytes)``: a context around retention and around each of compaction's
+    Spark steps (``compact``'s), so progress names the step under way."""
     now = wall_ms() if now is None else now
     log_dirs = list(log_dirs)
     summary = summary or progress
@@ -253,14 +260,15 @@ def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None,
             recovery = recover(log_dirs, torn_tails=False, progress=progress)
             summary(recovery.text())
         # 1. retention
-        retention, _ = retain(spark, log_dirs, config=conf, now=now, dry_run=dry_run, recover_first=False,
-                              progress=progress)
+        with watch("retention"):
+            retention, _ = retain(spark, log_dirs, config=conf, now=now, dry_run=dry_run, recover_first=False,
+                                  progress=progress)
         summary(retention.text())
         # 2. plan, on the log as retention left it; 3. compaction
         progress("compaction: planning")
         compaction, plan = compact(spark, log_dirs, now=now, dry_run=dry_run, max_partitions=max_partitions,
                                    lease_ms=lease_ms, config=conf, recover_first=False, progress=progress,
-                                   ready=time.monotonic(), removal=removal)
+                                   ready=time.monotonic(), removal=removal, watch=watch)
     return NightlyReport(now, dry_run, recovery, retention, compaction, plan)
 
 

@@ -435,7 +435,12 @@ def write_atomic(path: str, data: bytes) -> None:
         fs.pipe_file(fs_path, data)
         return
     tmp = path + TMP
-    write_durable(tmp, data)
+    try:
+        write_durable(tmp, data)
+    except OSError:  # a full disk, a quota: no half-written .tmp left behind
+        with contextlib.suppress(OSError):
+            os.remove(resolve(tmp)[1])
+        raise
     rename(tmp, path)
     fsync_dir(posixpath.dirname(path) or ".")
 

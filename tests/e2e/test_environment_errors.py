@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -77,6 +78,26 @@ def test_a_worker_cap_below_the_imports_is_refused_before_spark_starts(logs, tmp
     assert not log.exists(), "a JVM was started"
     assert files(logs) == before
     assert took < 60, took
+
+
+def test_a_worker_cap_that_holds_the_imports_but_no_cleaning_is_refused_and_the_advice_works(logs, tmp_path):
+    """Was (issue 33 item 2): 600m passed the check, then every partition failed out of memory on
+    every run (the first offset table could not be allocated). Refused up front naming the least
+    cap that cleans; run again with that cap, the job cleans."""
+    from kcompact.compaction.routing import MIN_WORKER_MEMORY
+
+    before, log = files(logs), tmp_path / "spark.log"
+    code, out, err, _ = kcompact("compact", str(logs), *COMPACT, "--spark-conf", "spark.executor.pyspark.memory=600m",
+                                 env={"KCOMPACT_SPARK_LOG": str(log)}, timeout=300)
+    assert code == 2, (code, out, err)
+    advice = re.search(r"give it at least (\d+m)", err)
+    assert advice and advice[1] == f"{MIN_WORKER_MEMORY >> 20}m", err
+    assert not log.exists(), "a JVM was started"
+    assert files(logs) == before
+    code, out, err, _ = kcompact("compact", str(logs), *COMPACT, "--spark-conf",
+                                 f"spark.executor.pyspark.memory={advice[1]}", timeout=300)
+    assert code == 0, (code, out, err)
+    assert "1 partition: 1 cleaned" in out, out
 
 
 def test_a_worker_cap_from_the_environment_is_refused_before_spark_starts(logs, tmp_path):

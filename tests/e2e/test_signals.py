@@ -102,6 +102,7 @@ def assert_terminated(proc: subprocess.Popen, out: str, err: str) -> None:
     assert proc.returncode == 143, (out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kcompact: terminated"), err
+    assert "(Spark's log: " in lines[0], err  # named on every exit but 0 (issue 33 item 4)
     assert "Traceback" not in err and "Py4J" not in err
 
 
@@ -189,6 +190,9 @@ def test_a_second_signal_during_a_commit_leaves_no_partition_mixed(tmp_path, hoo
     kinds = {p: ("old" if segments(after, p) == segments(old, p) else "new" if segments(after, p) == segments(new, p)
                  else "mixed") for p in ("orders-0", "orders-1")}
     assert "mixed" not in kinds.values() and "new" in kinds.values(), kinds
+    # every partition committed before the stop is said so (issue 33 item 9)
+    said = {p for p in kinds if f"committed {p} (" in out}
+    assert said == {p for p, kind in kinds.items() if kind == "new"}, (kinds, out)
     assert_no_lease({k: v for k, v in after.items() if k.startswith("kcompact-state.")})
     assert lock_is_free(log_dir)
 

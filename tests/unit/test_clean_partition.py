@@ -143,6 +143,9 @@ def test_a_corrupt_batch_stops_the_partition_at_its_group(tmp_path, small_ranges
     (2, OSError(12, "Cannot allocate memory"), OUT_OF_MEMORY, "Cannot allocate memory"),
     (1, MemoryError("Unable to allocate 10.9 MiB"), OUT_OF_MEMORY, "Unable to allocate"),
     (2, MemoryError(), OUT_OF_MEMORY, "MemoryError"),
+    # a thread whose stack a capped address space cannot map (issue 33 item 2): memory too
+    (1, RuntimeError("can't start new thread"), OUT_OF_MEMORY, "can't start new thread"),
+    (2, RuntimeError("can't start new thread"), OUT_OF_MEMORY, "can't start new thread"),
 ])
 def test_a_failed_write_stops_the_partition_before_the_groups_below(tmp_path, small_ranges, monkeypatch, threads,
                                                                     failure, reason, says):
@@ -156,6 +159,7 @@ def test_a_failed_write_stops_the_partition_before_the_groups_below(tmp_path, sm
 
     def write_group(path, base_offset, *args):
         if base_offset == failing_base:
+            (part / f"{base_offset:020d}.log.cleaned").write_bytes(b"begun")  # what it wrote before it failed
             raise failure
         return real(path, base_offset, *args)
 

@@ -22,6 +22,7 @@ from kcompact.jobs.spark import Sizing
 
 URLS = ["s3://nightly-logs/broker-1"]
 WORKER_IMPORTS_MIB = routing.WORKER_IMPORTS >> 20
+MIN_WORKER_MIB = routing.MIN_WORKER_MEMORY >> 20
 
 
 def refused(code: str, message: str, operation: str = "ListObjectsV2") -> OSError:
@@ -123,17 +124,53 @@ def test_a_worker_short_of_memory_while_importing_is_a_configuration_error(monke
 
 
 # -- a worker cap below its imports ---------------------------------------------------------------------
-@pytest.mark.parametrize("cap", ["10m", "512m", "100", f"{WORKER_IMPORTS_MIB - 1}m", "0.5g"])
-def test_a_worker_cap_below_its_imports_is_refused(cap):
+@pytest.mark.parametrize("cap", ["10m", "512m", "100", f"{WORKER_IMPORTS_MIB - 1}m", "0.5g",
+                                 "600m", f"{MIN_WORKER_MIB - 1}m"])
+def test_a_worker_cap_below_what_cleaning_takes_is_refused(cap):
+    """600m holds the imports (560 MiB) but no partition's cleaning: every run failed out of
+    memory (issue 33 item 2); refused, naming the least cap that cleans."""
     with pytest.raises(ValueError) as refusal:
         settings.check_setting("spark.executor.pyspark.memory", cap)
     text = str(refusal.value)
     assert f"spark.executor.pyspark.memory={cap}" in text and f"{WORKER_IMPORTS_MIB} MiB" in text, text
+    assert f"give it at least {MIN_WORKER_MIB}m" in text, text
 
 
-@pytest.mark.parametrize("cap", [f"{WORKER_IMPORTS_MIB}m", "1g", "4096"])
-def test_a_worker_cap_that_holds_the_imports_passes(cap):
+@pytest.mark.parametrize("cap", [f"{MIN_WORKER_MIB}m", "1g", "4096"])
+def test_a_worker_cap_that_holds_a_cleaning_passes(cap):
     settings.check_setting("spark.executor.pyspark.memory", cap)
+
+
+class Threads:
+    """What task_threads reads of a session: its settings and its cores."""
+
+    def __init__(self, cap: str | None, threads: str | None = None, cores: int = 16):
+        values = {"spark.executor.pyspark.memory": cap, routing.THREADS: threads}
+        self.conf = self.Conf({k: v for k, v in values.items() if v is not None})
+        self.sparkContext = self.Context(self.conf, cores)
+
+    class Conf:
+        def __init__(self, values: dict):
+            self.values = values
+
+        def get(self, key, default=None):
+            return self.values.get(key, default)
+
+    class Context:
+        def __init__(self, conf, cores: int):
+            self.conf, self.defaultParallelism = conf, cores
+
+        def getConf(self):
+            return self.conf
+
+
+@pytest.mark.parametrize(("cap", "threads"), [(None, 16), ("700m", 1), ("839m", 1), ("840m", 2), ("1260m", 4),
+                                              ("64g", 16)])
+def test_a_capped_task_uses_the_threads_its_cap_holds(cap, threads):
+    """Each thread beyond the first costs WHOLE_PER_THREAD of the cap: asked for or not, a task
+    takes no more threads than the cap holds beside the least a cleaning takes."""
+    assert routing.task_threads(Threads(cap), 1) == threads
+    assert routing.task_threads(Threads(cap, threads="16"), 1) == threads
 
 
 def test_a_worker_cap_that_is_no_size_is_refused():

@@ -1,0 +1,102 @@
+"""What the host does to a run (issue 33 items 3 and 4): a disk with no space at all, a host name
+that does not resolve, and Spark's log named on every exit but 0 (removed then)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_operator_cases import tmpfs
+from tests.e2e.test_operator_inputs import dirty
+
+NOW = 1_720_300_000_000
+COMPACT = ["--topic-config", "*:cleanup.policy=compact"]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def kcompact(args: list[str], env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("KCOMPACT_")}
+    base |= {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    return subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", *args], cwd=ROOT, env=base | (env or {}),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A tmpfs with a log dir of two dirty partitions, then filled to its last byte."""
+    for mount in tmpfs(tmp_path / "disk", "size=1m"):
+        log_dir = mount / "logs"
+        for n in range(2):
+            dirty(log_dir / f"orders-{n}")
+        fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        assert os.statvfs(mount).f_bavail == 0
+        yield log_dir
+
+
+@pytest.mark.parametrize("command", ["compact", "run"])
+def test_a_disk_without_space_is_a_transient_failure_and_leaves_nothing(full_disk, command):
+    before = {p.name for p in full_disk.iterdir()}
+    done = kcompact([command, str(full_disk), "--now", str(NOW), *COMPACT])
+    assert done.returncode == 5, (done.stdout, done.stderr)
+    mount = full_disk.parent
+    for n in range(2):
+        line = next(x for x in done.stdout.splitlines() if x.startswith(f"orders-{n}: NOT cleaned"))
+        assert "I/O error (transient, retried next run): " in line, line
+        assert f"no space left on {mount} (writing logs/kcompact-state.orders-{n}.json, up to " in line, line
+        assert "MB needed)" in line, line
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+    after = {p.name for p in full_disk.iterdir()}
+    assert after - before <= {".lock"}, after - before  # the broker's own file stays, as Kafka leaves it
+    assert not list(full_disk.rglob("*.tmp")) and not list(full_disk.rglob("*.cleaned"))
+    assert not list(full_disk.glob("kcompact-state.*"))
+
+
+def test_a_host_name_that_does_not_resolve_is_said_in_one_line(tmp_path):
+    """Spark's driver looks up a name that does not resolve (here SPARK_LOCAL_IP's; on a renamed
+    host without /etc/hosts, InetAddress.getLocalHost's): the JVM exits as it starts. Was:
+    ``internal error: ... JAVA_GATEWAY_EXITED``, the cause only in Spark's log."""
+    log_dir = tmp_path / "logs"
+    dirty(log_dir / "orders-0")
+    log = tmp_path / "spark.log"
+    done = kcompact(["plan", str(log_dir), "--now", str(NOW)],
+                    env={"SPARK_LOCAL_IP": "kc-nowhere.invalid", "KCOMPACT_SPARK_LOG": str(log)})
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("kcompact: error: Spark cannot start: java.net.UnknownHostException"), lines[0]
+    assert "SPARK_LOCAL_HOSTNAME" in lines[0] and "/etc/hosts" in lines[0], lines[0]
+    assert lines[0].endswith(f"(Spark's log: {log})"), lines[0]
+    assert log.exists()
+
+
+def test_the_spark_log_is_named_when_nothing_was_done_and_removed_on_success(tmp_path):
+    """Exit 5 (the log dir in use) names the log, which stays; exit 0 removes its own."""
+    import fcntl
+
+    log_dir = tmp_path / "logs"
+    dirty(log_dir / "orders-0")
+    (log_dir / ".lock").touch()
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    with open(log_dir / ".lock", "r+b") as lock:
+        fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held = kcompact(["compact", str(log_dir), "--now", str(NOW), *COMPACT], env={"TMPDIR": str(temp)})
+    assert held.returncode == 5, (held.stdout, held.stderr)
+    logs = list(temp.glob("kcompact-spark-*.log"))
+    assert len(logs) == 1, logs
+    assert held.stderr.strip().splitlines()[-1] == f"kcompact: Spark's log: {logs[0]}", held.stderr
+    logs[0].unlink()
+    ok = kcompact(["compact", str(log_dir), "--now", str(NOW), *COMPACT], env={"TMPDIR": str(temp)})
+    assert ok.returncode == 0, (ok.stdout, ok.stderr)
+    assert not list(temp.glob("kcompact-spark-*.log"))
