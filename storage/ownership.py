@@ -190,6 +190,6 @@ def unreadable(fs_path: str) -> str | None:
     if uid == 0 or uid == found.st_uid:
         return None  # root reads it, the owner chmods it: permission bits, not whose it is
     sudo_user = _name(found.st_uid) or f"'#{found.st_uid}'"
-    return (f"{fs_path} belongs to {_who(found.st_uid)} (mode {stat.S_IMODE(found.st_mode):04o}), and this process "
+    return (f"{fs_path} belongs to {_who(found.st_uid)}, mode {stat.S_IMODE(found.st_mode):04o}, and this process "
             f"runs as {_who(uid)}, which may not read it; run kcompact as that user (sudo -u {sudo_user} kcompact "
             "...) or as root")
