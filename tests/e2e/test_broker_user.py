@@ -89,7 +89,8 @@ def install():
             path.chmod(DIR_MODE if path.is_dir() else FILE_MODE)
         own = base / "own"  # where the user may write: gen's output, plan files
         own.mkdir()
-        yield {"venv": venv, "user": user, "uid": entry.pw_uid, "uid_gid": entry.pw_gid, "logs": logs, "own": own}
+        yield {"venv": venv, "user": user, "uid": entry.pw_uid, "uid_gid": entry.pw_gid, "logs": logs, "own": own,
+               "dist": dist}
     finally:
         if user_made:
             shutil.rmtree(Path(tempfile.gettempdir()) / f"kcompact-numba-{pwd.getpwnam(user).pw_uid}",
@@ -106,10 +107,11 @@ def _plain_env(home: str, **more: str) -> dict[str, str]:
     return env | more
 
 
-def as_user(install: dict, home: str, *args: str) -> subprocess.CompletedProcess:
-    env = _plain_env(home, NUMBA_DEBUG_CACHE="1")
+def as_user(install: dict, home: str, *args: str, program: list[str] | None = None,
+            **more: str) -> subprocess.CompletedProcess:
+    env = _plain_env(home, NUMBA_DEBUG_CACHE="1", **more)
     command = ["runuser", "-u", install["user"], "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
-               str(install["venv"] / "bin" / "kcompact"), *args]
+               *(program or [str(install["venv"] / "bin" / "kcompact")]), *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd="/")
 
 
@@ -175,3 +177,23 @@ def test_every_command_runs_as_the_brokers_user(install, home):
     assert listing(install["venv"]) == venv_before
     found = logs.stat()
     assert (found.st_uid, stat.S_IMODE(found.st_mode)) == (install["uid"], DIR_MODE)
+
+
+def test_spark_submit_runs_as_the_brokers_user(install):
+    """``run.py`` under spark-submit (local master) with ``--py-files kcompact-py.zip``, as
+    deployment.md runs it: numba caches zipped code in the user's cache dir, which this user has
+    none of, so the zip's kernels take the private dir too."""
+    logs = install["logs"].with_name("logs-submit")
+    subprocess.run(["cp", "-a", str(install["logs"]), str(logs)], check=True)
+    import pyspark
+
+    submit = str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+    python = str(install["venv"] / "bin" / "python")
+    shutil.rmtree(Path(tempfile.gettempdir()) / f"kcompact-numba-{install['uid']}", ignore_errors=True)
+    done = as_user(install, "/nonexistent", "--master", "local[2]", "--py-files",
+                   str(install["dist"] / "kcompact-py.zip"), str(install["dist"] / "run.py"), str(logs), "--now", NOW,
+                   program=[submit], PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+    assert "committed" in done.stdout, done.stdout[-2000:]
+    assert "no locator" not in done.stderr and "saved to" not in done.stdout + done.stderr, done.stderr[-3000:]
+    assert shipped_copies(install["uid"]), "no shipped kernel was used"
