@@ -173,6 +173,7 @@ def check(args: argparse.Namespace) -> None:
     """Everything about the command's input that can be known before it starts: a ``BadArgument``
     (or ``ConfigError``) here means nothing was written."""
     checks.now_ms(getattr(args, "now", None), getattr(args, "force_now", False))
+    checks.object_store_settings(getattr(args, "argv", ()))
     if hasattr(args, "spark_conf"):  # a job's embedded Spark, sized by flags and KCOMPACT_*: checked before it starts
         from kcompact.jobs.spark import Sizing
 

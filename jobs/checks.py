@@ -60,12 +60,32 @@ def now_ms(value: int | None, forced: bool) -> None:
                       f"--force-now takes it as given")
 
 
+def object_store_settings(argv) -> None:
+    """The settings of the object stores the command names are ones fsspec takes
+    (``storage.environment_problem``)."""
+    why = storage.environment_problem(argv)
+    if why is not None:
+        raise BadArgument(why)
+
+
 def log_dirs(paths: list[str]) -> None:
     """Every path is a Kafka log dir (``logdir.listing.not_a_log_dir``)."""
     for path in paths:
-        why = not_a_log_dir(path)
+        why = _not_readable(path) or not_a_log_dir(path)
         if why is not None:
             raise BadArgument(why)
+
+
+def _not_readable(path: str) -> str | None:
+    """A local directory of another user that this process may not list: whose it is, not
+    'permission denied'."""
+    if not storage.is_local_path(path):
+        return None
+    fs_path = storage.resolve(path)[1]
+    try:
+        return storage.ownership.unreadable(fs_path) if os.path.isdir(fs_path) else None
+    except OSError:
+        return None  # not_a_log_dir says what is wrong with it
 
 
 def distinct_log_dirs(paths: list[str]) -> None:

@@ -76,7 +76,14 @@ def _gen(args: argparse.Namespace) -> int:
         segment_bytes=args.segment_bytes,
         start_ms=args.start_ms,
     )
-    result = generator.generate(args.out, spec, seed=args.seed)
+    try:
+        result = generator.generate(args.out, spec, seed=args.seed, say=lambda line: print(line, flush=True))
+    except KeyboardInterrupt:  # generate removed what it had written: the usual line would not be true
+        from kcompact.jobs import signals
+
+        _warn(f"{'terminated' if signals.terminated() else 'interrupted'}: gen stopped, and what it had "
+              f"written is removed: {args.out} is as it was before")
+        return EXIT_TERMINATED if signals.terminated() else EXIT_INTERRUPTED
     print(result.summary())
     return EXIT_OK
 

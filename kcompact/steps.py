@@ -18,6 +18,8 @@ The nightly ``run``, in this order, on one Spark session and one clock (``now``)
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -138,6 +140,21 @@ def _recovered(log_dirs: Sequence[str], progress: Say, summary: Say) -> None:
         summary(report.text())
 
 
+def _worker_python(spark: SparkSession) -> None:
+    """Spark's Python workers run this interpreter when the session is local and nobody chose one
+    (``PYSPARK_PYTHON``, ``spark.pyspark.python``). pyspark's default is ``python3`` on the PATH,
+    which from a venv that is not activated is not the Python with kcompact installed: every task
+    would fail to import it. pyspark reads the worker Python (``SparkContext.pythonExec``) when it
+    makes a Python function, so setting it on a session that exists is in time."""
+    try:
+        context = spark.sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect: no context here, its server's workers are its own
+        return
+    chosen = os.environ.get("PYSPARK_PYTHON") or context.getConf().get("spark.pyspark.python")
+    if not chosen and context.master.startswith("local") and context.pythonExec == "python3":
+        context.pythonExec = sys.executable
+
+
 # -- the functions -------------------------------------------------------------------------------
 def plan(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, top: int | None = None,
          max_bytes: int | None = None, retention_only: bool = False, config: Config | None = None,
@@ -149,6 +166,7 @@ def plan(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None
     while the dirty bytes fit. Writes nothing."""
     from kcompact.planner.build import plan as build_plan
 
+    _worker_python(spark)
     config = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
                            broker_config=broker_config)
     return build_plan(spark, list(log_dirs), conf=config, now=now, top=top, max_bytes=max_bytes,
@@ -181,6 +199,7 @@ def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan:
     from kcompact.planner.output import selected_bytes
 
     ready = time.monotonic() if ready is None else ready
+    _worker_python(spark)
     if plan is not None and (config is not None or config_files or topic_config or broker_config):
         raise ValueError("a plan carries its configuration: give plan or a configuration, not both")
     if log_dirs is None:
@@ -223,6 +242,7 @@ def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = No
     from kcompact.planner.build import plan as build_plan
 
     started = time.monotonic()
+    _worker_python(spark)
     now = wall_ms() if now is None else now
     log_dirs = list(log_dirs)
     with _held(log_dirs, dry_run):
@@ -287,6 +307,7 @@ def register_data_source(spark: SparkSession) -> None:
     reads the segments in place (options: ``datasource.kafka_log``)."""
     from kcompact.datasource.kafka_log import KafkaLogDataSource
 
+    _worker_python(spark)
     spark.dataSource.register(KafkaLogDataSource)
 
 

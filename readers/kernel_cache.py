@@ -18,10 +18,14 @@ function is decorated: the first class of ``CacheImpl._locator_classes`` whose `
 accepts it. ``install()`` (run when this module is imported: ``readers.c_routines`` and every
 module with kernels import it before they decorate one) puts ``ShippedLocator`` first. For a
 kernel of our packages it asks numba's own locators where numba would cache it (``NUMBA_CACHE_DIR``,
-``__pycache__``, or the user's cache dir for a zip: always a place numba may write), and caches it
-in a directory there named for the shipped cache's digest, which it fills once, first, with the
-shipped files of that package (written aside and renamed in place, so workers starting together
-never see half of it). From then on that directory is numba's own: a kernel whose source changed
+``__pycache__``, the user's cache dir), and caches it in a directory there named for the shipped
+cache's digest, which it fills once, first, with the shipped files of that package (written
+aside and renamed in place, so workers starting together never see half of it). Where none of
+those may be written (a broker's system user: a root-owned install, ``HOME=/nonexistent`` or
+another user's home, as ``sudo -u kafka`` leaves it), numba alone has no locator and fails the
+import ("cannot cache function ...: no locator available"): the directory is then made in this
+user's own ``kcompact-numba-<uid>`` under the temp dir (mode 0700, used only when it is this
+user's alone). From then on that directory is numba's own: a kernel whose source changed
 since the build (numba's stamp is the SHA-256 of the source file's content, not its mtime, so a
 wheel install or a zip keeps the stamps valid), a new signature or another CPU compile as before
 and are saved there. Nothing is written to site-packages or the zip; with no shipped cache, or
@@ -47,8 +51,11 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
+import tempfile
 import uuid
+from collections.abc import Iterator
 from importlib import resources
 
 import numba
@@ -200,15 +207,67 @@ class ShippedLocator(caching._CacheLocator):
         for other in caching.CacheImpl._locator_classes:
             if other is not cls and (inner := other.from_function(py_func, py_file)) is not None:
                 break
-        if inner is None:
-            return None
         build = os.environ.get(BUILD_ENV)
-        if build:
+        if build and inner is not None:
             return cls(inner, os.path.join(build, str(os.getpid()), package))
-        if _ACTIVE is None:
-            return inner
-        dest = os.path.join(inner.get_cache_path(), f"kcompact-{_ACTIVE['digest'][:16]}")
-        return cls(inner, dest) if _seed(dest, package) else inner
+        stamps = inner or _stamp_locator(py_func, py_file)
+        if stamps is None:
+            return None
+        for place in _places(inner, stamps, py_file):
+            if _ACTIVE is None:
+                if _writable(place):
+                    return cls(stamps, place)
+                continue
+            dest = os.path.join(place, f"kcompact-{_ACTIVE['digest'][:16]}")
+            if _seed(dest, package):
+                return cls(stamps, dest)
+        return inner
+
+
+def _places(inner, stamps: caching._CacheLocator, py_file: str) -> Iterator[str]:
+    """Where a kernel may be cached: where numba would cache it, else this user's private dir."""
+    if inner is not None:
+        yield inner.get_cache_path()
+    private = private_dir()
+    if private is not None:
+        yield os.path.join(private, stamps.get_suitable_cache_subpath(py_file))
+
+
+def _stamp_locator(py_func, py_file: str) -> caching._CacheLocator | None:
+    """numba's locator for a source file or a zip, for its source stamp and disambiguator only
+    (none of numba's accepted the function: no place it may write)."""
+    if ".zip" in py_file:
+        return caching.ZipCacheLocator(py_func, py_file)
+    return caching.InTreeCacheLocator(py_func, py_file) if os.path.exists(py_file) else None
+
+
+def private_dir() -> str | None:
+    """This user's own cache dir under the temp dir (``kcompact-numba-<uid>``, mode 0700), for a
+    user with no writable home and no ``NUMBA_CACHE_DIR`` (a broker's system user): None when it
+    cannot be made, or is not this user's alone (another user made it first, or a symlink)."""
+    path = os.path.join(tempfile.gettempdir(), f"kcompact-numba-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        return None
+    return path
+
+
+def _writable(path: str) -> bool:
+    try:
+        os.makedirs(path, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError:
+        return False
+    return True
 
 
 def _active() -> dict | None:

@@ -9,25 +9,91 @@ cause. Any other OSError is ``describe_error``'s.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable, Iterator
 from urllib.parse import urlsplit
 
 _KEYS = "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
-_REFUSALS = {  # botocore's error code of a refused request: what it means
-    "InvalidAccessKeyId": "the access key is not known to the object store (InvalidAccessKeyId): check "
-                          "AWS_ACCESS_KEY_ID or the profile in use",
-    "SignatureDoesNotMatch": "the secret key does not match the access key (SignatureDoesNotMatch): check "
-                             "AWS_SECRET_ACCESS_KEY or the profile in use",
-    "AccessDenied": "access denied (AccessDenied): the credentials in use may not read or write this bucket",
+_ENV_NAMES = {"access": "AWS_ACCESS_KEY_ID", "secret": "AWS_SECRET_ACCESS_KEY", "token": "AWS_SESSION_TOKEN"}
+_REFUSALS = {  # botocore's error code of a refused request: what it means ({access} and the rest: where they came from)
+    "InvalidAccessKeyId": "the access key is not known to the object store (InvalidAccessKeyId): check {access}",
+    "SignatureDoesNotMatch": "the secret key does not match the access key (SignatureDoesNotMatch): check {secret}",
+    "AccessDenied": "access denied (AccessDenied): the credentials in use ({access}) may not read or write this bucket",
     "AllAccessDisabled": "access denied (AllAccessDisabled): all access to this bucket is disabled",
-    "403": f"the object store refused the request (403 Forbidden): a wrong access key or secret key ({_KEYS}), "
-           "or credentials without access to this bucket",
-    "ExpiredToken": "the credentials have expired (ExpiredToken): renew them (AWS_SESSION_TOKEN or the profile in use)",
-    "InvalidToken": "the session token is not valid (InvalidToken): check AWS_SESSION_TOKEN or the profile in use",
+    "403": "the object store refused the request (403 Forbidden): a wrong access key or secret key ({access}, "
+           "{secret}), or credentials without access to this bucket",
+    "ExpiredToken": "the credentials have expired (ExpiredToken): renew them ({token})",
+    "InvalidToken": "the session token is not valid (InvalidToken): check {token}",
     "RequestTimeTooSkewed": "this machine's clock is too far from the object store's (RequestTimeTooSkewed)",
 }
 _REFUSALS["Forbidden"] = _REFUSALS["403"]
 _REFUSALS["ExpiredTokenException"] = _REFUSALS["TokenRefreshRequired"] = _REFUSALS["ExpiredToken"]
+
+
+def environment_problem(urls: Iterable[str]) -> str | None:
+    """What is wrong with the ``FSSPEC_<PROTOCOL>`` variable of an object store among ``urls``, or
+    None. fsspec ignores one that is not a JSON object (a warning, no error), and the store is
+    then met without its endpoint or keys: 'no credentials' would name the wrong culprit."""
+    for bucket in _buckets(urls):
+        name = f"FSSPEC_{bucket.split(':', 1)[0].upper()}"
+        text = os.environ.get(name)
+        if text is None:
+            continue
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            return (f"{name} is not valid JSON ({getattr(exc, 'msg', exc)} at character {getattr(exc, 'pos', 0)}), "
+                    "so fsspec ignores it and none of its settings (endpoint_url, key, secret) is used; "
+                    f"give it a JSON object, as {name}='{{\"client_kwargs\": {{\"endpoint_url\": \"...\"}}}}'")
+        if not isinstance(value, dict):
+            return (f"{name} is JSON but not an object ({type(value).__name__}), so fsspec ignores it and none of its "
+                    "settings is used; give it a JSON object of s3fs's options")
+    return None
+
+
+def credential_names() -> dict[str, str]:
+    """Where the object store's credentials in use came from, as the settings to check: the
+    access key's, the secret key's and the session token's. s3fs takes fsspec's ``key``,
+    ``secret`` and ``token`` (``FSSPEC_S3_KEY``..., ``FSSPEC_S3``, fsspec's config files) before
+    botocore's own chain (``AWS_*``, a profile, instance metadata)."""
+    import fsspec.config
+
+    conf = fsspec.config.conf.get("s3", {})
+    if conf.get("key") or conf.get("secret") or conf.get("token"):
+        if any(f"FSSPEC_S3_{k}" in os.environ for k in ("KEY", "SECRET", "TOKEN")):
+            return {"access": "FSSPEC_S3_KEY", "secret": "FSSPEC_S3_SECRET", "token": "FSSPEC_S3_TOKEN"}
+        where = "FSSPEC_S3" if "FSSPEC_S3" in os.environ else "fsspec's configuration (FSSPEC_CONFIG_DIR)"
+        return {k: f"{v} in {where}" for k, v in (("access", "key"), ("secret", "secret"), ("token", "token"))}
+    client = conf.get("client_kwargs", {})
+    if client.get("aws_access_key_id"):
+        return {k: f"{v} in FSSPEC_S3's client_kwargs" for k, v in
+                (("access", "aws_access_key_id"), ("secret", "aws_secret_access_key"), ("token", "aws_session_token"))}
+    return _botocore_names(conf.get("profile"))
+
+
+def _botocore_names(profile: str | None) -> dict[str, str]:
+    """botocore's chain, as far as it can be told without asking the network (instance metadata):
+    the environment, then the profile's keys in the shared credentials or config file."""
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        return dict(_ENV_NAMES)
+    import configparser
+
+    profile = profile or os.environ.get("AWS_PROFILE") or "default"
+    for variable, default, section in (("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials", profile),
+                                       ("AWS_CONFIG_FILE", "~/.aws/config",
+                                        profile if profile == "default" else f"profile {profile}")):
+        path = os.path.expanduser(os.environ.get(variable, default))
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read(path)
+        except (OSError, configparser.Error):
+            continue
+        if parser.has_option(section, "aws_access_key_id"):
+            where = f"profile {profile} in {path}"
+            return {k: f"aws_{v} of {where}" for k, v in
+                    (("access", "access_key_id"), ("secret", "secret_access_key"), ("token", "session_token"))}
+    return {k: f"{v}, profile {profile} or the instance's role" for k, v in _ENV_NAMES.items()}
 
 
 def describe_failure(exc: BaseException, urls: Iterable[str] = ()) -> str | None:
@@ -57,7 +123,8 @@ def _describe_boto(boto, error: BaseException) -> str | None:
     if isinstance(error, boto.PartialCredentialsError):
         return f"incomplete credentials for the object store: {str(error)[:1].lower()}{str(error)[1:]}"
     if isinstance(error, boto.ClientError):
-        return _REFUSALS.get(str(error.response.get("Error", {}).get("Code", "")))
+        refusal = _REFUSALS.get(str(error.response.get("Error", {}).get("Code", "")))
+        return refusal.format(**credential_names()) if refusal else None
     if isinstance(error, boto.ConnectionError) and not isinstance(error, boto.HTTPClientError):
         if isinstance(error, boto.ConnectTimeoutError):
             why = "no answer within the connect timeout"

@@ -179,3 +179,17 @@ def refusal(fs_path: str) -> str | None:
     return (f"{fs_path} belongs to {_who(owner)}, and this process runs as {_who(uid)}: the files it would "
             f"write could not be given to {_who(owner)}, and a broker running as that user could not open them "
             f"read-write; run kcompact as that user (sudo -u {sudo_user} kcompact ...) or as root")
+
+
+def unreadable(fs_path: str) -> str | None:
+    """Why this process may not list the local dir ``fs_path`` (another user's, with no read or
+    search bit for this one), or None: said as ``refusal`` says it, not as a bare permission error."""
+    if os.access(fs_path, os.R_OK | os.X_OK):
+        return None
+    uid, found = os.geteuid(), os.stat(fs_path)
+    if uid == 0 or uid == found.st_uid:
+        return None  # root reads it, the owner chmods it: permission bits, not whose it is
+    sudo_user = _name(found.st_uid) or f"'#{found.st_uid}'"
+    return (f"{fs_path} belongs to {_who(found.st_uid)}, mode {stat.S_IMODE(found.st_mode):04o}, and this process "
+            f"runs as {_who(uid)}, which may not read it; run kcompact as that user (sudo -u {sudo_user} kcompact "
+            "...) or as root")

@@ -275,3 +275,25 @@ def test_an_unknown_access_key_names_the_bucket(tmp_path, strict_store, command)
     assert line.startswith(f"kcompact: error: s3://{BUCKET}: "), line
     assert "access key" in line and "AWS_ACCESS_KEY_ID" in line, line
     assert took < 60, took
+
+
+# -- issue 33, item 7: the credential source actually used, and what is wrong with it -------------------
+def test_fsspec_s3_that_is_not_json_is_named(tmp_path, bucket):
+    """Was: 'no credentials for the object store: none in AWS_ACCESS_KEY_ID ...' (fsspec ignored
+    the variable with a warning, so neither its endpoint nor its keys were used)."""
+    env = no_credentials(tmp_path, bucket) | {"FSSPEC_S3": '{"client_kwargs": {endpoint_url: "' + bucket + '"}}'}
+    code, out, err, _ = kcompact("verify", f"s3://{BUCKET}/logs", timeout=120, clean=True, env=env)
+    assert code == 2, (code, out, err)
+    line = one_line(err)
+    assert "FSSPEC_S3 is not valid JSON" in line and "character 19" in line, line
+    assert "no credentials" not in line and "AWS_ACCESS_KEY_ID" not in line, line
+
+
+def test_a_refused_fsspec_key_is_named(tmp_path, strict_store):
+    """Was: 'check AWS_ACCESS_KEY_ID or the profile in use' for a key given as FSSPEC_S3_KEY."""
+    env = no_credentials(tmp_path, strict_store) | {"FSSPEC_S3_KEY": "AKIANOTAKEY", "FSSPEC_S3_SECRET": "nosecret"}
+    code, out, err, _ = kcompact("verify", f"s3://{BUCKET}/logs", timeout=120, clean=True, env=env)
+    assert code == 2, (code, out, err)
+    line = one_line(err)
+    assert line.startswith(f"kcompact: error: s3://{BUCKET}: "), line
+    assert "access key" in line and "FSSPEC_S3_KEY" in line and "AWS_ACCESS_KEY_ID" not in line, line

@@ -159,3 +159,22 @@ def test_another_user_is_refused_before_anything_is_written(scratch):
         lines = err.strip().splitlines()
         assert len(lines) == 1 and f"uid {BROKER}" in lines[0] and "sudo -u" in lines[0], err
         assert owners(log_dir) == before
+
+
+def test_a_log_dir_another_user_may_not_read_names_its_owner(scratch):
+    """A user outside the broker's group (``nobody`` on ``kafka:kafka 0750``) cannot even list the
+    log dir. Was: 'error: DIR: permission denied'; now the line that names the owner, as when the
+    dir is readable, for the commands that only read as for those that write."""
+    log_dir = broker_owned(scratch)
+    before = owners(log_dir)
+    from kcompact.jobs import cli
+
+    for command in (["verify", str(log_dir)], ["plan", str(log_dir), "--now", NOW], ["status", str(log_dir)],
+                    ["run", str(log_dir), "--now", NOW], ["pause", str(log_dir), "orders-0"]):
+        code, err = as_user(OPERATOR, OPERATOR, lambda: cli.main(command))
+        assert code == 2, (command, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        assert f"{log_dir} belongs to " in lines[0] and f"uid {BROKER}" in lines[0] and "0750" in lines[0], err
+        assert f"uid {OPERATOR}" in lines[0] and "sudo -u" in lines[0] and "permission denied" not in lines[0], err
+        assert owners(log_dir) == before

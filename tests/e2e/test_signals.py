@@ -227,3 +227,33 @@ def test_sigterm_on_s3_keeps_the_bucket_safe(tmp_path, hook, s3_endpoint):
     for partition in ("orders-0", "orders-1"):
         assert segments(local_files(fetched), partition) == segments(clean, partition)
     shutil.rmtree(fetched)
+
+
+# -- issue 33, item 6: an interrupted gen leaves no partial log dir -----------------------------------
+def test_sigterm_during_gen_leaves_no_log_dir(tmp_path):
+    """Was: 'terminated: nothing half-done is left in place', and a partial log dir that verify
+    called OK and that gen then refused. gen says up front what it will write, is stopped part
+    way, removes what it wrote and says so; the same command then succeeds."""
+    out = tmp_path / "generated"
+    args = [sys.executable, "-m", "kcompact.jobs.cli", "gen", "--out", str(out), "--records", "100000",
+            "--partitions", "3"]
+    proc = subprocess.Popen(args, cwd=ROOT, env=child_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    first = proc.stdout.readline()
+    assert first.startswith("gen: 3 topics, 9 partitions, about ") and " MB of records" in first, first
+    deadline = time.monotonic() + 60
+    while not any(p.name.endswith(".tmp") and any(p.rglob("*.log")) for p in tmp_path.iterdir()):
+        assert time.monotonic() < deadline and proc.poll() is None, "gen wrote no segment"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out_text, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, (proc.returncode, out_text, err)
+    assert err.strip() == f"kcompact: terminated: gen stopped, and what it had written is removed: {out} is as it " \
+                          "was before", err
+    assert not any(tmp_path.glob("generated*")), sorted(tmp_path.iterdir())
+    again = subprocess.run([*args[:-4], "--records", "200"], cwd=ROOT, env=child_env(tmp_path), capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    verify = subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", "verify", str(out)], cwd=ROOT,
+                            env=child_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -230,3 +230,44 @@ def test_jvm_sizes_pass(monkeypatch, memory):
     monkeypatch.setenv("KCOMPACT_DRIVER_MEMORY", memory)
     monkeypatch.setenv("KCOMPACT_CORES", "3")
     assert Sizing.from_env() == Sizing(3, memory)
+
+
+# -- issue 33, item 7: the source of the credentials in use, and an FSSPEC_S3 fsspec ignored -------------
+@pytest.mark.parametrize(("conf", "env", "files", "access", "secret"), [
+    ({"key": "k", "secret": "s"}, {"FSSPEC_S3_KEY": "k"}, "", "check FSSPEC_S3_KEY", "check FSSPEC_S3_SECRET"),
+    ({"key": "k", "secret": "s"}, {"FSSPEC_S3": '{"key": "k", "secret": "s"}'}, "", "check key in FSSPEC_S3",
+     "check secret in FSSPEC_S3"),
+    ({"client_kwargs": {"aws_access_key_id": "k"}}, {}, "", "check aws_access_key_id in FSSPEC_S3's client_kwargs",
+     "check aws_secret_access_key in FSSPEC_S3's client_kwargs"),
+    ({}, {"AWS_ACCESS_KEY_ID": "k"}, "", "check AWS_ACCESS_KEY_ID", "check AWS_SECRET_ACCESS_KEY"),
+    ({}, {"AWS_PROFILE": "night"}, "[night]\naws_access_key_id = k\naws_secret_access_key = s\n",
+     "check aws_access_key_id of profile night in ", "check aws_secret_access_key of profile night in "),
+], ids=["fsspec-env", "fsspec-json", "client-kwargs", "aws-env", "profile"])
+def test_a_refusal_names_the_credentials_in_use(monkeypatch, tmp_path, conf, env, files, access, secret):
+    """Was: 'check AWS_ACCESS_KEY_ID or the profile in use' whatever gave the key."""
+    import fsspec.config
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "FSSPEC_S3", "FSSPEC_S3_KEY", "FSSPEC_S3_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "credentials").write_text(files)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setitem(fsspec.config.conf, "s3", conf)
+    unknown = one_line(storage.describe_failure(refused("InvalidAccessKeyId", "unknown"), URLS))
+    wrong = one_line(storage.describe_failure(refused("SignatureDoesNotMatch", "no match"), URLS))
+    assert access in unknown and secret in wrong, (unknown, wrong)
+    if "AWS_" not in access:
+        assert "AWS_" not in unknown + wrong, (unknown, wrong)
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ('{"client_kwargs": {endpoint_url: 1}}', "FSSPEC_S3 is not valid JSON (Expecting property name enclosed in "
+                                              "double quotes at character 19)"),
+    ('"http://127.0.0.1:9000"', "FSSPEC_S3 is JSON but not an object (str)"),
+])
+def test_an_fsspec_variable_fsspec_ignores_is_named(monkeypatch, value, says):
+    monkeypatch.setenv("FSSPEC_S3", value)
+    assert says in one_line(storage.environment_problem(["verify", "s3://b/logs"]))
+    assert storage.environment_problem(["verify", "/var/kafka"]) is None  # no object store: no matter

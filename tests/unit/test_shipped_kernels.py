@@ -121,3 +121,42 @@ def test_nothing_is_written_beside_the_packages(tmp_path, shipped):
     _assert_nothing_compiled(found)
     assert all(f.startswith(str(site)) for f in found["files"].values())
     assert sorted(site.rglob("*")) == before
+
+
+# -- issue 33, item 1: no cache dir numba may write (a broker's system user, a root-owned install) --------
+def _no_numba_locator(monkeypatch) -> None:
+    """numba's own locators all refuse, as for a user with no writable home, __pycache__ or NUMBA_CACHE_DIR."""
+    from numba.core import caching
+
+    for cls in caching.CacheImpl._locator_classes:
+        if cls is not kernel_cache.ShippedLocator:
+            monkeypatch.setattr(cls, "from_function", classmethod(lambda cls, py_func, py_file: None))
+
+
+def test_with_no_writable_cache_dir_the_kernels_go_to_a_private_one(monkeypatch, tmp_path, shipped):
+    """Was: 'cannot cache function '_varint': no locator available', failing the import."""
+    import inspect
+    import tempfile
+
+    from kcompact.readers import scan
+
+    _no_numba_locator(monkeypatch)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    py_func = scan._varint.py_func
+    locator = kernel_cache.ShippedLocator.from_function(py_func, inspect.getfile(py_func))
+    private = tmp_path / f"kcompact-numba-{os.getuid()}"
+    assert locator is not None and locator.get_cache_path().startswith(str(private) + os.sep)
+    assert (private.stat().st_mode & 0o777) == 0o700
+    assert any(Path(locator.get_cache_path()).glob("*.nbi")), "the shipped kernels were not copied there"
+
+
+def test_a_private_dir_others_may_write_is_not_used(monkeypatch, tmp_path):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    private = tmp_path / f"kcompact-numba-{os.getuid()}"
+    private.mkdir(mode=0o777)
+    private.chmod(0o777)
+    assert kernel_cache.private_dir() is None
+    private.chmod(0o700)
+    assert kernel_cache.private_dir() == str(private)

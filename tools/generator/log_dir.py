@@ -8,12 +8,15 @@ import base64
 import bisect
 import hashlib
 import io
+import os
+from collections.abc import Callable
 from typing import Any
 
 from kcompact import storage
 from kcompact.logdir.listing import METADATA_DIR, segment_name
 from kcompact.readers import checkpoint
 from kcompact.readers.records import Record
+from kcompact.tools.generator import progress
 from kcompact.tools.generator.partition import _append_partition, _write_partition
 from kcompact.tools.generator.spec import validate
 from kcompact.tools.generator.truth import GenResult, PartitionTruth
@@ -135,13 +138,37 @@ def _config_text(value: Any) -> str:
     return ",".join(value) if isinstance(value, (list, tuple)) else str(value)
 
 
-def generate(out: str, spec: dict[str, Any], seed: int, keep_records: bool = True) -> GenResult:
+def generate(out: str, spec: dict[str, Any], seed: int, keep_records: bool = True,
+             say: Callable[[str], None] | None = None) -> GenResult:
     """Write a Kafka log dir at ``out`` (must not exist or be empty) and return its truth
     (``keep_records`` False: without the per-record truth, which a corpus of millions cannot afford;
-    the bytes written are the same)."""
+    the bytes written are the same). ``say``: told the size to be written up front, and progress.
+
+    On local disk the log dir is written under a sibling name (``<out>.gen-<pid>.tmp``) and renamed
+    into place when it is whole; on an object store, where a rename is a copy, in place. Either
+    way, what was written is removed when generation stops part way (an error, a signal): a
+    partial log dir is a valid one that ``verify`` cannot tell from a whole one."""
     spec = validate(spec)
     out = out.rstrip("/")
     _refuse_non_empty(out)
+    partitions = sum(t["partitions"] for t in spec["topics"])
+    if say is not None:
+        say(f"gen: {len(spec['topics'])} topics, {partitions} partitions, about "
+            f"{progress.size_text(progress.estimate(spec))} of records (before compression) into {out}")
+    local = storage.is_local_path(out)
+    target = f"{out}.gen-{os.getpid()}.tmp" if local else out
+    try:
+        result = _generate(target, spec, seed, keep_records, progress.Progress(say, partitions))
+        if local:
+            storage.rename(target, out)  # over an empty dir too: rename(2) replaces one
+    except BaseException:
+        storage.remove_tree(target)
+        raise
+    result.out = out
+    return result
+
+
+def _generate(out: str, spec: dict[str, Any], seed: int, keep_records: bool, shown: progress.Progress) -> GenResult:
     storage.makedirs(out)
     parts: dict[tuple[str, int], PartitionTruth] = {}
     ids, written = {}, 0
@@ -151,6 +178,7 @@ def generate(out: str, spec: dict[str, Any], seed: int, keep_records: bool = Tru
             truth, size = _write_partition(out, topic, partition, seed, ids[topic["name"]], keep_records)
             parts[topic["name"], partition] = truth
             written += size
+            shown.partition_done(written)
     written += _write_metadata_log(out, spec, ids)
     files = _checkpoints(spec["topics"], parts)
     for name in ROOT_CHECKPOINTS:
