@@ -30,7 +30,7 @@ if os.environ.get("KCOMPACT_S3_FAULTS") and not os.environ.get("_KCOMPACT_S3_FAU
     def _in_target_commit() -> bool:
         frame = sys._getframe(2)
         while frame is not None:
-            if frame.f_globals.get("__name__") == "operations.s3commit":
+            if frame.f_globals.get("__name__") == "kcompact.operations.s3commit":
                 if frame.f_code.co_name == "commit_record":
                     return str(frame.f_locals.get("partition_dir", "")).rstrip("/").endswith(_target)
                 if frame.f_code.co_name == "finish":
