@@ -36,6 +36,7 @@ from kcompact.compaction.rewrite import (
     unwritten,
     write_outputs,
 )
+from kcompact.logdir.failure import Failure
 from kcompact.logdir.listing import segment_name
 from kcompact.operations.cleaned import ChunkOut
 from kcompact.readers import walk
@@ -239,7 +240,7 @@ def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, hel
             asked = started if due else asked
             if due and not held(job.path):
                 if _written(writing, results):
-                    results.append(base | {"seconds": 0.0, "error": ABORTED_BY_OPERATOR,
+                    results.append(base | {"seconds": 0.0, "error": ABORTED_BY_OPERATOR, "failure": Failure.ABORTED.value,
                                            "codes": [0] * len(REASON_OF_CODE)})
                 writing = None
                 break

@@ -19,8 +19,8 @@ from kcompact import storage
 from kcompact.compaction import partition_scan
 from kcompact.compaction.cleaner_config import CLEANER_CONFIG
 from kcompact.compaction.decisions import PLAN_FLAGS
-from kcompact.compaction.results import read_error
-from kcompact.compaction.routing import task_threads
+from kcompact.compaction.results import read_error, read_failure_of
+from kcompact.compaction.settings import JobSettings
 from kcompact.compaction.tasks import bins, ranged, task_count
 from kcompact.compaction.to_clean import PartitionToClean
 from kcompact.readers.errors import FormatError
@@ -40,12 +40,12 @@ GROUP = pa.struct([
 PARTITION_PLAN = pa.schema([
     ("path", pa.string()), ("log_dir", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
     ("first_dirty_offset", pa.int64()), ("first_uncleanable_dirty_offset", pa.int64()), ("latest_offset", pa.int64()),
-    ("config", CLEANER_CONFIG), ("seconds", pa.float64()), ("error", pa.string()),
+    ("config", CLEANER_CONFIG), ("seconds", pa.float64()), ("error", pa.string()), ("failure", pa.string()),
     ("batches", pa.binary()), ("groups", pa.list_(GROUP)),
 ])
 
 
-def batch_plans(spark, partitions: list[PartitionToClean], now: int) -> pa.Table:
+def batch_plans(spark, partitions: list[PartitionToClean], now: int, settings: JobSettings) -> pa.Table:
     """Stage 1: partitions in a few tasks of about equal bytes (the partitions travel with the
     tasks, no shuffle), the result in their order; a task with fewer partitions than cores reads
     a partition's segments on as many threads; on an object store a task reads several partitions
@@ -54,7 +54,7 @@ def batch_plans(spark, partitions: list[PartitionToClean], now: int) -> pa.Table
 
     sizes = [p.total_bytes for p in partitions]
     shares = bins(sizes, task_count(spark, sum(sizes), len(partitions)))
-    threads = task_threads(spark, len(shares))
+    threads = settings.task_threads(len(shares))
 
     def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for rb in ids:
@@ -81,7 +81,8 @@ def plan_one(p: PartitionToClean, now: int, threads: int = 1) -> dict:
             first_uncleanable=p.first_uncleanable_dirty_offset, now=now, config=p.config, threads=threads,
             listed=p.listed)
     except (FormatError, OSError, MemoryError) as exc:
-        return {**base, "seconds": time.monotonic() - started, "error": read_error(exc, p.path)}
+        return {**base, "seconds": time.monotonic() - started, "error": read_error(exc, p.path),
+                "failure": read_failure_of(exc)}
     rewritten = decided.group >= 0
     plans = np.zeros(int(rewritten.sum()), BATCH_PLAN)
     for name in ("segment", "position", "size"):

@@ -12,37 +12,55 @@ were; on local disk the partitions go one at a time, as before.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 from kcompact import storage
-from kcompact.compaction.leases import LeaseKeeper
-from kcompact.compaction.report import PartitionReport, group_outcomes
-from kcompact.compaction.results import ABORTED_BY_OPERATOR, IO_ERROR
+from kcompact.compaction.results import IO_ERROR
+from kcompact.logdir.failure import Failure
 from kcompact.logdir.listing import Listing, list_log_dir, scan_partition
 from kcompact.operations import commit, critical, s3commit
 from kcompact.operations.cleaned import WrittenGroup
 from kcompact.operations.recover import recover_partition
 
-if TYPE_CHECKING:
-    from kcompact.compaction.job_result import JobResult
+COMMITTED, UNFINISHED, ABORTED, NOT_WRITTEN, NOT_COMMITTED = (
+    "committed", "committed, apply unfinished", "aborted", "not written", "not committed")
 
 
-def commit_partitions(rows: list[dict], written: list[dict], report_row: Callable[[dict, int], dict], counts: dict,
-                      keeper: LeaseKeeper, result: JobResult, progress) -> None:
-    """Commit each of ``rows`` (the partitions cleaned) whose groups ``written`` all succeeded;
-    ``report_row(row, pid)``: the row as its report reads it."""
-    report = result.report
+@dataclass(slots=True)
+class Outcome:
+    """What stage 5 did with one partition (``rows[pid]``, its groups' result rows ``groups``):
+    ``COMMITTED``; ``UNFINISHED`` (committed, readers see it, but its commit record's apply did not
+    finish: recovery's); ``ABORTED`` by an operator; ``NOT_WRITTEN`` (a group failed or is missing)
+    or ``NOT_COMMITTED`` (the log changed, the lease was lost, the swap failed), with the error
+    and its kind."""
+
+    pid: int
+    row: dict
+    groups: list[dict]
+    status: str
+    error: str | None = None
+    failure: Failure | None = None
+    deleted: list[str] = field(default_factory=list)  # what the commit renamed to .deleted, to remove
+
+
+def commit_partitions(rows: list[dict], written: list[dict], held: Callable[[str], bool], owner: str,
+                      generations: dict[str, int], progress, outcomes: list[Outcome]) -> list[Outcome]:
+    """Commit each of ``rows`` (the partitions cleaned) whose groups ``written`` all succeeded,
+    while this job still ``held(path)`` its lease (``owner``; ``generations``: on an object store,
+    the latest commit record generation seen under it). What became of each is added to
+    ``outcomes`` as it is known (so that a signal stopping the command leaves what was done), and
+    returned."""
     ready = []
     for pid, row in enumerate(rows):
         groups = [w for w in written if w["path"] == row["path"]]
-        errors = [w["error"] for w in groups if w["error"]]
+        errors = [w for w in groups if w["error"]]
         if errors or len(groups) != len(row["groups"]):
             _discard(groups)
-            error = errors[0] if errors else "not every segment group was rewritten"
-            if error == ABORTED_BY_OPERATOR:
-                _aborted(row, result, progress)
-            else:
-                result.fail(row | {"error": error}, groups=group_outcomes(row, groups, "written"))
+            error, kind = ((errors[0]["error"], Failure(errors[0]["failure"])) if errors
+                           else ("not every segment group was rewritten", Failure.INCOMPLETE))
+            outcomes.append(Outcome(pid, row, groups, ABORTED if kind is Failure.ABORTED else NOT_WRITTEN, error, kind))
+            if kind is Failure.ABORTED:
+                progress(f"  aborted {row['topic']}-{row['partition']}: old segments kept")
             continue
         ready.append((pid, row, groups))
     # an object store's log dirs listed once for the stage, after every group was written
@@ -56,47 +74,45 @@ def commit_partitions(rows: list[dict], written: list[dict], report_row: Callabl
         twice = names.count((row["topic"], row["partition"])) > 1
         return f"{row['topic']}-{row['partition']}" + (f" in {row['log_dir']}" if twice else "")
 
-    def attempt(item: tuple[int, dict, list[dict]]) -> tuple[str, object]:
-        _, row, groups = item
+    def attempt(item: tuple[int, dict, list[dict]]) -> Outcome:
+        pid, row, groups = item
         changed = _changed_since_plan(row, listings.get(row["log_dir"]))
         if changed:
-            return "changed", changed
-        if not keeper.held(row["path"]):  # the last moment an abort can still stop us
-            return "aborted", None
+            _discard(groups)
+            return Outcome(pid, row, groups, NOT_COMMITTED, changed, Failure.LOG_CHANGED)
+        if not held(row["path"]):  # the last moment an abort can still stop us
+            _discard(groups)
+            return Outcome(pid, row, groups, ABORTED, failure=Failure.ABORTED)
         try:
-            return "committed", _commit(row, groups, keeper.owner, result.generations.get(row["path"]), wave)
-        except (s3commit.CommitLost, OSError) as exc:
-            return "failed", exc
+            deleted = _commit(row, groups, owner, generations.get(row["path"]), wave)
+        except s3commit.CommitLost as exc:
+            return Outcome(pid, row, groups, NOT_COMMITTED, str(exc), Failure.LEASE_LOST)
+        except OSError as exc:
+            return Outcome(pid, row, groups, NOT_COMMITTED, _recovered_after(row, exc), Failure.IO)
+        return Outcome(pid, row, groups, COMMITTED, deleted=deleted)
 
     size = storage.IN_FLIGHT if listings else 1  # local disk: one at a time, each reported as it ends
-    done = 0
+    committed = 0
     for at in range(0, len(ready), size):
         batch = ready[at:at + size]
         # a stop held while they commit is raised once they are reported: every commit is said
         with critical.section():
-            outcomes = storage.map_in_flight(attempt, batch, batch[0][1]["path"])
-            for (pid, row, groups), (outcome, value) in zip(batch, outcomes):
-                if outcome == "changed":
-                    _discard(groups)
-                    result.fail(row | {"error": value}, transient=True)
-                elif outcome == "aborted":
-                    _discard(groups)
-                    _aborted(row, result, progress)
-                elif isinstance(value, s3commit.CommitLost):
-                    result.fail(row | {"error": str(value)}, transient=True)
-                elif outcome == "failed":
-                    result.fail(row | {"error": _recovered_after(row, value)})
-                else:
-                    done += 1  # numbered among the partitions ready to commit
-                    result.deleted += value
-                    in_wave.setdefault(row["log_dir"], []).append((row, len(report.partitions)))
-                    report.partitions.append(PartitionReport.of(report_row(row, pid), counts, groups, committed=True))
-                    progress(f"  committed {named(row)} ({done}/{len(ready)}): checkpoint {row['latest_offset'] + 1}")
+            done = storage.map_in_flight(attempt, batch, batch[0][1]["path"])
+            for outcome in done:
+                row = outcome.row
+                if outcome.status == COMMITTED:
+                    committed += 1  # numbered among the partitions ready to commit
+                    in_wave.setdefault(row["log_dir"], []).append(outcome)
+                    progress(f"  committed {named(row)} ({committed}/{len(ready)}): checkpoint {row['latest_offset'] + 1}")
+                elif outcome.status == ABORTED:
+                    progress(f"  aborted {named(row)}: old segments kept")
+            outcomes += done
     for log_dir, exc in wave.finish().items():
-        for row, at in in_wave[log_dir]:  # committed (readers see the new segments): the rest is recovery's
-            error = f"{IO_ERROR}committed, but the commit record's apply did not finish ({exc}); the next run finishes it"
-            report.partitions[at] = PartitionReport.failed(row | {"error": error}, [])
-            progress(f"  {row['topic']}-{row['partition']}: {error}")
+        for outcome in in_wave[log_dir]:  # committed (readers see the new segments): the rest is recovery's
+            outcome.status, outcome.failure = UNFINISHED, Failure.IO
+            outcome.error = f"{IO_ERROR}committed, but the commit record's apply did not finish ({exc}); the next run finishes it"
+            progress(f"  {named(outcome.row)}: {outcome.error}")
+    return outcomes
 
 
 def _recovered_after(row: dict, exc: OSError) -> str:
@@ -106,11 +122,6 @@ def _recovered_after(row: dict, exc: OSError) -> str:
         return f"{IO_ERROR}commit failed ({exc}); the interrupted swap was recovered"
     except OSError as again:
         return f"{IO_ERROR}commit failed ({exc}), recovery too ({again}): run 'kcompact recover'"
-
-
-def _aborted(row: dict, result: JobResult, progress) -> None:
-    result.report.partitions.append(PartitionReport.skipped_for(row, "aborted by an operator; old segments kept"))
-    progress(f"  aborted {row['topic']}-{row['partition']}: old segments kept")
 
 
 def _changed_since_plan(row: dict, listing: Listing | None) -> str | None:

@@ -23,27 +23,28 @@ import pyarrow as pa
 
 from kcompact.compaction import shared, whole
 from kcompact.compaction.batch_plans import BATCH_PLAN, batch_plans
+from kcompact.compaction.checkpoint_resets import reset_checkpoints
 from kcompact.compaction.cleaner_config import CleanerConfig
 from kcompact.compaction.decisions import DISCARD, PLAN_FLAGS
 from kcompact.compaction.leases import LeaseKeeper
 from kcompact.compaction.map_pass import Planned
-from kcompact.compaction.committing import commit_partitions
+from kcompact.compaction.committing import Outcome, commit_partitions
 from kcompact.compaction.job_result import JobResult
 from kcompact.compaction.report import PartitionReport, Report
 from kcompact.compaction.results import fate_counts
 from kcompact.compaction.rewrite import GroupJob, GroupPlans
 from kcompact.compaction.routing import route
-from kcompact.compaction.settings import DIRECT_WRITES, check_settings
+from kcompact.compaction.settings import JobSettings
 from kcompact.compaction.tasks import JOB_CONF, sql_conf
 from kcompact.compaction.taking import take_partitions
 from kcompact.compaction.to_clean import PartitionToClean, to_clean
+from kcompact.conf.policy import is_compacted
 from kcompact.operations import states
 from kcompact.operations.checkpoints import update_cleaner_offsets
 from kcompact.operations.deleted import Removal
 from kcompact.readers.errors import FormatError
 from kcompact.readers.indexes import AbortedTxn
 from kcompact.planner.plan import Plan
-from kcompact.planner.scan import UNREADABLE
 from kcompact.writers.chunks import BufferSizes
 
 
@@ -134,7 +135,7 @@ def run(spark, plan: Plan, now: int, dry_run: bool = False, progress=print,
     ``removal``: started on the replaced segments' files once every partition is committed, for
     the caller to wait on while it still holds the log dirs' locks (the command line writes its
     report meanwhile); by default they are removed before this returns."""
-    check_settings(spark)
+    settings = JobSettings.of(spark)
     started = time.monotonic()
     watch = Stopwatch(started if ready is None else ready)
     if ready is not None:
@@ -148,13 +149,13 @@ def run(spark, plan: Plan, now: int, dry_run: bool = False, progress=print,
         selected = table.filter(pa.compute.equal(table.column("selected"), True))
         if not dry_run:
             selected = take_partitions(selected, keeper, result, progress, held)
-            _reset_checkpoints(table, selected, result, progress)
+            result.report.checkpoint_resets += reset_checkpoints(table, selected, progress)
         for row in corrupt_in_plan(table):
             result.fail(row, cleaning=False)
         partitions = to_clean(selected, result.listed)
         if partitions:
             try:
-                _clean(spark, partitions, now, dry_run, progress, watch, result, keeper)
+                _clean(spark, settings, partitions, now, dry_run, progress, watch, result, keeper)
             finally:  # what was committed before a failure or a Ctrl-C goes too
                 if result.deleted:
                     removal.start(result.deleted)
@@ -181,44 +182,6 @@ def _paused_now(report: Report) -> list[str]:
     return paused
 
 
-def _reset_checkpoints(plan: pa.Table, taken: pa.Table, result: JobResult, progress) -> None:
-    """Kafka's grabFilthiestCompactedLog writes the log start as the cleaner checkpoint entry of
-    every compacted partition it considers (not being cleaned, paused or aborted elsewhere, not
-    uncleanable) whose entry lies below the log start or past the log end (forceUpdateCheckpoint),
-    before it drops the logs with nothing to clean: so do we, for every such partition of the
-    plan, the selected ones this job took included. An entry that changed since planning (another
-    job cleaned the partition meanwhile) is left alone: the change is compare-and-swap."""
-    mine = set(taken.column("path").to_pylist())
-    wanted: dict[str, list[dict]] = {}
-    for row in plan.to_pylist():
-        considered = (row["state"] == "idle" or row["path"] in mine) and "compact" in (row["cleanup_policy"] or "")
-        if (considered and row["checkpoint_offset"] is not None and row["checkpoint_reset"] is not None
-                and (not row["selected"] or row["path"] in mine)):
-            wanted.setdefault(row["log_dir"], []).append(
-                {"log_dir": row["log_dir"], "topic": row["topic"], "partition": row["partition"],
-                 "from": row["checkpoint_offset"], "offset": row["first_dirty_offset"], "why": row["checkpoint_reset"]})
-    for log_dir, resets in wanted.items():
-        done = []
-
-        def change(entries: dict, resets=resets, done=done) -> dict:
-            done.clear()
-            for r in resets:
-                if entries.get((r["topic"], r["partition"])) == r["from"]:
-                    entries[(r["topic"], r["partition"])] = r["offset"]
-                    done.append(r)
-            return entries
-
-        try:
-            update_cleaner_offsets(log_dir, change)
-        except (FormatError, OSError) as exc:
-            progress(f"  cleaner checkpoints of {log_dir} not reset: {exc}")
-            continue
-        for r in done:
-            result.report.checkpoint_resets.append(r)
-            progress(f"  reset the cleaner checkpoint of {r['topic']}-{r['partition']}: {r['why']}; "
-                     f"now the log start {r['offset']}")
-
-
 def _done_cleaning(result: JobResult, progress) -> None:
     """The checkpoint entry of each partition whose cleaning failed: its first dirty offset, as
     Kafka's cleanLog writes it in its ``finally`` (so a partition without an entry gets one)."""
@@ -229,13 +192,13 @@ def _done_cleaning(result: JobResult, progress) -> None:
             progress(f"  cleaner checkpoint of {log_dir} not written after failed cleanings: {exc}")
 
 
-def _clean(spark, taken: list[PartitionToClean], now: int, dry_run: bool, progress, watch: Stopwatch,
-           result: JobResult, keeper: LeaseKeeper) -> None:
+def _clean(spark, settings: JobSettings, taken: list[PartitionToClean], now: int, dry_run: bool, progress,
+           watch: Stopwatch, result: JobResult, keeper: LeaseKeeper) -> None:
     report = result.report
     sc = spark.sparkContext
     progress(f"stage 1/5: batch plans of {len(taken)} partition{'s' * (len(taken) != 1)}")
     sc.setJobGroup("kcompact-batch-plans", f"batch-level decisions for {len(taken)} partitions")
-    partitions = batch_plans(spark, taken, now)
+    partitions = batch_plans(spark, taken, now, settings)
     watch.lap("1 batch plans")
     ok = partitions.filter(pa.compute.is_null(partitions.column("error")))
     for row in partitions.filter(pa.compute.is_valid(partitions.column("error"))).to_pylist():
@@ -245,13 +208,12 @@ def _clean(spark, taken: list[PartitionToClean], now: int, dry_run: bool, progre
 
     rows = ok.drop_columns(["batches"]).to_pylist()
     batches = Batches.of(ok)
-    direct = spark.conf.get(DIRECT_WRITES, "true").strip().lower() == "true"
-    jobs = _group_jobs(rows, batches, now, keeper.owner, direct)
+    jobs = _group_jobs(rows, batches, now, keeper.owner, settings.direct_writes)
     stage = "2-3 offset map, keep flags" if dry_run else "2-4 offset map, keep flags, rewrite"
     progress(f"stages {stage} ({len(jobs)} segment group{'s' * (len(jobs) != 1)})")
     sc.setJobGroup("kcompact-clean", f"offset map, keep flags, .cleaned segments for {len(jobs)} groups")
     with sql_conf(spark, JOB_CONF):
-        written = _clean_groups(spark, rows, batches, jobs, dry_run, keeper.owner)
+        written = _clean_groups(spark, settings, rows, batches, jobs, dry_run, keeper.owner)
     watch.lap(stage)
     counts = fate_counts(written)
     if dry_run:
@@ -262,23 +224,27 @@ def _clean(spark, taken: list[PartitionToClean], now: int, dry_run: bool, progre
     ready = sum(row["path"] not in failing for row in rows)
     progress(f"stage 5/5: committing {ready} of {len(rows)} partitions (swap, checkpoint)" if ready else
              "stage 5/5: nothing to commit: every partition failed")
-    commit_partitions(rows, written, batches.report_row, counts, keeper, result, progress)
+    outcomes: list[Outcome] = []
+    try:
+        commit_partitions(rows, written, keeper.held, keeper.owner, result.generations, progress, outcomes)
+    finally:  # what was committed before a signal stopped the command is reported (and its files removed)
+        result.record(outcomes, batches.report_row, counts)
     watch.lap("5 commit")
 
 
 def corrupt_in_plan(plan: pa.Table) -> list[dict]:
-    """Idle compacted partitions the planner could not read because a segment is corrupt (a
-    problem naming a .log file and byte) or a file cannot be read (``UNREADABLE``, naming it):
+    """Idle compacted partitions the planner could not read because a segment is corrupt or a
+    file cannot be read (the plan's ``fault``, of kind ``Failure.CORRUPT`` or ``UNREADABLE``):
     failures of this run, whoever found them first. Leftovers of an interrupted swap are not
     among them: ``recover`` is their way out."""
     found = []
     for row in plan.to_pylist():
-        if "compact" not in (row["cleanup_policy"] or "") or row["state"] != "idle":
+        if not is_compacted(row["cleanup_policy"]) or row["state"] != "idle":
             continue
-        corrupt = [p for p in row["problems"] or [] if ".log: byte " in p or p.startswith(UNREADABLE)]
-        if corrupt:
+        if row["fault"] is not None:
             found.append({"topic": row["topic"], "partition": row["partition"], "path": row["path"],
-                          "first_dirty_offset": row["first_dirty_offset"], "seconds": 0.0, "error": corrupt[0]})
+                          "first_dirty_offset": row["first_dirty_offset"], "seconds": 0.0, "error": row["fault"],
+                          "failure": row["fault_kind"]})
     return found
 
 
@@ -302,8 +268,8 @@ def _group_jobs(rows: list[dict], batches: Batches, now: int, owner: str,
     return jobs
 
 
-def _clean_groups(spark, rows: list[dict], batches: Batches, jobs: dict[int, tuple[GroupJob, GroupPlans]],
-                  dry_run: bool, owner: str) -> list[dict]:
+def _clean_groups(spark, settings: JobSettings, rows: list[dict], batches: Batches,
+                  jobs: dict[int, tuple[GroupJob, GroupPlans]], dry_run: bool, owner: str) -> list[dict]:
     """Stages 2-4, one Spark job: a result row per segment group (``RESULT_SCHEMA``), each partition
     by the path ``compaction.routing`` chooses: read whole by one task that makes its map and
     rewrites its groups, or its map made by many tasks and a shuffle of blobs, and its groups
@@ -315,10 +281,10 @@ def _clean_groups(spark, rows: list[dict], batches: Batches, jobs: dict[int, tup
         groups_of.setdefault(int(pid_of_gid[gid]), []).append(gid)
     keys = [batches.map_keys(pid) for pid in range(len(rows))]
     largest = {pid: max(int(jobs[gid][1].size.sum()) for gid in gids) for pid, gids in groups_of.items()}
-    routes = route(spark, list(groups_of), sizes, keys, largest)
+    routes = route(settings, list(groups_of), sizes, keys, largest)
     frames = []
     if routes.whole:
-        frames.append(whole.clean(spark, routes.whole, sizes, keys, jobs, groups_of, dry_run, owner))
+        frames.append(whole.clean(spark, routes.whole, sizes, keys, jobs, groups_of, dry_run, owner, settings))
     if routes.shared:
         frames.append(shared.clean(spark, routes.shared, rows, batches, jobs, groups_of, dry_run, owner,
                                    routes.shared_map_bytes, routes.budget))

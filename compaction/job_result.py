@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kcompact.compaction.report import PartitionReport, Report
-from kcompact.compaction.results import IO_ERROR, OUT_OF_MEMORY
+from kcompact.compaction.committing import ABORTED, COMMITTED, NOT_WRITTEN, UNFINISHED, Outcome
+from kcompact.compaction.report import PartitionReport, Report, group_outcomes
+from kcompact.logdir.failure import Failure
 from kcompact.logdir.listing import Partition
-from kcompact.planner.scan import UNREADABLE
 
 
 @dataclass(slots=True)
@@ -26,12 +26,33 @@ class JobResult:
     deleted: list[str] = field(default_factory=list)  # what the commits renamed to .deleted, to remove
 
     def fail(self, row: dict, transient: bool = False, groups: list[dict] = (), cleaning: bool = True) -> None:
-        """A partition this run could not clean: reported (with what became of each segment group:
-        ``groups``), and marked uncleanable at the end unless the cause is transient (an I/O
-        error, a log that changed under the job), a file the job may not read (the operator's
-        to fix: retried every run until then) or the task's memory, no fault of the log's."""
-        if not transient and not row["error"].startswith((IO_ERROR, OUT_OF_MEMORY, UNREADABLE)):
+        """A partition this run could not clean (``row["failure"]``: its kind, ``row["error"]``: the
+        message): reported (with what became of each segment group: ``groups``), and marked
+        uncleanable at the end when its kind says the log is at fault (``Failure.marks_uncleanable``);
+        never for a transient cause (an I/O error, a log that changed under the job), a file the
+        job may not read (the operator's to fix: retried every run until then) or the task's memory."""
+        if not transient and Failure(row["failure"]).marks_uncleanable:
             self.uncleanable[row["path"]] = row["error"]
         if cleaning and not transient:
             self.done_cleaning.setdefault(row["log_dir"], {})[row["topic"], row["partition"]] = row["first_dirty_offset"]
         self.report.partitions.append(PartitionReport.failed(row, groups))
+
+    def record(self, outcomes: list[Outcome], report_row, counts: dict) -> None:
+        """Stage 5's ``outcomes`` (``committing.commit_partitions``) in the report, in order:
+        ``report_row(row, pid)``: a committed row as its report reads it; ``counts``: records per fate."""
+        for o in outcomes:
+            if o.status in (COMMITTED, UNFINISHED):
+                self.deleted += o.deleted
+            if o.status == COMMITTED:
+                self.report.partitions.append(PartitionReport.of(report_row(o.row, o.pid), counts, o.groups, committed=True))
+            elif o.status == UNFINISHED:  # readers see the new segments: no failure of the cleaning's
+                self.report.partitions.append(PartitionReport.failed(o.row | {"error": o.error, "failure": o.failure}))
+            elif o.status == ABORTED:
+                self.report.partitions.append(PartitionReport.skipped_for(o.row, "aborted by an operator; old segments kept",
+                                                                          Failure.ABORTED))
+            elif o.status == NOT_WRITTEN:
+                self.fail(o.row | {"error": o.error, "failure": o.failure},
+                          groups=group_outcomes(o.row, o.groups, "written"))
+            else:  # not committed: a log that changed, or a lease lost, is cleaned next run
+                self.fail(o.row | {"error": o.error, "failure": o.failure},
+                          transient=o.failure in (Failure.LOG_CHANGED, Failure.LEASE_LOST))

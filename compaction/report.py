@@ -24,15 +24,16 @@ from dataclasses import asdict, dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
 from kcompact.conf.units import MB, UNIT_NOTE
-from kcompact.operations.states import IDLE, PAUSED, UNCLEANABLE, lease_holder, paused_lines
+from kcompact.conf.policy import is_compacted
+from kcompact.logdir.failure import Failure, outcome_counts
+from kcompact.operations.states import IDLE, PAUSED, UNCLEANABLE, Refusal, kind_of, paused_lines
 
 REASONS = ("superseded", "tombstone", "aborted", "keyless", "marker")
 MIB = MB  # LogCleaner.recordStats: mb(bytes) = bytes / (1024 * 1024)
 # What Kafka's cleaner-manager gauges and the run's summary read of every planned partition.
 PLAN_FACTS = ("topic", "partition", "log_dir", "path", "cleanup_policy", "state", "skip_reason", "notes", "total_bytes",
               "cleanable_bytes", "cleanable_ratio", "max_compaction_delay_ms", "checkpoint_reset",
-              "first_dirty_offset")
-BAD_INPUT = "bad input"
+              "first_dirty_offset", "skip_kind", "lease_holder")
 # Kafka's cleaner gauges and what each means for a run of this job (the run plays one cleaner
 # thread's pass over every partition it cleaned; the plan plays LogCleanerManager's view).
 METRICS = {
@@ -96,6 +97,8 @@ class PartitionReport:
     committed: bool = False
     error: str | None = None
     skipped: str | None = None  # not attempted (another job's lease, an abort...): neither done nor failed
+    failure: Failure | None = None  # the kind of ``error`` or ``skipped`` (None: a skip that is no failure)
+    holder: dict | None = None  # skipped for another job's lease: its holder (``CleaningState.lease_holder``)
     # per output segment group: its base offset, the segments it replaces and what became of it
     # ("swapped in"; on a failure "written, then discarded", "failed: ..." or "not written")
     groups: list[dict] = field(default_factory=list)
@@ -107,11 +110,14 @@ class PartitionReport:
     @classmethod
     def failed(cls, row: dict, groups: list[dict] = ()) -> PartitionReport:
         return cls(row["topic"], row["partition"], row["path"], row["first_dirty_offset"], None,
-                   seconds=row.get("seconds") or 0.0, error=row["error"], groups=list(groups))
+                   seconds=row.get("seconds") or 0.0, error=row["error"], failure=Failure(row["failure"]),
+                   groups=list(groups))
 
     @classmethod
-    def skipped_for(cls, row: dict, why: str) -> PartitionReport:
-        return cls(row["topic"], row["partition"], row["path"], row["first_dirty_offset"], None, skipped=why)
+    def skipped_for(cls, row: dict, why: str, kind: Failure | None = None) -> PartitionReport:
+        """Not attempted for ``why``: its kind ``kind``, or the one a ``states.Refusal`` carries."""
+        return cls(row["topic"], row["partition"], row["path"], row["first_dirty_offset"], None, skipped=why,
+                   failure=kind or kind_of(why), holder=why.holder if isinstance(why, Refusal) else None)
 
     @classmethod
     def of(cls, row: dict, counts: dict[tuple[str, str], int], groups: list[dict], committed: bool) -> PartitionReport:
@@ -190,10 +196,10 @@ class Report:
         done = [p for p in self.partitions if not p.error and not p.skipped]
         removed = {reason: sum(p.removed.get(reason, 0) for p in done) for reason in REASONS}
         read = sum(p.bytes_read for p in done)
+        counts = outcome_counts(self.partitions)
         return {
-            "partitions": len(self.partitions), "cleaned": sum(p.committed for p in done),
-            "failed": sum(1 for p in self.partitions if p.error),
-            "skipped": sum(1 for p in self.partitions if p.skipped),
+            "partitions": counts["partitions"], "cleaned": sum(p.committed for p in done),
+            "failed": counts["failed"], "skipped": counts["skipped"],
             "bytes_read": read, "bytes_written": sum(p.bytes_written for p in done),
             "records_read": sum(p.records_read for p in done), "records_kept": sum(p.records_kept for p in done),
             "removed": removed, "seconds": self.seconds,
@@ -232,7 +238,7 @@ class Report:
     def _manager_gauges(self) -> dict:
         """LogCleanerManager's gauges over the plan: ratio and delay over the compacted partitions
         not being cleaned elsewhere, paused or uncleanable; the uncleanable ones per log dir."""
-        idle = [r for r in self.planned if "compact" in (r["cleanup_policy"] or "") and r["state"] == IDLE]
+        idle = [r for r in self.planned if is_compacted(r["cleanup_policy"]) and r["state"] == IDLE]
         ratios = [r["cleanable_ratio"] for r in idle if r["cleanable_ratio"] is not None and r["total_bytes"]]
         delays = [r["max_compaction_delay_ms"] for r in idle if r["max_compaction_delay_ms"] is not None]
         bytes_of = {r["path"]: r["cleanable_bytes"] or 0 for r in self.planned}
@@ -263,12 +269,12 @@ class Report:
         they make the run partial."""
         out: dict[str, dict] = {}
         for r in self.planned or []:
-            holder = lease_holder(r["skip_reason"])
-            if holder is not None and r["topic"] is not None and "compact" in (r["cleanup_policy"] or ""):
+            holder = r["lease_holder"]
+            if holder is not None and r["topic"] is not None and is_compacted(r["cleanup_policy"]):
                 out[r["path"]] = {"partition": f"{r['topic']}-{r['partition']}", "path": r["path"],
                                   "log_dir": r["log_dir"], **holder}
         for p in self.partitions:
-            holder = lease_holder(p.skipped)
+            holder = p.holder
             if holder is not None:
                 out[p.path] = {"partition": f"{p.topic}-{p.partition}", "path": p.path,
                                "log_dir": p.path.rstrip("/").rpartition("/")[0], **holder}
@@ -310,7 +316,7 @@ class Report:
         which no job cleans until they are resumed; log dirs with none left out."""
         out: dict[str, list[str]] = {}
         for r in self.planned or []:
-            if r["state"] == PAUSED and "compact" in (r["cleanup_policy"] or "") and r["topic"] is not None:
+            if r["state"] == PAUSED and is_compacted(r["cleanup_policy"]) and r["topic"] is not None:
                 out.setdefault(r["log_dir"], []).append(f"{r['topic']}-{r['partition']}")
         return {log_dir: sorted(names, key=_by_number) for log_dir, names in sorted(out.items())}
 
@@ -357,7 +363,7 @@ class Report:
             return head
         blocked, paused = len(self.blocked()), sum(len(names) for names in self.paused().values())
         held = len(self.held())
-        compacted = sum(1 for r in self.planned if r["topic"] is not None and "compact" in (r["cleanup_policy"] or ""))
+        compacted = sum(1 for r in self.planned if r["topic"] is not None and is_compacted(r["cleanup_policy"]))
         why = [f"{_count(blocked, 'partition')} held back until fixed (above)"] if blocked else []
         if held:
             why.append(f"{held if why else _count(held, 'partition')} held by another job (above)")
@@ -388,12 +394,12 @@ def blocked_rows(rows: Iterable[dict]) -> list[dict]:
     out = []
     for r in rows:
         why = r["skip_reason"] or ""
-        if r["topic"] is None or "compact" not in (r["cleanup_policy"] or ""):
+        if r["topic"] is None or not is_compacted(r["cleanup_policy"]):
             continue
         name = f"{r['topic']}-{r['partition']}"
         if r["state"] == UNCLEANABLE:
             way_out = f"fix or remove the named file, then 'kcompact reset-uncleanable {r['log_dir']} {name}'"
-        elif why.startswith(BAD_INPUT):
+        elif r["skip_kind"] == Failure.BAD_INPUT:
             way_out = f"'kcompact verify {r['log_dir']}' lists every problem"
         else:
             continue

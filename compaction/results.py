@@ -1,6 +1,6 @@
 """What a segment group's task reports to the driver: a row of ``RESULT_SCHEMA``, with the count of
-records per fate code, and how a failure is said (the driver reads the prefix to tell whether
-the log is at fault: an I/O error, a file the job may not read and a task's memory are not)."""
+records per fate code, and a failure's kind (``logdir.failure.Failure``: what the driver decides
+on) beside its message (what people read)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import errno
 import pyarrow as pa
 
 from kcompact import storage
+from kcompact.logdir.failure import Failure
 from kcompact.planner.scan import unreadable
 
 # Each record's fate, one code per record: kept (a tombstone kept apart, since a kept tombstone
@@ -26,6 +27,7 @@ RESULT_SCHEMA = pa.schema([
     ("gid", pa.int32()), ("path", pa.string()), ("group", pa.int32()), ("base_offset", pa.int64()),
     ("size", pa.int64()), ("batches", pa.int64()), ("records", pa.int64()), ("files", pa.list_(pa.string())),
     ("seconds", pa.float64()), ("error", pa.string()), ("codes", pa.list_(pa.int64())),
+    ("failure", pa.string()),
 ])
 
 
@@ -35,6 +37,20 @@ def reason(exc: Exception, path: str | None = None) -> str:
     if isinstance(exc, OSError) and not memory_error(exc):
         return f"{IO_ERROR}{exc if exc.errno is not None else storage.describe_error(exc, path)}"
     return memory_error(exc) or str(exc)
+
+
+def failure_of(exc: Exception) -> str:
+    """The kind of a group's failure on ``exc`` (``reason`` says it): memory, I/O, or the bytes."""
+    if memory_error(exc):
+        return Failure.MEMORY.value
+    return (Failure.IO if isinstance(exc, OSError) else Failure.CORRUPT).value
+
+
+def read_failure_of(exc: Exception) -> str:
+    """The kind of a failure on ``exc`` reading a partition (``read_error`` says it)."""
+    if memory_error(exc):
+        return Failure.MEMORY.value
+    return (Failure.UNREADABLE if isinstance(exc, OSError) else Failure.CORRUPT).value
 
 
 def no_space(exc: OSError, writing: str, needed: int) -> str:

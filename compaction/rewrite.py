@@ -44,6 +44,7 @@ from kcompact.compaction.results import (
     REASON_OF_CODE,
     SUPERSEDED,
     TOMBSTONE,
+    failure_of,
     no_space,
     reason,
     task_failure,
@@ -61,6 +62,7 @@ from kcompact.readers.batch import (
 )
 from kcompact.readers.errors import FormatError
 from kcompact.readers.indexes import AbortedTxn
+from kcompact.logdir.failure import Failure
 from kcompact.logdir.listing import segment_name
 from kcompact.writers.chunks import BufferSizes
 from kcompact.writers.cleaned import output_bytes, records_written
@@ -428,8 +430,10 @@ def failed(job: GroupJob, base: dict, started: float, rewriter: Rewriter, exc: E
     _remove_outputs(job)
     if getattr(exc, "errno", None) == errno.ENOSPC:  # the file system, the file and the room: what a person needs
         error = no_space(exc, output_path(job.path, job.base_offset, "log", job.owner), int(rewriter.plans.size.sum()))
-        return base | {"seconds": time.monotonic() - started, "error": error, "codes": rewriter.counts.tolist()}
-    return base | {"seconds": time.monotonic() - started, "error": reason(exc, job.path), "codes": rewriter.counts.tolist()}
+        return base | {"seconds": time.monotonic() - started, "error": error, "failure": Failure.IO.value,
+                       "codes": rewriter.counts.tolist()}
+    return base | {"seconds": time.monotonic() - started, "error": reason(exc, job.path), "failure": failure_of(exc),
+                   "codes": rewriter.counts.tolist()}
 
 
 def _remove_outputs(job: GroupJob) -> None:

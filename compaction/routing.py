@@ -20,10 +20,13 @@ The rule (``reads_whole``), per partition:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kcompact.compaction.backward import OUTPUT_MEMORY
 from kcompact.compaction.offset_map import KeyTable
-from kcompact.conf.units import spark_size
+
+if TYPE_CHECKING:
+    from kcompact.compaction.settings import JobSettings
 
 WHOLE_BYTES = 256 << 20  # a partition of at most this is read by one task, which makes its map too
 # A task's map memory: the Spark setting MAP_MEMORY, by default a quarter of the Python worker's
@@ -63,10 +66,11 @@ class Routes:
     budget: int  # a task's map memory
 
 
-def route(spark, pids: list[int], sizes: list[int], keys: list[int], largest_group: dict[int, int]) -> Routes:
+def route(settings: JobSettings, pids: list[int], sizes: list[int], keys: list[int],
+          largest_group: dict[int, int]) -> Routes:
     """Partitions ``pids`` to the whole path or the shared path (``reads_whole``): ``sizes``,
     ``keys`` (at most, per partition) and ``largest_group`` (its largest segment group's bytes)."""
-    budget, cap, threads = map_memory(spark), worker_cap(spark), task_threads(spark, 1)
+    budget, cap, threads = settings.map_memory, settings.worker_cap, settings.task_threads(1)
     read_whole = [reads_whole(size, keys[pid], largest_group.get(pid, 0), budget, cap, threads)
                   for pid, size in enumerate(sizes)]
     shared = [pid for pid in pids if not read_whole[pid]]
@@ -88,29 +92,3 @@ def whole_bytes(keys: int, largest_group: int, threads: int) -> int:
     most ``OUTPUT_MEMORY`` each, and its ranges in flight."""
     return (threads * KeyTable.nbytes_for(-(-keys // threads)) + 2 * min(largest_group, OUTPUT_MEMORY)
             + WHOLE_FIXED + threads * WHOLE_PER_THREAD)
-
-
-def map_memory(spark) -> int:
-    """The bytes a task may give one partition's offset map (``MAP_MEMORY``)."""
-    chosen = spark.conf.get(MAP_MEMORY, None)
-    if chosen is not None:
-        return spark_size(chosen)
-    cap = worker_cap(spark)
-    return cap // 4 if cap else DEFAULT_MAP_MEMORY
-
-
-def worker_cap(spark) -> int | None:
-    """The address space a Python worker may take (spark.executor.pyspark.memory), None: uncapped."""
-    cap = spark.sparkContext.getConf().get("spark.executor.pyspark.memory", None)
-    return spark_size(cap) if cap else None
-
-
-def task_threads(spark, tasks: int) -> int:
-    """Threads per task when ``tasks`` tasks share the cores (``THREADS``): batch plans and whole
-    partitions; under a worker cap no more than it holds (``MIN_WORKER_MEMORY``), whatever was asked."""
-    chosen = spark.conf.get(THREADS, None)
-    wanted = int(chosen) if chosen else spark.sparkContext.defaultParallelism // tasks
-    cap = worker_cap(spark)
-    if cap is not None:
-        wanted = min(wanted, 1 + max(0, cap - MIN_WORKER_MEMORY) // WHOLE_PER_THREAD)
-    return 1 << (max(1, wanted).bit_length() - 1)

@@ -1,10 +1,20 @@
 """The Spark settings the compaction job reads besides Spark's own, and their checks: a bad value
 is refused, naming the setting, before the job writes anything (the command line checks its
-``--spark-conf``; spark-submit's ``--conf`` and a notebook's are checked when the job starts)."""
+``--spark-conf``; spark-submit's ``--conf`` and a notebook's are checked when the job starts).
+The job reads them once, as it starts (``JobSettings.of``), and passes them down."""
 
 from __future__ import annotations
 
-from kcompact.compaction.routing import MAP_MEMORY, MIN_WORKER_MEMORY, THREADS, WORKER_IMPORTS
+from dataclasses import dataclass
+
+from kcompact.compaction.routing import (
+    DEFAULT_MAP_MEMORY,
+    MAP_MEMORY,
+    MIN_WORKER_MEMORY,
+    THREADS,
+    WHOLE_PER_THREAD,
+    WORKER_IMPORTS,
+)
 from kcompact.conf.units import spark_size
 
 # Whether the rewrite writes its .log files past the page cache (``storage.DirectFile``), "true" by
@@ -12,6 +22,38 @@ from kcompact.conf.units import spark_size
 DIRECT_WRITES = "spark.kcompact.write.direct"
 # Spark's cap on a Python worker's address space: below MIN_WORKER_MEMORY a worker cannot clean a partition
 WORKER_MEMORY = "spark.executor.pyspark.memory"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSettings:
+    """This job's settings as the session had them when the job started."""
+
+    map_memory: int  # the bytes a task may give one partition's offset map (MAP_MEMORY)
+    worker_cap: int | None  # the address space a Python worker may take (WORKER_MEMORY), None: uncapped
+    threads: int | None  # threads per task (THREADS), None: the cores the job's tasks leave idle
+    cores: int  # Spark's default parallelism
+    direct_writes: bool  # DIRECT_WRITES
+
+    @classmethod
+    def of(cls, spark) -> JobSettings:
+        """The session's settings, checked (``check_settings``)."""
+        check_settings(spark)
+        cap = spark.sparkContext.getConf().get(WORKER_MEMORY, None)
+        cap = spark_size(cap) if cap else None
+        chosen = spark.conf.get(MAP_MEMORY, None)
+        budget = spark_size(chosen) if chosen is not None else cap // 4 if cap else DEFAULT_MAP_MEMORY
+        threads = spark.conf.get(THREADS, None)
+        return cls(map_memory=budget, worker_cap=cap, threads=int(threads) if threads else None,
+                   cores=spark.sparkContext.defaultParallelism,
+                   direct_writes=spark.conf.get(DIRECT_WRITES, "true").strip().lower() == "true")
+
+    def task_threads(self, tasks: int) -> int:
+        """Threads per task when ``tasks`` tasks share the cores: batch plans and whole partitions;
+        under a worker cap no more than it holds (``MIN_WORKER_MEMORY``), whatever was asked."""
+        wanted = self.threads or self.cores // tasks
+        if self.worker_cap is not None:
+            wanted = min(wanted, 1 + max(0, self.worker_cap - MIN_WORKER_MEMORY) // WHOLE_PER_THREAD)
+        return 1 << (max(1, wanted).bit_length() - 1)
 
 
 def check_settings(spark) -> None:

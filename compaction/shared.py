@@ -20,6 +20,7 @@ from kcompact.compaction.results import ABORTED_BY_OPERATOR, REASON_OF_CODE, RES
 from kcompact.compaction.rewrite import GroupJob, GroupPlans, Lookup, count_group, rewrite_group
 from kcompact.compaction.routing import MIN_BUCKET_BYTES
 from kcompact.compaction.tasks import SHARED_TASK_BYTES, bins, ranged, slots, task_count
+from kcompact.logdir.failure import Failure
 from kcompact.logdir.listing import scan_partition
 from kcompact.logdir.splits import OffsetRange, partition_ranges
 from kcompact.operations import states
@@ -41,7 +42,8 @@ def clean(spark, pids: list[int], rows: list[dict], batches, jobs: dict[int, tup
         if dry_run:
             row = base | {"codes": count_group(job, plans, lookup)}
         elif not states.held_by(job.path, owner):  # aborted (or lease lost): stop at this group boundary
-            row = base | {"files": [], "error": ABORTED_BY_OPERATOR, "codes": [0] * len(REASON_OF_CODE)}
+            row = base | {"files": [], "error": ABORTED_BY_OPERATOR, "failure": Failure.ABORTED.value,
+                          "codes": [0] * len(REASON_OF_CODE)}
         else:
             row = rewrite_group(job, plans, lookup) | {"gid": gid}
         return pa.RecordBatch.from_pylist([row], schema=RESULT_SCHEMA)

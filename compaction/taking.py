@@ -13,6 +13,7 @@ import pyarrow as pa
 from kcompact import storage
 from kcompact.compaction.leases import LeaseKeeper
 from kcompact.compaction.report import PartitionReport
+from kcompact.logdir.failure import Failure
 from kcompact.logdir.listing import list_log_dir
 from kcompact.operations.recover import needs_recovery, recover_partition
 from kcompact.readers import checkpoint
@@ -63,7 +64,7 @@ def take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult, 
         if recovered is not None and recovered.changed:
             keeper.release(row["path"])
             why = f"recovered an interrupted run first ({recovered.summary()}); planned again next run"
-            result.report.partitions.append(PartitionReport.skipped_for(row, why))
+            result.report.partitions.append(PartitionReport.skipped_for(row, why, Failure.LOG_CHANGED))
             progress(f"  skipped {row['topic']}-{row['partition']}: {why}")
             continue
         if row["log_dir"] not in checkpoints:
@@ -71,7 +72,7 @@ def take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult, 
         moved = cleaned_since_plan(row, checkpoints[row["log_dir"]])
         if moved:
             keeper.release(row["path"])
-            result.report.partitions.append(PartitionReport.skipped_for(row, moved))
+            result.report.partitions.append(PartitionReport.skipped_for(row, moved, Failure.LOG_CHANGED))
             progress(f"  skipped {row['topic']}-{row['partition']}: {moved}")
             continue
         if not storage.is_local_path(row["path"]):

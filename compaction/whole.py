@@ -15,18 +15,18 @@ import pyarrow as pa
 from kcompact.compaction.backward import clean_partition
 from kcompact.compaction.results import RESULT_SCHEMA
 from kcompact.compaction.rewrite import GroupJob, GroupPlans
-from kcompact.compaction.routing import task_threads
+from kcompact.compaction.settings import JobSettings
 from kcompact.compaction.tasks import bins, ranged, task_count
 from kcompact.operations import states
 
 
 def clean(spark, pids: list[int], sizes: list[int], keys: list[int], jobs: dict[int, tuple[GroupJob, GroupPlans]],
-          groups_of: dict[int, list[int]], dry_run: bool, owner: str):
+          groups_of: dict[int, list[int]], dry_run: bool, owner: str, settings: JobSettings):
     """A DataFrame of ``RESULT_SCHEMA``: the groups of partitions ``pids``, read whole."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     shares = bins([sizes[pid] for pid in pids], task_count(spark, sum(sizes[pid] for pid in pids), len(pids)))
-    threads = task_threads(spark, len(shares))
+    threads = settings.task_threads(len(shares))
 
     def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in (b for rb in ids for b in rb.column(0).to_pylist()):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import javaproperties
 
 from kcompact import storage
+from kcompact.conf.policy import is_compacted, is_deleted
 from kcompact.conf.settings import (
     BROKER_MESSAGE_MAX_BYTES,
     BY_BROKER_NAME,
@@ -67,11 +68,11 @@ class TopicConfig:
 
     @property
     def compact(self) -> bool:
-        return "compact" in self.values["cleanup.policy"]
+        return is_compacted(self.values["cleanup.policy"])
 
     @property
     def delete(self) -> bool:
-        return "delete" in self.values["cleanup.policy"]
+        return is_deleted(self.values["cleanup.policy"])
 
     def as_strings(self) -> dict[str, str]:
         """Values as Kafka's tools print them (lists comma-separated)."""

@@ -25,6 +25,7 @@ import kcompact
 from kcompact.conf.settings import ConfigError
 from kcompact.jobs.arguments import build_parser, check, version
 from kcompact.jobs.checks import BadArgument
+from kcompact.logdir.failure import Failure
 from kcompact.operations.states import wall_ms
 from kcompact.readers.errors import FormatError
 
@@ -214,7 +215,7 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"plot written to {args.plot}")
     rows = plan.table.to_pylist()
     blocked = blocked_rows(rows)
-    retention = [r for r in rows if (r["retention_skip_reason"] or "").startswith("bad input")
+    retention = [r for r in rows if r["retention_skip_kind"] == Failure.BAD_INPUT
                  and r["path"] not in {b["path"] for b in blocked}]
     for b in blocked:
         _warn(f"{b['partition']}: cannot be cleaned: {b['why']} -> {b['way_out']}")

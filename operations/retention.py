@@ -43,6 +43,7 @@ import pyarrow as pa
 
 from kcompact import storage
 from kcompact.conf.units import MB, UNIT_NOTE
+from kcompact.logdir.failure import Failure, outcome_counts
 from kcompact.operations import commit, s3commit, states
 from kcompact.operations.checkpoints import move_log_starts
 from kcompact.readers.errors import FormatError
@@ -66,16 +67,21 @@ class PartitionRetention:
     bytes_deleted: int = 0
     deleted: bool = False  # the files are gone (never in a dry run)
     skipped: str | None = None
+    skip_kind: Failure | None = None  # what ``skipped`` is (None: a skip that is no failure)
     error: str | None = None
     warnings: list[str] = field(default_factory=list)  # problems that do not stop retention
 
     @classmethod
     def of(cls, row: dict) -> PartitionRetention:
-        skip = row["retention_skip_reason"]
+        kind = row["retention_skip_kind"] and Failure(row["retention_skip_kind"])
         return cls(row["topic"], row["partition"], row["path"], row["log_dir"], row["log_start_offset"],
                    row["retention_log_start"], list(row["retention_deletes"] or []),
-                   row["retention_bytes_deleted"] or 0, skipped=skip,
-                   warnings=[] if skip and skip.startswith("bad input") else list(row["problems"] or []))
+                   row["retention_bytes_deleted"] or 0, skipped=row["retention_skip_reason"], skip_kind=kind,
+                   warnings=[] if kind is Failure.BAD_INPUT else list(row["problems"] or []))
+
+    def skip(self, why: str | None) -> None:
+        """Skipped for ``why`` (a ``states.Refusal`` carries its kind), or not when None."""
+        self.skipped, self.skip_kind = why, states.kind_of(why)
 
     @property
     def name(self) -> str:
@@ -114,10 +120,10 @@ class RetentionReport:
 
     def totals(self) -> dict:
         due = [p for p in self.partitions if not p.skipped and not p.error]
+        counts = outcome_counts(self.partitions)
         return {
-            "partitions": len(self.partitions), "deleted": sum(p.deleted for p in due),
-            "skipped": sum(1 for p in self.partitions if p.skipped),
-            "failed": sum(1 for p in self.partitions if p.error and not p.skipped),
+            "partitions": counts["partitions"], "deleted": sum(p.deleted for p in due),
+            "skipped": counts["skipped"], "failed": counts["failed"],
             "segments": sum(len(p.segments) for p in due), "bytes": sum(p.bytes_deleted for p in due),
             "seconds": self.seconds,
         }
@@ -130,7 +136,7 @@ class RetentionReport:
     def blocked(self) -> list[PartitionRetention]:
         """Partitions with segments due (or unknown) that bad input or an uncleanable state held back:
         work this run could not do until someone fixes them."""
-        return [p for p in self.partitions if (p.skipped or "").startswith(("bad input", "uncleanable"))]
+        return [p for p in self.partitions if p.skipped and p.skip_kind is not None and p.skip_kind.blocks]
 
     def text(self) -> str:
         """Every partition's line but those ``execute`` printed as it deleted them, then the totals."""
@@ -160,7 +166,7 @@ def execute(plan: pa.Table, now: int, dry_run: bool = False,
                     key=lambda r: (r["log_dir"], r["topic"], r["partition"])):
         report.paused.setdefault(r["log_dir"], []).append(f"{r['topic']}-{r['partition']}")
     rows = [r for r in planned
-            if r["retention_deletes"] or (r["retention_skip_reason"] or "").startswith("bad input")]
+            if r["retention_deletes"] or r["retention_skip_kind"] == Failure.BAD_INPUT]
     by_dir: dict[str, list[dict]] = {}
     for row in sorted(rows, key=lambda r: (r["log_dir"], r["topic"] or "", r["partition"] or 0, r["path"])):
         by_dir.setdefault(row["log_dir"], []).append(row)
@@ -172,7 +178,7 @@ def execute(plan: pa.Table, now: int, dry_run: bool = False,
             if entry.skipped or dry_run:
                 continue
             try:
-                entry.skipped = _delete_prefix(row, owner)
+                entry.skip(_delete_prefix(row, owner))
             except (Changed, FormatError, OSError, s3commit.CommitLost) as exc:
                 entry.error = str(exc)
                 continue

@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 
 from kcompact import storage
+from kcompact.conf.policy import is_compacted
+from kcompact.logdir.failure import Failure
 from kcompact.readers.errors import FormatError
 
 IDLE, IN_PROGRESS, ABORTED, PAUSED, UNCLEANABLE = "idle", "in_progress", "aborted", "paused", "uncleanable"
@@ -110,37 +112,45 @@ class CleaningState:
         return f"owner {self.owner} on {self.host} pid {self.pid}"
 
     @property
-    def skip_reason(self) -> str | None:
+    def skip_reason(self) -> Refusal | None:
         """Why a job passes over a partition in this state, with the way out; None when a
         job may take it (idle, or a lease whose owner died)."""
         if self.state == PAUSED:
-            return f"paused ({self.pause_count}x; resume to clean)"
+            return Refusal(f"paused ({self.pause_count}x; resume to clean)", Failure.PAUSED)
         if self.state in (IN_PROGRESS, ABORTED) and not self.lapsed():
             what = "in progress" if self.state == IN_PROGRESS else "aborted, waiting for its job to stop"
-            return f"{what} ({self.holder}; {self.lease_end}; 'kcompact abort' to stop it)"
+            return Refusal(f"{what} ({self.holder}; {self.lease_end}; 'kcompact abort' to stop it)",
+                           Failure.LEASE_HELD, self.lease_holder())
         if self.state == UNCLEANABLE:
-            return f"uncleanable: {self.reason} (reset-uncleanable after fixing)"
+            return Refusal(f"uncleanable: {self.reason} (reset-uncleanable after fixing)", Failure.UNCLEANABLE)
         return None
+
+    def lease_holder(self) -> dict:
+        """The job holding this state's lease: ``{"owner", "host", "pid", "until"}`` (``until``: the
+        lease's end in UTC, None when no heartbeat was recorded)."""
+        until = None if self.heartbeat_ms is None else utc(self.heartbeat_ms + (self.lease_ms or LEASE_MS))
+        return {"owner": self.owner, "host": self.host, "pid": self.pid, "until": until}
 
     def to_json(self) -> bytes:
         return json.dumps({k: v for k, v in asdict(self).items() if (v is not None and v != 0) or k == "state"}).encode()
 
 
-_HELD = re.compile(r"^(?:in progress|aborted, waiting for its job to stop) \(owner (?P<owner>.*) on (?P<host>\S*) "
-                   r"pid (?P<pid>\S*); (?:lease valid until (?P<until>[^;]*)|no heartbeat recorded); ")
+class Refusal(str):
+    """Why a job may not take a partition, as people read it, with its ``kind`` (a ``Failure``)
+    and, for another job's live lease, its ``holder`` (``CleaningState.lease_holder``)."""
+
+    kind: Failure | None
+    holder: dict | None
+
+    def __new__(cls, reason: str, kind: Failure | None = None, holder: dict | None = None) -> Refusal:
+        made = super().__new__(cls, reason)
+        made.kind, made.holder = kind, holder
+        return made
 
 
-def lease_holder(reason: str | None) -> dict | None:
-    """The holder named in a ``skip_reason`` that another job's lease gave (a plan's row, a job's
-    refusal): ``{"owner", "host", "pid", "until"}`` (``until``: the lease's end in UTC, None when
-    no heartbeat was recorded; host and pid None when the lease names none); None for any other
-    reason."""
-    match = _HELD.match(reason or "")
-    if match is None:
-        return None
-    found = match.groupdict()
-    pid, host = found["pid"], found["host"]
-    return found | {"host": None if host == "None" else host, "pid": int(pid) if pid.isdigit() else None}
+def kind_of(reason: str | None) -> Failure | None:
+    """The kind of a skip ``reason`` (a ``Refusal``'s; None for a plain one)."""
+    return reason.kind if isinstance(reason, Refusal) else None
 
 
 def paused_lines(paused: dict[str, list[str]]) -> list[str]:
@@ -194,7 +204,7 @@ def process_gone(pid: int, since_ms: int | None) -> bool:
 def retention_skip(state: CleaningState, policy: str) -> str | None:
     """LogCleanerManager's rule for retention: it passes over a partition being cleaned,
     aborted or paused, and over a compacted one marked uncleanable."""
-    if state.state == UNCLEANABLE and "compact" not in policy:
+    if state.state == UNCLEANABLE and not is_compacted(policy):
         return None
     return state.skip_reason
 

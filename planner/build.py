@@ -24,6 +24,8 @@ from kcompact import storage
 from kcompact.operations import states
 from kcompact.conf import resolve
 from kcompact.logdir import kraft
+from kcompact.logdir.failure import Failure
+from kcompact.conf.policy import is_compacted, is_deleted
 from kcompact.conf.resolve import Config, TopicConfig
 from kcompact.planner import retention, rules, scan
 from kcompact.planner.plan import Plan
@@ -40,6 +42,7 @@ SEGMENT_TYPE = pa.struct([
 RETENTION_DELETE = pa.struct([
     ("base_offset", pa.int64()), ("size", pa.int64()), ("largest_timestamp", pa.int64()), ("reason", pa.string()),
 ])
+LEASE_HOLDER = pa.struct([("owner", pa.string()), ("host", pa.string()), ("pid", pa.int64()), ("until", pa.string())])
 RETENTION_ONLY = "not planned for compaction (retention-only plan)"
 PLAN_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("log_dir", pa.string()), ("path", pa.string()),
@@ -57,6 +60,10 @@ PLAN_SCHEMA = pa.schema([
     ("retention_deletes", pa.list_(RETENTION_DELETE)), ("retention_log_start", pa.int64()),
     ("retention_bytes_deleted", pa.int64()), ("retention_skip_reason", pa.string()),
     ("notes", pa.list_(pa.string())),
+    # what decisions read (``logdir.failure.Failure``'s values): the kinds of the two skip reasons,
+    # the first problem that fails a cleaning (``fault``, with its kind) and another job's lease
+    ("skip_kind", pa.string()), ("retention_skip_kind", pa.string()),
+    ("fault", pa.string()), ("fault_kind", pa.string()), ("lease_holder", LEASE_HOLDER),
 ])
 
 
@@ -159,9 +166,10 @@ def plan_task(task: Task, now: int, retention_only: bool = False) -> dict:
     if task.problem is not None:
         row["problems"] = [task.problem]
         row["skip_reason"] = row["retention_skip_reason"] = f"bad input: {task.problem}"
+        row["skip_kind"] = row["retention_skip_kind"] = Failure.BAD_INPUT.value
         return row
-    compact = "compact" in values["cleanup.policy"]
-    delete = "delete" in values["cleanup.policy"]
+    compact = is_compacted(values["cleanup.policy"])
+    delete = is_deleted(values["cleanup.policy"])
     facts = scan.gather(task.path, task.topic, task.partition, files=task.files, generations=task.generations,
                         checkpoint=task.checkpoint,
                         log_start_checkpoint=task.log_start_checkpoint,
@@ -177,7 +185,11 @@ def plan_task(task: Task, now: int, retention_only: bool = False) -> dict:
          "largest_timestamp": s.largest_timestamp, "first_batch_timestamp": s.first_batch_timestamp}
         for s in facts.segments
     ]
-    row["skip_reason"] = _skip_before_rules(facts, compact, state)
+    row["skip_reason"], kind = _skip_before_rules(facts, compact, state)
+    row["skip_kind"] = kind and kind.value
+    row["lease_holder"] = state.lease_holder() if kind is Failure.LEASE_HELD else None
+    fault = facts.fault()
+    row["fault"], row["fault_kind"] = (fault[0], fault[1].value) if fault else (None, None)
     if retention_only and row["skip_reason"] is None:
         row["skip_reason"] = RETENTION_ONLY
     if not facts.segments or not compact or facts.problems or retention_only:
@@ -210,17 +222,18 @@ def _retention(facts: scan.PartitionFacts, values: dict, state: states.CleaningS
     """The retention columns: the prefix Kafka's deleteOldSegments removes, and why retention
     would not run (bad input, or a cleaning state Kafka's retention also waits for)."""
     out = {"retention_deletes": [], "retention_log_start": None, "retention_bytes_deleted": 0,
-           "retention_skip_reason": None}
+           "retention_skip_reason": None, "retention_skip_kind": None}
     if facts.retention_blockers:
         more = f" (+{len(facts.retention_blockers) - 1} more)" if len(facts.retention_blockers) > 1 else ""
         out["retention_skip_reason"] = f"bad input: {facts.retention_blockers[0]}{more}"
+        out["retention_skip_kind"] = Failure.BAD_INPUT.value
         return out
     if not facts.segments:
         return out
     policy = values["cleanup.policy"]
-    timed = "delete" in policy and values["retention.ms"] >= 0  # the time indexes were read
+    timed = is_deleted(policy) and values["retention.ms"] >= 0  # the time indexes were read
     deletion = retention.plan_deletion(
-        facts.segments, log_start=facts.log_start, delete_policy="delete" in policy,
+        facts.segments, log_start=facts.log_start, delete_policy=is_deleted(policy),
         retention_ms=values["retention.ms"], retention_bytes=values["retention.bytes"], now=now)
     gone = facts.segments[:len(deletion.reasons)]
     out["retention_deletes"] = [
@@ -231,20 +244,24 @@ def _retention(facts: scan.PartitionFacts, values: dict, state: states.CleaningS
     out["retention_log_start"] = deletion.new_log_start
     out["retention_bytes_deleted"] = sum(s.size for s in gone)
     out["retention_skip_reason"] = states.retention_skip(state, policy)
+    kind = states.kind_of(out["retention_skip_reason"])
+    out["retention_skip_kind"] = kind and kind.value
     return out
 
 
-def _skip_before_rules(facts: scan.PartitionFacts, compact: bool, state: states.CleaningState) -> str | None:
+def _skip_before_rules(facts: scan.PartitionFacts, compact: bool,
+                       state: states.CleaningState) -> tuple[str | None, Failure | None]:
+    """Why the rules are not applied, and its kind (None: a skip that is no failure)."""
     if facts.problems:
         more = f" (+{len(facts.problems) - 1} more)" if len(facts.problems) > 1 else ""
-        return f"bad input: {facts.problems[0]}{more}"
+        return f"bad input: {facts.problems[0]}{more}", Failure.BAD_INPUT
     if not compact:
-        return "not compacted (cleanup.policy has no compact)"
+        return "not compacted (cleanup.policy has no compact)", None
     if state.skip_reason:
-        return state.skip_reason
+        return state.skip_reason, states.kind_of(state.skip_reason)
     if not facts.segments:
-        return "empty"
-    return None
+        return "empty", None
+    return None, None
 
 
 # -- the whole plan ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 
 from kcompact import storage
 from kcompact.conf.units import MB, UNIT_NOTE
+from kcompact.logdir.failure import Failure
 from kcompact.planner.plan import Plan
 from kcompact.planner.rules import ratio_text
 
@@ -41,8 +42,7 @@ RETENTION_COLUMNS = ("partition", "segments", "MB", "log start", "reasons")
 def describe_retention(table: pa.Table) -> str:
     """What retention deletes: one line per partition with segments to delete (or a retention
     skip for bad input, or for a cleaning state that holds back segments due), then a total."""
-    rows = [r for r in table.to_pylist() if r.get("retention_deletes")
-            or (r.get("retention_skip_reason") or "").startswith("bad input")]
+    rows = [r for r in table.to_pylist() if r.get("retention_deletes") or r.get("retention_skip_kind") == Failure.BAD_INPUT]
     lines = [_retention_line(r) for r in rows]
     widths = [max(len(c), *(len(r[i]) for r in lines)) if lines else len(c) for i, c in enumerate(RETENTION_COLUMNS)]
     out = ["retention:", "  ".join(c.ljust(w) for c, w in zip(RETENTION_COLUMNS, widths)).rstrip()]
@@ -111,6 +111,7 @@ def read(path: str) -> Plan:
             table = pq.read_table(fs_path, filesystem=fs)
         except pa.ArrowException as exc:
             raise ValueError(f"{not_a_plan} ({exc})") from None
+        columns = set(table.column_names)
     elif path.endswith(".json"):
         from kcompact.planner.build import PLAN_SCHEMA
 
@@ -120,6 +121,7 @@ def read(path: str) -> Plan:
             raise ValueError(f"{not_a_plan} (not JSON: {exc})") from None
         if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
             raise ValueError(f"{not_a_plan} (not a list of partitions)")
+        columns = set(rows[0]) if rows else set()
         for row in rows:
             for name in ("config", "config_sources"):
                 if isinstance(row.get(name), dict):
@@ -132,13 +134,19 @@ def read(path: str) -> Plan:
         raise ValueError(f"{path}: a plan is read from .parquet or .json")
     if "log_dir" not in table.column_names or None in table.column("log_dir").to_pylist():
         raise ValueError(f"{not_a_plan} (a partition without its log dir)")
-    return Plan(_complete(path, table))
+    return Plan(_complete(path, table, columns))
 
 
-def _complete(path: str, table: pa.Table) -> pa.Table:
-    """``table`` when every partition's configuration names every setting the job reads; a plan
-    written by another version of kcompact may lack some, and guessing them would clean wrongly."""
+def _complete(path: str, table: pa.Table, columns: set[str]) -> pa.Table:
+    """``table`` when it has every column of a plan (``columns``: those the file held) and every
+    partition's configuration names every setting the job reads; a plan written by another
+    version of kcompact may lack some, and guessing them would clean wrongly."""
     from kcompact.conf.settings import BROKER_MESSAGE_MAX_BYTES, SETTINGS
+    from kcompact.planner.build import PLAN_SCHEMA
+
+    lacking = [name for name in PLAN_SCHEMA.names if name not in columns]
+    if lacking and table.num_rows:
+        raise ValueError(f"{path}: a plan from another kcompact version (no {', '.join(lacking)} column); plan again")
 
     needed = {s.name for s in SETTINGS} | {BROKER_MESSAGE_MAX_BYTES}
     for row in table.select(["topic", "partition", "config"]).to_pylist():

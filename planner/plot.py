@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from kcompact import storage
+from kcompact.conf.policy import is_compacted
 from kcompact.conf.units import MB
 from kcompact.planner.plan import Plan
 from kcompact.planner.rules import ratio_text
@@ -63,17 +64,13 @@ def draw(table: pa.Table) -> Figure:
 
 def _compacted(row: dict) -> bool:
     """Partitions the rules ran on: compacted, readable, with segments (they have a ratio)."""
-    return row["cleanable_ratio"] is not None and _has_compact(row)
-
-
-def _has_compact(row: dict) -> bool:
-    return "compact" in (row["cleanup_policy"] or "").split(",")
+    return row["cleanable_ratio"] is not None and is_compacted(row["cleanup_policy"])
 
 
 def _why_nothing(every: list[dict]) -> str:
     if not every:
         return "the plan is empty"
-    if any(_has_compact(r) for r in every):
+    if any(is_compacted(r["cleanup_policy"]) for r in every):
         return "no compacted partition has a cleanable ratio (all are empty or unreadable)"
     return "no partition has cleanup.policy=compact"
 

@@ -26,6 +26,7 @@ from kcompact.readers import snapshot, walk
 from kcompact.readers.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from kcompact.readers.errors import FormatError
 from kcompact.readers.indexes import TIME_ENTRY, parse_time_index
+from kcompact.logdir.failure import Failure, problem_kind
 from kcompact.logdir.listing import Partition, Segment, scan_partition
 from kcompact.readers.segment import DEFAULT_CHUNK, iter_batches, to_torn_tail
 from kcompact.planner.rules import SegmentFacts, dirty_non_active, first_dirty_offset
@@ -48,8 +49,22 @@ class PartitionFacts:
     log_end: int = 0
     last_stable: int = 0
     problems: list[str] = field(default_factory=list)
+    problem_kinds: list[Failure] = field(default_factory=list)  # each problem's kind, in the same order
     retention_blockers: list[str] = field(default_factory=list)  # the problems that also stop retention
     notes: list[str] = field(default_factory=list)  # what is worth saying but stops nothing (a torn tail)
+
+    def add(self, problem: str, kind: Failure, retention: bool = False) -> None:
+        """A problem of ``kind``; ``retention``: it also stops retention."""
+        self.problems.append(problem)
+        self.problem_kinds.append(kind)
+        if retention:
+            self.retention_blockers.append(problem)
+
+    def fault(self) -> tuple[str, Failure] | None:
+        """The first problem that fails this run's cleaning (a corrupt .log, a file it may not
+        read) rather than only keeping the partition from it."""
+        return next(((p, k) for p, k in zip(self.problems, self.problem_kinds)
+                     if k in (Failure.CORRUPT, Failure.UNREADABLE)), None)
 
 
 def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_start_checkpoint: int | None,
@@ -68,14 +83,16 @@ def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_st
             before, after = ({(topic, number): g} for g in generations)
             part = scan_partition(path, topic, number, list(files), before, after)
     except OSError as exc:  # the partition dir itself cannot be listed: nothing is known of it
-        facts = PartitionFacts(Partition(topic, number, path), problems=[unreadable(exc, path)])
-        facts.retention_blockers = list(facts.problems)
+        facts = PartitionFacts(Partition(topic, number, path))
+        facts.add(unreadable(exc, path), Failure.UNREADABLE, retention=True)
         return facts
     facts = PartitionFacts(part)
-    facts.problems += [str(p) for p in part.problems]
-    facts.problems += [f"{info.path}: leftover of an interrupted swap (run kcompact recover)" for info in part.leftovers]
-    facts.retention_blockers = list(facts.problems)
-    facts.problems += _missing_indexes(part)
+    for p in part.problems:
+        facts.add(str(p), problem_kind(p.path, p.position), retention=True)
+    for info in part.leftovers:
+        facts.add(f"{info.path}: leftover of an interrupted swap (run kcompact recover)", Failure.BAD_INPUT, retention=True)
+    for missing in _missing_indexes(part):
+        facts.add(missing, Failure.BAD_INPUT)
     if not part.segments:
         return facts
     first = part.segments[0].base_offset
@@ -92,35 +109,31 @@ def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_st
             first_dirty, _ = first_dirty_offset(checkpoint, facts.log_start, facts.log_end)
             dirty = {s.base_offset for s in dirty_non_active(facts.segments, first_dirty)}
         except (FormatError, OSError) as exc:  # unreadable batches stop compaction, not retention (it reads none)
-            facts.problems.append(_said(exc, path))
-            if facts.log_start > part.segments[-1].base_offset:  # unless the log end was needed
-                facts.retention_blockers.append(_said(exc, path))
+            # unless the log end was needed
+            facts.add(*_said(exc, path), retention=facts.log_start > part.segments[-1].base_offset)
     elif log_start_checkpoint is not None and log_start_checkpoint > part.segments[-1].base_offset:
         try:
             facts.log_end, log_end_known = _log_end_from(part.segments[-1], facts.log_start, facts.notes), True
         except (FormatError, OSError) as exc:  # the log start could not be checked against the log end
-            facts.problems.append(_said(exc, path))
-            facts.retention_blockers.append(_said(exc, path))
+            facts.add(*_said(exc, path), retention=True)
     if log_end_known and facts.log_start > facts.log_end:
         # Kafka's LogLoader would delete every segment; we report and leave the partition alone
         beyond = (f"{path}: log start offset {facts.log_start} (log-start-offset-checkpoint) is beyond "
                   f"the log end offset {facts.log_end}")
-        facts.problems.append(beyond)
-        facts.retention_blockers.append(beyond)
+        facts.add(beyond, Failure.BAD_INPUT, retention=True)
     wanted = {s.base_offset for s in part.segments[:-1]} if retention_timestamps else set()
     wanted |= dirty if min_lag_ms > 0 else set()
     largest: dict[int, int | None] = {}
     try:
         largest = {seg.base_offset: _largest_timestamp(seg) for seg in part.segments if seg.base_offset in wanted}
     except (FormatError, OSError) as exc:
-        facts.problems.append(_said(exc, path))
-        facts.retention_blockers.append(_said(exc, path))
+        facts.add(*_said(exc, path), retention=True)
     firsts: dict[int, int | None] = {}
     try:
         firsts = {seg.base_offset: _first_batch_timestamp(seg, first_stamps) for seg in part.segments
                   if seg.base_offset in dirty and (first_batches or seg.base_offset in first_stamps)}
     except (FormatError, OSError) as exc:
-        facts.problems.append(_said(exc, path))
+        facts.add(*_said(exc, path))
     facts.segments = [
         SegmentFacts(seg.base_offset, seg.size, seg.log.mtime_ms, largest_timestamp=largest.get(seg.base_offset),
                      first_batch_timestamp=firsts.get(seg.base_offset))
@@ -135,8 +148,10 @@ def unreadable(exc: OSError, path: str) -> str:
     return f"{UNREADABLE}{storage.describe_error(exc, path)}"
 
 
-def _said(exc: FormatError | OSError, path: str) -> str:
-    return unreadable(exc, path) if isinstance(exc, OSError) else str(exc)
+def _said(exc: FormatError | OSError, path: str) -> tuple[str, Failure]:
+    if isinstance(exc, OSError):
+        return unreadable(exc, path), Failure.UNREADABLE
+    return str(exc), problem_kind(exc.path, exc.position)
 
 
 def _bare(segments: Iterable[Segment]) -> list[SegmentFacts]:

@@ -16,8 +16,9 @@ import kcompact
 from kcompact.compaction import routing
 from kcompact.compaction.job_result import JobResult
 from kcompact.compaction.report import Report
-from kcompact.compaction.results import IO_ERROR, OUT_OF_MEMORY
+from kcompact.compaction.results import IO_ERROR, OUT_OF_MEMORY, failure_of, reason
 from kcompact.jobs import cli
+from kcompact.readers.errors import FormatError
 
 MiB, GiB = 1 << 20, 1 << 30
 # the bench's corpora (tests/bench/compact.py): bytes, the records that feed the map, largest group
@@ -55,15 +56,16 @@ def test_what_reading_whole_holds_grows_with_keys_threads_and_groups():
     assert routing.whole_bytes(1_000_000, 1 * GiB, 1) == routing.whole_bytes(1_000_000, 128 * MiB, 1)
 
 
-@pytest.mark.parametrize(("error", "uncleanable"), [
-    (f"{OUT_OF_MEMORY}Unable to allocate 10.9 MiB", False),
-    (f"{IO_ERROR}[Errno 5] Input/output error", False),
-    ("/logs/t-0/00000000000000000000.log: byte 4096: CRC mismatch", True),
+@pytest.mark.parametrize(("exc", "error", "uncleanable"), [
+    (MemoryError("Unable to allocate 10.9 MiB"), f"{OUT_OF_MEMORY}Unable to allocate 10.9 MiB", False),
+    (OSError(5, "Input/output error"), f"{IO_ERROR}[Errno 5] Input/output error", False),
+    (FormatError("/logs/t-0/00000000000000000000.log", 4096, "CRC mismatch"),
+     "/logs/t-0/00000000000000000000.log: byte 4096: CRC mismatch", True),
 ])
-def test_only_a_fault_of_the_log_marks_it_uncleanable(error, uncleanable):
+def test_only_a_fault_of_the_log_marks_it_uncleanable(exc, error, uncleanable):
     result = JobResult(Report(now=0, dry_run=False))
     row = {"path": "/logs/t-0", "log_dir": "/logs", "topic": "t", "partition": 0, "first_dirty_offset": 0,
-           "error": error}
+           "error": reason(exc), "failure": failure_of(exc)}
     result.fail(row)
     assert ("/logs/t-0" in result.uncleanable) == uncleanable
     assert result.report.partitions[0].error == error

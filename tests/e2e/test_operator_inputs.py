@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from kcompact.jobs.cli import main
+from kcompact.planner.build import PLAN_SCHEMA
 from tests.support import checkpoint_text, kp_keyed, write_partition
 
 NOW = 1_720_300_000_000
@@ -170,7 +171,8 @@ def test_compact_refuses_a_plan_made_for_other_log_dirs(tmp_path, capsys):
     dirty(tmp_path / "a" / "orders-0")
     dirty(tmp_path / "b" / "orders-0")
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps([{"log_dir": str(tmp_path / "a"), "path": str(tmp_path / "a" / "orders-0")}]))
+    plan.write_text(json.dumps([dict.fromkeys(PLAN_SCHEMA.names) | {"log_dir": str(tmp_path / "a"),
+                                                                      "path": str(tmp_path / "a" / "orders-0")}]))
     assert main(["compact", str(tmp_path / "b"), "--plan", str(plan)]) == 2
     assert f"was made for {tmp_path / 'a'}, not {tmp_path / 'b'}" in one_line(capsys.readouterr().err)
 

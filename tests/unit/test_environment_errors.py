@@ -11,6 +11,8 @@ The botocore errors are built as botocore raises them and passed through s3fs's 
 from __future__ import annotations
 
 import pytest
+
+from kcompact.conf.units import spark_size
 from botocore.exceptions import (ClientError, ConnectTimeoutError, EndpointConnectionError, NoCredentialsError,
                                  PartialCredentialsError)
 from s3fs.errors import translate_boto_error
@@ -141,27 +143,10 @@ def test_a_worker_cap_that_holds_a_cleaning_passes(cap):
     settings.check_setting("spark.executor.pyspark.memory", cap)
 
 
-class Threads:
-    """What task_threads reads of a session: its settings and its cores."""
-
-    def __init__(self, cap: str | None, threads: str | None = None, cores: int = 16):
-        values = {"spark.executor.pyspark.memory": cap, routing.THREADS: threads}
-        self.conf = self.Conf({k: v for k, v in values.items() if v is not None})
-        self.sparkContext = self.Context(self.conf, cores)
-
-    class Conf:
-        def __init__(self, values: dict):
-            self.values = values
-
-        def get(self, key, default=None):
-            return self.values.get(key, default)
-
-    class Context:
-        def __init__(self, conf, cores: int):
-            self.conf, self.defaultParallelism = conf, cores
-
-        def getConf(self):
-            return self.conf
+def _settings(cap: str | None, threads: int | None = None, cores: int = 16) -> settings.JobSettings:
+    """A job's settings as ``JobSettings.of`` reads them from a session with these values."""
+    return settings.JobSettings(map_memory=0, worker_cap=spark_size(cap) if cap else None, threads=threads,
+                                cores=cores, direct_writes=True)
 
 
 @pytest.mark.parametrize(("cap", "threads"), [(None, 16), ("700m", 1), ("839m", 1), ("840m", 2), ("1260m", 4),
@@ -169,8 +154,8 @@ class Threads:
 def test_a_capped_task_uses_the_threads_its_cap_holds(cap, threads):
     """Each thread beyond the first costs WHOLE_PER_THREAD of the cap: asked for or not, a task
     takes no more threads than the cap holds beside the least a cleaning takes."""
-    assert routing.task_threads(Threads(cap), 1) == threads
-    assert routing.task_threads(Threads(cap, threads="16"), 1) == threads
+    assert _settings(cap).task_threads(1) == threads
+    assert _settings(cap, threads=16).task_threads(1) == threads
 
 
 def test_a_worker_cap_that_is_no_size_is_refused():

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from kcompact.compaction.report import PartitionReport, Report
 from kcompact.jobs.cli import EXIT_OK, EXIT_PARTIAL, _exit_status
+from kcompact.logdir.failure import Failure
 from kcompact.operations import states
 from kcompact.operations.recover import RecoveryReport
 from kcompact.planner.build import PLAN_SCHEMA
@@ -108,17 +109,18 @@ def test_acquire_takes_over_a_dead_holders_lease_and_respects_a_live_one(tmp_pat
     assert states.abort(str(tmp_path / "dead-0")).state == states.IDLE  # nobody left to acknowledge it
 
 
-def test_lease_holder_reads_what_skip_reason_wrote():
+def test_a_refusal_for_a_live_lease_carries_its_holder():
     state = lease(2928, host="h")
-    assert states.lease_holder(state.skip_reason) == {
+    assert state.skip_reason.kind is Failure.LEASE_HELD and state.skip_reason.holder == {
         "owner": "job-x", "host": "h", "pid": 2928, "until": states.utc(state.heartbeat_ms + states.LEASE_MS)}
     aborted = states.replace(state, state=states.ABORTED).skip_reason
-    assert states.lease_holder(aborted)["owner"] == "job-x"
-    assert states.lease_holder(states.CleaningState(states.IN_PROGRESS, owner="job-7").skip_reason) == {
+    assert aborted.kind is Failure.LEASE_HELD and aborted.holder["owner"] == "job-x"
+    assert states.CleaningState(states.IN_PROGRESS, owner="job-7").skip_reason.holder == {
         "owner": "job-7", "host": None, "pid": None, "until": None}
-    for other in ("paused (1x; resume to clean)", "uncleanable: x (reset-uncleanable after fixing)",
-                  "held by another job", None):
-        assert states.lease_holder(other) is None
+    paused = states.CleaningState(states.PAUSED, pause_count=1).skip_reason
+    uncleanable = states.CleaningState(states.UNCLEANABLE, reason="x").skip_reason
+    assert (paused.kind, paused.holder) == (Failure.PAUSED, None)
+    assert (uncleanable.kind, uncleanable.holder) == (Failure.UNCLEANABLE, None)
 
 
 # -- what a held partition does to the reports and the exit status --------------------------------------
@@ -126,7 +128,8 @@ def row(path: str, state: str = "idle", skip: str | None = None, policy: str = "
     log_dir, _, name = path.rpartition("/")
     topic, _, number = name.rpartition("-")
     return {"topic": topic, "partition": int(number), "log_dir": log_dir, "path": path, "cleanup_policy": policy,
-            "state": state, "skip_reason": skip, "selected": False}
+            "state": state, "skip_reason": skip, "selected": False, "skip_kind": states.kind_of(skip),
+            "lease_holder": skip.holder if isinstance(skip, states.Refusal) else None}
 
 
 def test_a_run_lists_held_partitions_by_holder_and_is_partial():

@@ -39,7 +39,8 @@ def users() -> PartitionReport:
 def failed() -> PartitionReport:
     return PartitionReport.failed({"topic": "orders", "partition": 1, "path": "/logs/a/orders-1",
                                    "first_dirty_offset": 7, "seconds": 0.5,
-                                   "error": "/logs/a/orders-1/00000000000000000000.log: byte 42: CRC mismatch"})
+                                   "error": "/logs/a/orders-1/00000000000000000000.log: byte 42: CRC mismatch",
+                                   "failure": "corrupt input"})
 
 
 def skipped() -> PartitionReport:
@@ -204,6 +205,8 @@ def undone_plan() -> pa.Table:
     rows[2]["skip_reason"] = "bad input: /logs/a/cleaner-offset-checkpoint: byte 0: unsupported checkpoint version 'x'"
     rows[3]["skip_reason"] = "paused (1x; resume to clean)"
     rows[4]["skip_reason"] = "bad input: /logs/b/clicks-0/x: not a Kafka segment file name"  # retention's business
+    for row, kind in zip(rows[1:], ("uncleanable", "bad input", "paused", "bad input")):
+        row["skip_kind"] = kind
     rows[0].update(checkpoint_reset="checkpoint 1000 above log end 6", first_dirty_offset=0)
     return pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
 
@@ -231,7 +234,8 @@ def test_text_lists_blocked_and_uncleanable_partitions_and_checkpoint_resets():
 def test_a_partition_failed_by_the_run_is_not_listed_twice():
     r = Report(NOW, False, [cleaned()], seconds=1.0)
     failing = PartitionReport.failed({"topic": "orders", "partition": 2, "path": "/logs/a/orders-2",
-                                      "first_dirty_offset": 0, "seconds": 0.1, "error": "CRC"})
+                                      "first_dirty_offset": 0, "seconds": 0.1, "error": "CRC",
+                                      "failure": "corrupt input"})
     r.partitions.append(failing)
     r.observe_plan(undone_plan(), marked=["/logs/a/orders-2"])
     assert [b["partition"] for b in r.blocked()] == ["orders-6"]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kcompact import storage
+from kcompact.conf.policy import is_compacted
 from kcompact.readers import codecs
 
 DEFAULT_START_MS = 1720000000000
@@ -296,7 +297,7 @@ _SPEC_KEYS = ("seed", "start_ms", "topics")
 
 
 def _is_compacted(config: dict[str, Any]) -> bool:
-    return "compact" in (p.strip() for p in config.get("cleanup.policy", "delete").split(","))
+    return is_compacted(config.get("cleanup.policy", "delete"))
 
 
 def _validate_topic(index: int, topic: Any, start_ms: int) -> dict[str, Any]:
