@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from kcompact.compaction.backward import OUTPUT_MEMORY
 from kcompact.compaction.offset_map import KeyTable
 from kcompact.conf.units import spark_size
+from kcompact.session import kinds
 
 WHOLE_BYTES = 256 << 20  # a partition of at most this is read by one task, which makes its map too
 # A task's map memory: the Spark setting MAP_MEMORY, by default a quarter of the Python worker's
@@ -96,12 +97,12 @@ def map_memory(spark) -> int:
 
 def worker_cap(spark) -> int | None:
     """The address space a Python worker may take (spark.executor.pyspark.memory), None: uncapped."""
-    cap = spark.sparkContext.getConf().get("spark.executor.pyspark.memory", None)
+    cap = kinds.setting(spark, "spark.executor.pyspark.memory")
     return spark_size(cap) if cap else None
 
 
 def task_threads(spark, tasks: int) -> int:
     """Threads per task when ``tasks`` tasks share the cores (``THREADS``): batch plans and whole partitions."""
     chosen = spark.conf.get(THREADS, None)
-    wanted = int(chosen) if chosen else spark.sparkContext.defaultParallelism // tasks
+    wanted = int(chosen) if chosen else kinds.parallelism(spark) // tasks
     return 1 << (max(1, wanted).bit_length() - 1)
