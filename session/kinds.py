@@ -40,7 +40,8 @@ def parallelism(spark) -> int:
     if chosen:
         return int(chosen)
     if spark.session_id not in _parallelism:
-        probe = spark.range(0, PROBE_ROWS).selectExpr("max(spark_partition_id()) + 1 AS n").first()
+        probe = (spark.range(0, PROBE_ROWS).selectExpr("spark_partition_id() AS p")
+                 .selectExpr("max(p) + 1 AS n").first())
         _parallelism[spark.session_id] = int(probe["n"])
     return _parallelism[spark.session_id]
 
