@@ -44,6 +44,7 @@ from kcompact.operations.checkpoints import update_cleaner_offsets
 from kcompact.operations.deleted import Removal
 from kcompact.readers.errors import FormatError
 from kcompact.readers.indexes import AbortedTxn
+from kcompact.session import kinds
 from kcompact.planner.plan import Plan
 from kcompact.writers.chunks import BufferSizes
 
@@ -195,9 +196,8 @@ def _done_cleaning(result: JobResult, progress) -> None:
 def _clean(spark, settings: JobSettings, taken: list[PartitionToClean], now: int, dry_run: bool, progress,
            watch: Stopwatch, result: JobResult, keeper: LeaseKeeper) -> None:
     report = result.report
-    sc = spark.sparkContext
     progress(f"stage 1/5: batch plans of {len(taken)} partition{'s' * (len(taken) != 1)}")
-    sc.setJobGroup("kcompact-batch-plans", f"batch-level decisions for {len(taken)} partitions")
+    kinds.name_jobs(spark, "kcompact-batch-plans", f"batch-level decisions for {len(taken)} partitions")
     partitions = batch_plans(spark, taken, now, settings)
     watch.lap("1 batch plans")
     ok = partitions.filter(pa.compute.is_null(partitions.column("error")))
@@ -211,7 +211,7 @@ def _clean(spark, settings: JobSettings, taken: list[PartitionToClean], now: int
     jobs = _group_jobs(rows, batches, now, keeper.owner, settings.direct_writes)
     stage = "2-3 offset map, keep flags" if dry_run else "2-4 offset map, keep flags, rewrite"
     progress(f"stages {stage} ({len(jobs)} segment group{'s' * (len(jobs) != 1)})")
-    sc.setJobGroup("kcompact-clean", f"offset map, keep flags, .cleaned segments for {len(jobs)} groups")
+    kinds.name_jobs(spark, "kcompact-clean", f"offset map, keep flags, .cleaned segments for {len(jobs)} groups")
     with sql_conf(spark, JOB_CONF):
         written = _clean_groups(spark, settings, rows, batches, jobs, dry_run, keeper.owner)
     watch.lap(stage)

@@ -16,6 +16,7 @@ from kcompact.compaction.routing import (
     WORKER_IMPORTS,
 )
 from kcompact.conf.units import spark_size
+from kcompact.session import kinds
 
 # Whether the rewrite writes its .log files past the page cache (``storage.DirectFile``), "true" by
 # default; "false" writes them through it, as Kafka's cleaner does, leaving them in the cache.
@@ -38,13 +39,13 @@ class JobSettings:
     def of(cls, spark) -> JobSettings:
         """The session's settings, checked (``check_settings``)."""
         check_settings(spark)
-        cap = spark.sparkContext.getConf().get(WORKER_MEMORY, None)
+        cap = kinds.setting(spark, WORKER_MEMORY)
         cap = spark_size(cap) if cap else None
         chosen = spark.conf.get(MAP_MEMORY, None)
         budget = spark_size(chosen) if chosen is not None else cap // 4 if cap else DEFAULT_MAP_MEMORY
         threads = spark.conf.get(THREADS, None)
         return cls(map_memory=budget, worker_cap=cap, threads=int(threads) if threads else None,
-                   cores=spark.sparkContext.defaultParallelism,
+                   cores=kinds.parallelism(spark),
                    direct_writes=spark.conf.get(DIRECT_WRITES, "true").strip().lower() == "true")
 
     def task_threads(self, tasks: int) -> int:

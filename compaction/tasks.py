@@ -14,6 +14,8 @@ import contextlib
 import heapq
 from collections.abc import Iterator
 
+from kcompact.session import kinds
+
 TASK_BYTES = 1 << 30
 SHARED_TASK_BYTES = 256 << 20
 # Every shuffle here has its partition count set, so adaptive execution has nothing to adapt; it
@@ -23,7 +25,7 @@ JOB_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.execution.arrow.ma
 
 
 def task_count(spark, total_bytes: int, items: int, task_bytes: int = TASK_BYTES, per_core: int = 1) -> int:
-    wanted = max(per_core * spark.sparkContext.defaultParallelism, -(-total_bytes // task_bytes))
+    wanted = max(per_core * kinds.parallelism(spark), -(-total_bytes // task_bytes))
     return max(1, min(items, wanted))
 
 

@@ -266,8 +266,9 @@ def _compact(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _ticker(spark, say: Callable[[str], None], what: str, total_bytes: int | None = None) -> Iterator[None]:
     from kcompact.jobs.progress import Ticker
+    from kcompact.session import kinds
 
-    with Ticker(spark.sparkContext.statusTracker(), say, what, total_bytes):
+    with kinds.status(spark) as tracker, Ticker(tracker, say, what, total_bytes):
         yield
 
 

@@ -130,6 +130,17 @@ def _held(log_dirs: Sequence[str], dry_run: bool) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _step(spark: SparkSession, name: str) -> Iterator[None]:
+    """A step's Spark jobs, tagged: a Ctrl-C or SIGTERM (or any error) that ends the step
+    interrupts those still running, on a classic session or a Spark Connect server alike."""
+    from kcompact.operations import critical
+    from kcompact.session import kinds
+
+    with critical.stops_as_interrupts(), kinds.cancellable(spark, name):
+        yield
+
+
 def _recovered(log_dirs: Sequence[str], progress: Say, summary: Say) -> None:
     """Interrupted swaps of an earlier run finished or undone, as a broker would on start; the
     summary said only when something was repaired."""
@@ -169,8 +180,9 @@ def plan(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None
     _worker_python(spark)
     config = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
                            broker_config=broker_config)
-    return build_plan(spark, list(log_dirs), conf=config, now=now, top=top, max_bytes=max_bytes,
-                      retention_only=retention_only)
+    with _step(spark, "plan"):
+        return build_plan(spark, list(log_dirs), conf=config, now=now, top=top, max_bytes=max_bytes,
+                          retention_only=retention_only)
 
 
 def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan: Plan | None = None,
@@ -208,7 +220,7 @@ def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan:
         log_dirs = plan.log_dirs
     log_dirs = list(log_dirs)
     now = wall_ms() if now is None else now
-    with _held(log_dirs, dry_run):
+    with _held(log_dirs, dry_run), _step(spark, "compact"):
         if recover_first and not dry_run:
             _recovered(log_dirs, progress, summary or progress)
         previous = {path: last_run.read(path) for path in log_dirs}
@@ -245,7 +257,7 @@ def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = No
     _worker_python(spark)
     now = wall_ms() if now is None else now
     log_dirs = list(log_dirs)
-    with _held(log_dirs, dry_run):
+    with _held(log_dirs, dry_run), _step(spark, "retain"):
         if recover_first and not dry_run:
             _recovered(log_dirs, progress, summary or progress)
         conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
@@ -274,7 +286,7 @@ def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None,
     summary = summary or progress
     conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
                          broker_config=broker_config)  # one configuration and one clock for every step
-    with _held(log_dirs, dry_run):
+    with _held(log_dirs, dry_run), _step(spark, "run"):
         recovery = None  # 0. recovery, before anything reads the log dirs
         if not dry_run:
             recovery = recover(log_dirs, torn_tails=False, progress=progress)

@@ -39,3 +39,25 @@ def hold(exc: BaseException) -> bool:
         return False
     _held.append(exc)
     return True
+
+
+@contextlib.contextmanager
+def stops_as_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM stops the main thread as Ctrl-C does (``KeyboardInterrupt``,
+    held while a section runs): for the API called from a script or a notebook, whose process
+    would otherwise die of SIGTERM with its Spark jobs (on a Connect server, say) still running.
+    A handler the application installed itself is left in place, and so is Ctrl-C's own."""
+    import signal
+
+    def stop(signum, frame) -> None:
+        if not hold(KeyboardInterrupt()):
+            raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

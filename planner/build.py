@@ -30,6 +30,7 @@ from kcompact.conf.resolve import Config, TopicConfig
 from kcompact.planner import retention, rules, scan
 from kcompact.planner.plan import Plan
 from kcompact.readers import checkpoint
+from kcompact.session import kinds
 from kcompact.readers.errors import FormatError
 from kcompact.storage import FileInfo
 from kcompact.logdir.listing import METADATA_TOPIC, is_live_partition_dir, list_log_dir, parse_partition_dir
@@ -280,8 +281,8 @@ def plan(spark, paths: Sequence[str], conf: Config | None = None, now: int | Non
     config = build_config(paths, conf)
     tasks = [t for path in paths for t in tasks_for(path, config)]
     if tasks:
-        spark.sparkContext.setJobGroup("kcompact-retention-plan" if retention_only else "kcompact-plan",
-                                       f"{'retention' if retention_only else 'cleaning'} plan of {len(tasks)} partitions")
+        kinds.name_jobs(spark, "kcompact-retention-plan" if retention_only else "kcompact-plan",
+                        f"{'retention' if retention_only else 'cleaning'} plan of {len(tasks)} partitions")
     # with no partition too: the empty table then has Spark's Arrow shape, as every plan's table has
     return Plan(ranked(_planned(spark, tasks, now, retention_only), top, max_bytes))
 
@@ -293,7 +294,7 @@ def _planned(spark, tasks: list[Task], now: int, retention_only: bool) -> pa.Tab
     tasks: spreading them by a shuffle cost a Spark job of its own."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    n = max(1, min(len(tasks), spark.sparkContext.defaultParallelism))
+    n = max(1, min(len(tasks), kinds.parallelism(spark)))
 
     def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for rb in ids:
