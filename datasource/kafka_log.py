@@ -4,9 +4,16 @@
     spark.read.format("kafka-log").load("/data/kafka-logs")           # or s3://bucket/logs
     spark.read.format("kafka-log").option("paths", "/a,/b").load()
 
+Spark's Kafka source's options mean the same here (``subscribe``, ``assign``, ``startingOffsets``/
+``endingOffsets`` JSON with -2/-1, ``startingTimestamp``/``endingTimestamp``, ``*OffsetsByTimestamp``,
+``kafka.isolation.level``, ``includeHeaders``, and for streams ``maxOffsetsPerTrigger``,
+``maxBytesPerTrigger``, ``failOnDataLoss``: ``datasource.spark_options``, docs/data-source.md);
+``mode=table`` is a compacted topic as a table (``datasource.table``); ``readStream`` reads a
+growing log dir (``datasource.streaming``).
+
 Options (all optional but a path):
   ``path`` / ``paths``   a log dir (or one ``<topic>-<partition>`` dir); ``paths`` a comma list.
-  ``mode``               ``records`` (default; like Spark's Kafka source plus batch fields),
+  ``mode``               ``records`` (default; like Spark's Kafka source plus batch fields), ``table``,
                          ``compaction`` (what the cleaner decides on; no value is decoded) or
                          ``batches`` (one row per batch, from its header; a control batch's one
                          record and a compressed legacy wrapper's inner messages are decoded too).
