@@ -12,7 +12,7 @@ export PYSPARK_DRIVER_PYTHON := $(BIN)/python
 DEMO_DIR := demo-logs
 BENCH_DIR := bench-data
 
-.PHONY: install demo test test-fast test-deep dist bench-format bench-plan bench-rebuild bench-compact bench-s3 clean
+.PHONY: install demo test test-fast test-deep dist bench-format bench-plan bench-rebuild bench-compact bench-s3 bench-read clean
 
 install: $(STAMP) $(KERNELS)
 
@@ -100,6 +100,9 @@ bench-rebuild: $(STAMP)
 
 bench-compact: $(STAMP)
 	$(BIN)/python -m tests.bench.compact --dir $(BENCH_DIR)/compact
+
+bench-read: $(STAMP)
+	$(BIN)/python -m tests.bench.read --dir $(BENCH_DIR)/read
 
 bench-s3: $(STAMP)
 	$(BIN)/python -m tests.bench.s3 --dir $(BENCH_DIR)/s3 --out $(BENCH_DIR)/s3/results.json

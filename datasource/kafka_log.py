@@ -4,9 +4,16 @@
     spark.read.format("kafka-log").load("/data/kafka-logs")           # or s3://bucket/logs
     spark.read.format("kafka-log").option("paths", "/a,/b").load()
 
+Spark's Kafka source's options mean the same here (``subscribe``, ``assign``, ``startingOffsets``/
+``endingOffsets`` JSON with -2/-1, ``startingTimestamp``/``endingTimestamp``, ``*OffsetsByTimestamp``,
+``kafka.isolation.level``, ``includeHeaders``, and for streams ``maxOffsetsPerTrigger``,
+``maxBytesPerTrigger``, ``failOnDataLoss``: ``datasource.spark_options``, docs/data-source.md);
+``mode=table`` is a compacted topic as a table (``datasource.table``); ``readStream`` reads a
+growing log dir (``datasource.streaming``).
+
 Options (all optional but a path):
   ``path`` / ``paths``   a log dir (or one ``<topic>-<partition>`` dir); ``paths`` a comma list.
-  ``mode``               ``records`` (default; like Spark's Kafka source plus batch fields),
+  ``mode``               ``records`` (default; like Spark's Kafka source plus batch fields), ``table``,
                          ``compaction`` (what the cleaner decides on; no value is decoded) or
                          ``batches`` (one row per batch, from its header; a control batch's one
                          record and a compressed legacy wrapper's inner messages are decoded too).
@@ -54,6 +61,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -69,10 +77,12 @@ from kcompact.datasource.options import OffsetBound, Selection, Settings
 from kcompact.datasource.planning import Split, plan_splits
 from kcompact.datasource.rows import BUILDERS, read_split
 from kcompact.datasource.schemas import ARROW_SCHEMAS, MODES, SCHEMAS
+from kcompact.datasource.streaming import KafkaLogStreamReader
+from kcompact.datasource.table import PartitionSplits, by_partition, read_table
 
 __all__ = [
     "ARROW_SCHEMAS", "BUILDERS", "MODES", "SCHEMAS", "KafkaLogDataSource", "KafkaLogPushdownReader", "KafkaLogReader",
-    "OffsetBound", "Selection", "Settings", "Split", "plan_splits", "read_split",
+    "KafkaLogStreamReader", "OffsetBound", "Selection", "Settings", "Split", "plan_splits", "read_split",
 ]
 
 
@@ -84,11 +94,15 @@ class KafkaLogReader(DataSourceReader):
         self.settings = settings
 
     def partitions(self) -> Sequence[InputPartition]:
-        return plan_splits(self.settings)
+        splits = plan_splits(self.settings)
+        return by_partition(splits) if self.settings.mode == "table" else splits
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, Split):  # with no split planned Spark still runs one empty task
-            yield from read_split(partition, self.settings.mode)
+        # with no split planned Spark still runs one empty task
+        if isinstance(partition, Split):
+            yield from read_split(partition, self.settings.mode, self.settings.include_headers)
+        elif isinstance(partition, PartitionSplits):
+            yield from read_table(partition, self.settings.include_headers)
 
 
 class KafkaLogPushdownReader(KafkaLogReader):
@@ -114,7 +128,7 @@ def _narrowed(selection: Selection, f: Filter, mode: str) -> Selection | None:
         return selection.with_topics(frozenset(values))
     if column == ("partition",) and values is not None and all(_is_int(v) for v in values):
         return selection.with_partitions(frozenset(values))
-    if column == ("offset",) and mode != "batches":
+    if column == ("offset",) and mode in ("records", "compaction"):  # a table's rows are what is left after all offsets
         bounds = _offset_filter(f)
         return None if bounds is None else selection.with_offsets(*bounds)
     return None
@@ -150,8 +164,15 @@ class KafkaLogDataSource(DataSource):
         return "kafka-log"
 
     def schema(self) -> StructType:
-        return SCHEMAS[Settings.parse(self.options).mode]
+        settings = Settings.parse(self.options)
+        schema = SCHEMAS[settings.mode]
+        if settings.include_headers or "headers" not in schema.fieldNames():
+            return schema
+        return StructType([f for f in schema.fields if f.name != "headers"])
 
     def reader(self, schema: StructType) -> DataSourceReader:
         settings = Settings.parse(self.options)
         return (KafkaLogPushdownReader if settings.push_filters else KafkaLogReader)(settings)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaLogStreamReader(Settings.parse(self.options))

@@ -8,23 +8,13 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from kcompact.datasource import spark_options as spark
+from kcompact.datasource.bounds import OffsetBound, PartitionKey
 from kcompact.datasource.schemas import MODES
 from kcompact.logdir.listing import parse_partition_dir
 from kcompact.logdir.splits import DEFAULT_MAX_SPLIT_BYTES, OffsetRange
 
-PartitionKey = tuple[str | None, int]  # (None, n): partition n of every topic
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetBound:
-    """One offset per partition: a default and per-partition overrides (exact topic first)."""
-
-    default: int | None = None
-    overrides: tuple[tuple[PartitionKey, int], ...] = ()
-
-    def of(self, topic: str, partition: int) -> int | None:
-        found = dict(self.overrides)
-        return found.get((topic, partition), found.get((None, partition), self.default))
+Resolve = Callable[[int, bool], int | None]  # a negative bound (EARLIEST, LATEST), starting or not -> offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,13 +31,18 @@ class Selection:
             return False
         return all((topic, partition) in keys or (None, partition) in keys for keys in self.partitions)
 
-    def offsets(self, topic: str, partition: int) -> OffsetRange:
+    def offsets(self, topic: str, partition: int, resolve: Resolve | None = None) -> OffsetRange:
+        """The offset range; ``resolve`` turns EARLIEST and LATEST into the partition's offsets."""
         out = OffsetRange()
         for bound in self.starts:
-            out = out.narrowed(bound.of(topic, partition), None)
+            out = out.narrowed(_resolved(bound.of(topic, partition), True, resolve), None)
         for bound in self.ends:
-            out = out.narrowed(None, bound.of(topic, partition))
+            out = out.narrowed(None, _resolved(bound.of(topic, partition), False, resolve))
         return out
+
+    def sentinels(self) -> bool:
+        """Whether a bound needs the partition's earliest or latest offset."""
+        return any(v is not None and v < 0 for b in self.starts + self.ends for v in (b.default, *dict(b.overrides).values()))
 
     def with_topics(self, topics: frozenset[str]) -> Selection:
         return replace(self, topics=topics if self.topics is None else self.topics & topics)
@@ -56,11 +51,22 @@ class Selection:
         return replace(self, partitions=self.partitions + (frozenset((None, n) for n in numbers),))
 
     def with_offsets(self, start: int | None, end: int | None) -> Selection:
+        """Narrowed by a pushed filter's plain offsets (never read as EARLIEST or LATEST)."""
+        start = None if start is None or start <= 0 else start
+        end = None if end is None else max(end, 0)
         return replace(
             self,
             starts=self.starts + ((OffsetBound(start),) if start is not None else ()),
             ends=self.ends + ((OffsetBound(end),) if end is not None else ()),
         )
+
+
+def _resolved(value: int | None, starting: bool, resolve: Resolve | None) -> int | None:
+    if value is None or value >= 0:
+        return value
+    if resolve is None:
+        raise ValueError(f"offset {value} needs the partition's offsets")
+    return resolve(value, starting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +80,17 @@ class Settings:
     push_filters: bool
     dirs: tuple[tuple[str, int | None], ...] = ()
     named_topics: frozenset[str] | None = None  # the ``topics`` option (pushed filters narrow ``selection`` alone)
+    start_times: OffsetBound | None = None  # milliseconds: from the first offset at or after
+    end_times: OffsetBound | None = None
+    isolation: str = spark.ISOLATION_LEVELS[0]
+    include_headers: bool = True
+    fail_on_data_loss: bool = True
+    max_offsets_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+
+    @property
+    def committed(self) -> bool:
+        return self.isolation == "read_committed"
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> Settings:
@@ -87,9 +104,28 @@ class Settings:
         max_split = int(options.get("maxSplitBytes", DEFAULT_MAX_SPLIT_BYTES))
         if max_split <= 0:
             raise ValueError(f"maxSplitBytes must be positive, not {max_split}")
-        push = options.get("pushFilters", "false").lower() == "true"
+        push = spark.flag(options, "pushFilters", False)
         selection = _selection(options)
-        return cls(tuple(p.strip() for p in paths), mode, selection, max_split, push, dirs, selection.topics)
+        start_times = _times(options, "startingTimestamp", "startingOffsetsByTimestamp")
+        end_times = _times(options, "endingTimestamp", "endingOffsetsByTimestamp")
+        return cls(
+            tuple(p.strip() for p in paths), mode, selection, max_split, push, dirs, selection.topics,
+            start_times=start_times, end_times=end_times,
+            isolation="read_committed" if mode == "table" else spark.isolation(options),
+            include_headers=spark.flag(options, "includeHeaders", True),
+            fail_on_data_loss=spark.flag(options, "failOnDataLoss", True),
+            max_offsets_per_trigger=spark.positive(options, "maxOffsetsPerTrigger"),
+            max_bytes_per_trigger=spark.positive(options, "maxBytesPerTrigger"),
+        )
+
+
+def _times(options: dict[str, str], one: str, each: str) -> OffsetBound | None:
+    """A timestamp bound: one for every partition, or JSON per partition (not both)."""
+    if one in options and each in options:
+        raise ValueError(f"give {one} or {each}, not both")
+    if one in options:
+        return spark.timestamp(one, options[one])
+    return spark.per_partition_json(each, options[each]) if each in options else None
 
 
 def _partition_dirs(text: str | None) -> tuple[tuple[str, int | None], ...]:
@@ -110,9 +146,19 @@ def _selection(options: dict[str, str]) -> Selection:
     def given(name: str, parse: Callable[[str], object]) -> tuple:
         return (parse(options[name]),) if name in options else ()
 
-    topics = frozenset(_items(options["topics"])) if "topics" in options else None
+    for ours, theirs in (("topics", "subscribe"), ("partitions", "assign"), ("startingOffset", "startingOffsets"),
+                         ("endingOffset", "endingOffsets")):
+        if ours in options and theirs in options:
+            raise ValueError(f"{ours} and {theirs} mean the same: give one")
+    topic_list = options.get("topics", options.get("subscribe"))
+    topics = frozenset(_items(topic_list)) if topic_list is not None else None
     partitions = given("partitions", lambda text: frozenset(map(_partition_key, _items(text))))
-    return Selection(topics, partitions, given("startingOffset", _offset_bound), given("endingOffset", _offset_bound))
+    partitions += given("assign", spark.assigned)
+    if "assign" in options and topics is None:
+        topics = frozenset(topic for topic, _ in partitions[-1])
+    starts = given("startingOffset", _offset_bound) + given("startingOffsets", lambda t: spark.spark_offsets("startingOffsets", t))
+    ends = given("endingOffset", _offset_bound) + given("endingOffsets", lambda t: spark.spark_offsets("endingOffsets", t))
+    return Selection(topics, partitions, starts, ends)
 
 
 def _items(text: str) -> list[str]:

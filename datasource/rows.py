@@ -10,6 +10,8 @@ import numpy as np
 import pyarrow as pa
 
 from kcompact import storage
+from kcompact.compaction.model import BatchInfo
+from kcompact.compaction.transactions import TransactionSweep
 from kcompact.datasource.planning import Split
 from kcompact.datasource.schemas import _PER_BATCH, _RENAMED, ARROW_SCHEMAS
 from kcompact.logdir.splits import OffsetRange
@@ -21,15 +23,38 @@ GROUP_BYTES = 4 << 20  # stored bytes of batches turned into one Arrow batch
 GROUP_RECORDS = 1 << 16
 
 
-def read_split(split: Split, mode: str) -> Iterator[pa.RecordBatch]:
-    """The split's rows in Arrow batches of bounded size, opened and read through ``storage``."""
+def read_split(split: Split, mode: str, headers: bool = True) -> Iterator[pa.RecordBatch]:
+    """The split's rows in Arrow batches of bounded size, opened and read through ``storage``;
+    ``headers=False`` leaves the records mode's ``headers`` column out."""
     chunk = max(1, min(DEFAULT_CHUNK, split.end - split.start))
     with storage.open_read(split.path, split.file_size) as f:
-        entries = iter_batches(f, split.path, split.start, split.end, chunk, strict=mode != "batches")
-        for group in _groups(_in_range(entries, split.offsets)):
+        entries = _in_range(iter_batches(f, split.path, split.start, split.end, chunk, strict=mode != "batches"),
+                            split.offsets)
+        if split.aborted is not None:
+            entries = _committed(entries, split.aborted, split.segment_base)
+        for group in _groups(entries):
             table = BUILDERS[mode](group, split)
+            if not headers and "headers" in table.schema.names:
+                table = table.drop_columns(["headers"])
             if table.num_rows:
                 yield table
+
+
+def _committed(batches: Iterator[Batch], aborted: tuple, segment: int) -> Iterator[Batch]:
+    """What a read_committed consumer gets: the batches of aborted transactions dropped (the
+    aborted transactions the fetch lists, matched to their producers' batches as Kafka's consumer
+    does: ``compaction.transactions.TransactionSweep``), and no control batch. Transactions whose
+    marker lies before the first batch read are over: they are not given to the sweep."""
+    sweep, first = TransactionSweep(), True
+    for batch in batches:
+        if first:
+            sweep.add(t for t in aborted if t.last_offset >= batch.base_offset)
+            first = False
+        info = BatchInfo.of(batch, segment)
+        if batch.is_control:
+            sweep.on_control(info)
+        elif not sweep.on_data(info):
+            yield batch
 
 
 def _in_range(batches: Iterator[Batch], offsets: OffsetRange) -> Iterator[Batch]:

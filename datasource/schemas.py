@@ -25,7 +25,7 @@ from kcompact.readers import codecs
 from kcompact.readers.batch import Batch
 from kcompact.readers.records import CONTROL_TYPES
 
-MODES = ("records", "compaction", "batches")
+MODES = ("records", "compaction", "batches", "table")
 
 
 def _schema(*fields: tuple[str, DataType]) -> StructType:
@@ -70,6 +70,7 @@ SCHEMAS = {
         ("leaderEpoch", IntegerType()), ("crcValid", BooleanType()),
     ),
 }
+SCHEMAS["table"] = StructType(SCHEMAS["records"].fields[:8])  # key, value, topic, partition, offset, timestamp(Type), headers
 # What Spark checks each yielded batch against: its own Arrow form of the schema.
 ARROW_SCHEMAS = {mode: to_arrow_schema(schema, timezone="UTC") for mode, schema in SCHEMAS.items()}
 

@@ -167,3 +167,19 @@ def test_latest_value_per_key_is_the_same_after_cleaning(notebook):
     for row, (_, (offset, value)) in zip(rows, expected):
         digest = "NULL" if value is None else hashlib.sha256(value).hexdigest()[:12]
         assert row[1:] == [str(offset), digest, str(offset), digest]
+
+
+def test_table_cell_writes_the_live_keys(notebook):
+    """The table written out holds, per partition of ``users``, the keys whose latest record
+    (kafka-python's reading) has a value; the first rows shown are users-1's smallest keys."""
+    nb, _ = notebook
+    log_dir = Path(re.search(r"^wrote (\S+) \(seed", outputs(nb, "setup")[0], re.M)[1])
+    text, _ = outputs(nb, "table")
+    counts = {int(n): int(c) for n, c in re.findall(r"^users-(\d+): (\d+) live keys", text, re.M)}
+    live = {}
+    for part in sorted(log_dir.glob("users-*")):
+        _, latest = latest_per_key(part)
+        live[int(part.name.rsplit("-", 1)[1])] = {k: v for k, v in latest.items() if v[1] is not None}
+    assert counts == {n: len(keys) for n, keys in live.items()} and all(counts.values())
+    expected = sorted(live[1].items())[:5]
+    assert [r[:2] for r in shown_rows(text)] == [[show(k.decode()), str(o)] for k, (o, _) in expected]
