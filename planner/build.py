@@ -112,7 +112,7 @@ def tasks_for(log_dir: str, config: Config) -> list[Task]:
         parsed = parse_partition_dir(name)
         if parsed is None:
             out.append(Task(None, None, log_dir, sub, None, None, "{}", "{}",
-                            f"{sub}: directory name is not <topic>-<partition>"))
+                            f"{sub}: directory name is not <topic>-<partition>", **release))
             continue
         topic, number = parsed
         if topic == METADATA_TOPIC:
