@@ -144,13 +144,15 @@ def _complete(path: str, table: pa.Table) -> pa.Table:
     from kcompact.conf.settings import BROKER_MESSAGE_MAX_BYTES, SETTINGS
 
     needed = {s.name for s in SETTINGS} | {BROKER_MESSAGE_MAX_BYTES}
-    for row in table.select(["topic", "partition", "config"]).to_pylist():
-        missing = needed - {key for key, _ in row["config"] or ()} if row["config"] is not None else set()
+    columns = ["topic", "partition", "config", *(["kafka_version"] if "kafka_version" in table.column_names else [])]
+    for row in table.select(columns).to_pylist():
+        if row["config"] is None:
+            continue
+        missing = needed - {key for key, _ in row["config"]}
         if missing:
             raise ValueError(f"{path}: the configuration of {row['topic']}-{row['partition']} lacks "
                              f"{', '.join(sorted(missing))}: a plan from another kcompact version; plan again")
-    versions = table.column("kafka_version").to_pylist() if "kafka_version" in table.column_names else [None]
-    if None in versions and table.num_rows:
-        raise ValueError(f"{path}: names no Kafka release (kafka_version): a plan from another kcompact version; "
-                         "plan again")
+        if row.get("kafka_version") is None:
+            raise ValueError(f"{path}: {row['topic']}-{row['partition']} names no Kafka release (kafka_version): "
+                             "a plan from another kcompact version; plan again")
     return table
