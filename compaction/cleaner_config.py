@@ -28,13 +28,14 @@ class CleanerConfig:
     message_max_bytes: int  # message.max.bytes, the broker's
     io_buffer_size: int  # log.cleaner.io.buffer.size
     cleaner_threads: int  # log.cleaner.threads
+    index_per_batch: int = 1  # 1: the Kafka release indexes per batch (KAFKA-806), 0: per append
 
     @classmethod
-    def of(cls, config: Mapping[str, str] | Iterable[tuple[str, str]]) -> CleanerConfig:
+    def of(cls, config: Mapping[str, str] | Iterable[tuple[str, str]], index_per_batch: bool = True) -> CleanerConfig:
         """From a plan row's ``config`` (Kafka's names -> values as strings; a map as Arrow gives
-        it, a list of pairs, or a dict)."""
+        it, a list of pairs, or a dict) and its release's index rule."""
         strings = dict(config)
-        return cls(*(int(strings[key]) for key in CONFIG_KEYS))
+        return cls(*(int(strings[key]) for key in CONFIG_KEYS), index_per_batch=int(index_per_batch))
 
     @classmethod
     def from_struct(cls, value: Mapping[str, int]) -> CleanerConfig:

@@ -33,6 +33,9 @@ def describe(table: pa.Table) -> str:
     lines.append(f"{table.num_rows} partition{'' if table.num_rows == 1 else 's'}, {selected} selected, "
                  f"{dirty / MB:.1f} MB to clean; {UNIT_NOTE}")
     lines += [f"note: {note}" for notes in table.column("notes").to_pylist() for note in notes or []]
+    if "kafka_version_source" in table.column_names:
+        lines += [f"reproducing {why}" for why in dict.fromkeys(table.column("kafka_version_source").to_pylist())
+                  if why]
     return "\n".join(lines)
 
 
@@ -149,9 +152,15 @@ def _complete(path: str, table: pa.Table, columns: set[str]) -> pa.Table:
         raise ValueError(f"{path}: a plan from another kcompact version (no {', '.join(lacking)} column); plan again")
 
     needed = {s.name for s in SETTINGS} | {BROKER_MESSAGE_MAX_BYTES}
-    for row in table.select(["topic", "partition", "config"]).to_pylist():
-        missing = needed - {key for key, _ in row["config"] or ()} if row["config"] is not None else set()
+    columns = ["topic", "partition", "config", *(["kafka_version"] if "kafka_version" in table.column_names else [])]
+    for row in table.select(columns).to_pylist():
+        if row["config"] is None:
+            continue
+        missing = needed - {key for key, _ in row["config"]}
         if missing:
             raise ValueError(f"{path}: the configuration of {row['topic']}-{row['partition']} lacks "
                              f"{', '.join(sorted(missing))}: a plan from another kcompact version; plan again")
+        if row.get("kafka_version") is None:
+            raise ValueError(f"{path}: {row['topic']}-{row['partition']} names no Kafka release (kafka_version): "
+                             "a plan from another kcompact version; plan again")
     return table

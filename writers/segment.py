@@ -1,10 +1,14 @@
 """Build one segment: the ``.log`` bytes plus its three index files, by the broker's rules.
 
-``append`` mirrors LogSegment.append: when more than ``index.interval.bytes``
-were appended since the last index entry, an offset-index entry (largest
-offset of the chunk, position where the chunk starts) and, if the max timestamp
-grew, a time-index entry are added before the chunk. ``close`` adds the closing
-time-index entry that carries the segment's largest timestamp.
+Two rules, by Kafka release (``conf.releases``: ``index_per_batch``):
+- ``append`` is LogSegment.append of 3.9.0 and 4.0.0: when more than ``index.interval.bytes``
+  were appended since the last index entry, an offset-index entry (largest offset of the chunk,
+  position where the chunk starts) and, if the max timestamp grew, a time-index entry are added
+  before the chunk: at most one per append;
+- ``append_batches`` is LogSegment.append from KAFKA-806 (3.9.1, 4.0.1, 4.1 on): the same test
+  per batch of the append, the entry naming that batch's last offset and start position, the
+  byte count carried across appends, so how batches are grouped into appends no longer matters.
+``close`` adds the closing time-index entry that carries the segment's largest timestamp.
 """
 
 from __future__ import annotations
@@ -12,15 +16,72 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+import numpy as np
+from numba import njit
+
 from kcompact.readers.batch import NO_TIMESTAMP
 from kcompact.readers.indexes import (
     AbortedTxn,
     OffsetEntry,
     TimeEntry,
 )
-from kcompact.writers.indexes import encode_offset_index, encode_time_index, encode_txn_index
+from kcompact.writers.indexes import encode_txn_index
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
+
+# _batch_entries' state: the next batch's position, bytes since the last entry, the max timestamp
+# so far and its offset (-1: none), the last time entry's timestamp, the entry counts
+POSITION, SINCE, MAX_TS, MAX_TS_OFFSET, LAST_TIME, N_OFFSET, N_TIME = range(7)
+# _batch_entries' outcome: every entry made, or the batch at which Kafka's index refuses one
+DONE, OFFSET_FULL, OFFSET_NOT_LARGER, TIME_FULL = range(4)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _int(data, at, width):
+    value = 0
+    for k in range(width):
+        value = (value << 8) | data[at + k]
+    if value >= 1 << (8 * width - 1):
+        value -= 1 << (8 * width)
+    return value
+
+
+@njit(cache=True, nogil=True)
+def _batch_entries(data, at, size, state, interval, base_offset, offset_cap, time_cap, last_relative, offsets, times):
+    """KAFKA-806's LogSegment.append over the batches at ``at``/``size`` of ``data``, as written: each
+    batch's last offset and max timestamp read from its header (v2: base offset + last offset delta,
+    maxTimestamp; v0/v1: the entry's offset, a v1 entry's timestamp, none for v0). Fills ``offsets``
+    (relative offset, position) and ``times`` (timestamp, relative offset) from the counts in
+    ``state``; returns (outcome, the batch it concerns)."""
+    for i in range(at.shape[0]):
+        p = at[i]
+        if data[p + 16] >= 2:
+            last = _int(data, p, 8) + _int(data, p + 23, 4)
+            ts = _int(data, p + 35, 8)
+        else:
+            last = _int(data, p, 8)
+            ts = _int(data, p + 18, 8) if data[p + 16] == 1 else NO_TIMESTAMP
+        if ts > state[MAX_TS]:
+            state[MAX_TS], state[MAX_TS_OFFSET] = ts, last
+        if state[SINCE] > interval:
+            if offset_cap >= 0 and state[N_OFFSET] >= offset_cap:
+                return OFFSET_FULL, i
+            relative = last - base_offset
+            if relative <= last_relative:
+                return OFFSET_NOT_LARGER, i
+            offsets[state[N_OFFSET], 0], offsets[state[N_OFFSET], 1] = relative, state[POSITION]
+            state[N_OFFSET] += 1
+            last_relative = relative
+            if time_cap >= 0 and state[N_TIME] >= time_cap:
+                return TIME_FULL, i
+            if state[MAX_TS_OFFSET] >= 0 and state[MAX_TS] > state[LAST_TIME]:
+                times[state[N_TIME], 0], times[state[N_TIME], 1] = state[MAX_TS], state[MAX_TS_OFFSET] - base_offset
+                state[N_TIME] += 1
+                state[LAST_TIME] = state[MAX_TS]
+            state[SINCE] = 0
+        state[POSITION] += size[i]
+        state[SINCE] += size[i]
+    return DONE, -1
 
 
 @dataclass(slots=True)
@@ -36,6 +97,40 @@ class SegmentFiles:
     txn_index: bytes
 
 
+class _Entries:
+    """An index's entries in memory, as (n, 2) int64 rows that grow: a segment written by
+    KAFKA-806's rule holds one per ``index.interval.bytes``, too many for an object each."""
+
+    __slots__ = ("rows", "n")
+
+    def __init__(self) -> None:
+        self.rows, self.n = np.empty((64, 2), np.int64), 0
+
+    def reserve(self, more: int) -> np.ndarray:
+        if self.n + more > len(self.rows):
+            grown = np.empty((max(2 * len(self.rows), self.n + more), 2), np.int64)
+            grown[:self.n] = self.rows[:self.n]
+            self.rows = grown
+        return self.rows
+
+    def add(self, a: int, b: int) -> None:
+        self.reserve(1)[self.n] = a, b
+        self.n += 1
+
+    def last(self, column: int) -> int | None:
+        return int(self.rows[self.n - 1, column]) if self.n else None
+
+    def encode(self, dtype: np.dtype) -> bytes:
+        out = np.empty(self.n, dtype)
+        out[dtype.names[0]], out[dtype.names[1]] = self.rows[:self.n, 0], self.rows[:self.n, 1]
+        return out.tobytes()
+
+
+# on-disk entries: (relative offset, position), (timestamp, relative offset), big-endian
+_OFFSET_DTYPE = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
+_TIME_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
+
+
 @dataclass(slots=True)
 class SegmentWriter:
     """Appends batches to ``log`` (any binary file object) and keeps index entries in memory."""
@@ -49,8 +144,8 @@ class SegmentWriter:
     _bytes_since_entry: int = 0
     _max_ts: int = NO_TIMESTAMP
     _offset_of_max_ts: int | None = None
-    _offset_entries: list[OffsetEntry] = field(default_factory=list)
-    _time_entries: list[TimeEntry] = field(default_factory=list)
+    _offsets: _Entries = field(default_factory=_Entries)  # (relative offset, position)
+    _times: _Entries = field(default_factory=_Entries)  # (timestamp, relative offset)
     _aborted: list[AbortedTxn] = field(default_factory=list)
 
     def append(self, chunk: bytes | memoryview, largest_offset: int, max_timestamp: int, offset_of_max_timestamp: int) -> None:
@@ -68,44 +163,90 @@ class SegmentWriter:
         self._bytes_since_entry += len(chunk)
         self.next_offset = largest_offset + 1
 
+    def append_batches(self, data: np.ndarray, at: np.ndarray, size: np.ndarray) -> None:
+        """Append the v0/v1/v2 batches at ``at`` (``size`` bytes each, one after another) of ``data``
+        (uint8) as one append by KAFKA-806's rule: an index entry per batch that finds more than
+        ``index.interval.bytes`` appended since the last entry."""
+        n = len(at)
+        if not n:
+            return
+        start, end = int(at[0]), int(at[-1] + size[-1])
+        p = int(at[-1])
+        last = int.from_bytes(data[p:p + 8].tobytes(), "big", signed=True)
+        if data[p + 16] >= 2:
+            last += int.from_bytes(data[p + 23:p + 27].tobytes(), "big", signed=True)
+        if last - self.base_offset > 0x7FFFFFFF or last < self.base_offset:
+            raise ValueError(f"offset {last} does not fit segment {self.base_offset}")
+        last_time = self._times.last(0)
+        state = np.array([self.size, self._bytes_since_entry, self._max_ts,
+                          -1 if self._offset_of_max_ts is None else self._offset_of_max_ts,
+                          NO_TIMESTAMP if last_time is None else last_time, self._offsets.n, self._times.n], np.int64)
+        cap = self.max_index_bytes
+        offset_cap = -1 if cap is None else cap // 8
+        time_cap = -1 if cap is None else max(0, cap // 12 - 1)
+        last_relative = self._offsets.last(0)
+        outcome, bad = _batch_entries(data, at, size, state, self.index_interval_bytes, self.base_offset, offset_cap,
+                                      time_cap, -1 if last_relative is None else last_relative,
+                                      self._offsets.reserve(n), self._times.reserve(n))
+        self._offsets.n, self._times.n = int(state[N_OFFSET]), int(state[N_TIME])
+        if outcome != DONE:
+            where = f"segment {self.base_offset}: the batch at byte {self.size + int(at[bad]) - start}"
+            raise ValueError(f"{where}: " + ("attempt to append to a full offset index" if outcome == OFFSET_FULL else
+                                             "attempt to append to a full time index" if outcome == TIME_FULL else
+                                             "its offset is not larger than the last offset indexed")
+                             + (f" (segment.index.bytes {cap})" if outcome != OFFSET_NOT_LARGER else ""))
+        self.log.write(memoryview(data)[start:end])
+        self.size = int(state[POSITION])
+        self._bytes_since_entry = int(state[SINCE])
+        if state[MAX_TS_OFFSET] >= 0:
+            self._max_ts, self._offset_of_max_ts = int(state[MAX_TS]), int(state[MAX_TS_OFFSET])
+        self.next_offset = last + 1
+
     def index_full(self, max_index_size: int) -> bool:
         """LogSegment.shouldRoll's index checks with segment.index.bytes = ``max_index_size``: the
         offset index is full at max_index_size // 8 entries, the time index one entry earlier
         than max_index_size // 12 (TimeIndex keeps its last slot for the closing entry)."""
-        return (len(self._offset_entries) >= max_index_size // 8
-                or len(self._time_entries) >= max_index_size // 12 - 1)
+        return self._offsets.n >= max_index_size // 8 or self._times.n >= max_index_size // 12 - 1
+
+    @property
+    def offset_entries(self) -> list[OffsetEntry]:
+        return [OffsetEntry(*row) for row in self._offsets.rows[:self._offsets.n].tolist()]
+
+    @property
+    def time_entries(self) -> list[TimeEntry]:
+        return [TimeEntry(*row) for row in self._times.rows[:self._times.n].tolist()]
 
     def add_aborted_txn(self, txn: AbortedTxn) -> None:
         self._aborted.append(txn)
 
     def _offset_entry(self, largest_offset: int) -> None:
         """OffsetIndex.append, which refuses a full index and an offset not above the last one."""
-        entries = self._offset_entries
-        if self.max_index_bytes is not None and len(entries) >= self.max_index_bytes // 8:
+        entries = self._offsets
+        if self.max_index_bytes is not None and entries.n >= self.max_index_bytes // 8:
             raise ValueError(f"segment {self.base_offset}: attempt to append to a full offset index "
-                             f"(size = {len(entries)}, segment.index.bytes {self.max_index_bytes})")
+                             f"(size = {entries.n}, segment.index.bytes {self.max_index_bytes})")
         relative = largest_offset - self.base_offset
-        if entries and relative <= entries[-1].relative_offset:
+        if entries.n and relative <= entries.last(0):
             raise ValueError(f"segment {self.base_offset}: offset {largest_offset} is not larger than the last "
                              "offset indexed")
-        entries.append(OffsetEntry(relative, self.size))
+        entries.add(relative, self.size)
 
     def _maybe_time_entry(self, check_full: bool = False) -> None:
         """TimeIndex.maybeAppend: full one entry before its capacity (the last slot is the closing
         entry's), an entry only when the timestamp grows, never one that goes back."""
-        entries = self._time_entries
-        if check_full and self.max_index_bytes is not None and len(entries) >= self.max_index_bytes // 12 - 1:
+        entries = self._times
+        if check_full and self.max_index_bytes is not None and entries.n >= self.max_index_bytes // 12 - 1:
             raise ValueError(f"segment {self.base_offset}: attempt to append to a full time index "
-                             f"(size = {len(entries)}, segment.index.bytes {self.max_index_bytes})")
+                             f"(size = {entries.n}, segment.index.bytes {self.max_index_bytes})")
         if self._offset_of_max_ts is None:
             return
         relative = self._offset_of_max_ts - self.base_offset
-        if entries and (relative < entries[-1].relative_offset or self._max_ts < entries[-1].timestamp):
+        if entries.n and (relative < entries.last(1) or self._max_ts < entries.last(0)):
             raise ValueError(f"segment {self.base_offset}: time index entry ({self._max_ts}, {self._offset_of_max_ts}) "
                              "goes back")
-        last = entries[-1].timestamp if entries else NO_TIMESTAMP
+        last = entries.last(0) if entries.n else NO_TIMESTAMP
         if self._max_ts > last:
-            entries.append(TimeEntry(self._max_ts, relative))
+            entries.add(self._max_ts, relative)
 
     def close(self) -> SegmentFiles:
         self._maybe_time_entry()
@@ -114,7 +255,7 @@ class SegmentWriter:
             log_size=self.size,
             next_offset=self.next_offset if self.next_offset is not None else self.base_offset,
             max_timestamp=self._max_ts,
-            offset_index=encode_offset_index(self._offset_entries),
-            time_index=encode_time_index(self._time_entries),
+            offset_index=self._offsets.encode(_OFFSET_DTYPE),
+            time_index=self._times.encode(_TIME_DTYPE),
             txn_index=encode_txn_index(self._aborted),
         )

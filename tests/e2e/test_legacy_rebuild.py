@@ -34,7 +34,7 @@ from kcompact.jobs.cli import main
 from kcompact.readers import codecs
 from kcompact.readers.records import Record
 from kcompact.tools.verify import verify_log_dir
-from tests.support import TIME_ENTRY, broker_indexes, checkpoint_text, kp_keyed, read_one, seg_path
+from tests.support import OFFSET_ENTRY, TIME_ENTRY, broker_indexes, checkpoint_text, kp_keyed, read_one, seg_path
 from tests.unit.test_legacy import legacy_message_set
 from kcompact.writers.legacy import rebuild_wrapper
 from kcompact.writers.codecs import compress_legacy
@@ -321,7 +321,10 @@ def build(a: Path) -> dict:
 
 
 def compact(path: Path, report: Path | None = None) -> int:
-    args = ["compact", str(path), "--now", str(NOW)] + (["--report", str(report)] if report else [])
+    # 3.9.2: v0/v1 entries kept or rebuilt in their own magic (4.0 on rewrites them as v2), the
+    # round's last emptied batch kept (KAFKA-17076), index entries per batch (KAFKA-806)
+    args = ["compact", str(path), "--now", str(NOW), "--kafka-version", "3.9.2"] + (
+        ["--report", str(report)] if report else [])
     for t in TOPIC_ARGS:
         args += ["--topic-config", t]
     return main(args)
@@ -401,10 +404,12 @@ def test_v1_log_append_time_wrapper_keeps_the_append_time_and_indexes_point_at_i
     inner = inner_messages(wrapper)
     assert [(m.offset, m.attributes, m.timestamp) for m in inner] == [(0, ATTR_LAT, LAT), (2, ATTR_LAT, LAT)]
     assert data[:sizes[0]] == lg.inputs["lat1"][0][0] and data[sizes[0] + sizes[1]:] == lg.inputs["lat1"][0][2]
-    # index.interval.bytes 0, but Kafka's cleaner appends the whole segment (one read of its
-    # buffer) at once: no offset entry; the closing time entry has the max timestamp (LAT, with the
-    # rebuilt wrapper) and the wrapper's offset 3 (tests/e2e/test_cleaner_chunks.py: several chunks)
-    assert seg_path(part(lg, "lat1"), 0, "index").read_bytes() == b""
+    # index.interval.bytes 0, KAFKA-806's rule: an entry at every batch after the first, naming its
+    # last offset (the rebuilt wrapper's 3, then 4) and its start; the max timestamp (LAT) is the
+    # wrapper's, at its offset 3, so the one time entry (3.9.0 and 4.0.0 append the whole segment
+    # at once, so no offset entry: tests/e2e/test_cleaner_chunks.py)
+    assert seg_path(part(lg, "lat1"), 0, "index").read_bytes() == OFFSET_ENTRY.pack(3, sizes[0]) + OFFSET_ENTRY.pack(
+        4, sizes[0] + sizes[1])
     assert seg_path(part(lg, "lat1"), 0, "timeindex").read_bytes() == TIME_ENTRY.pack(LAT, 3)
 
 

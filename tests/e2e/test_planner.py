@@ -449,6 +449,12 @@ def test_output_round_trips(planned, tmp_path):
 def test_describe_lists_every_partition(planned):
     text = output.describe(planned.table)
     lines = text.splitlines()
+    log_dirs = sorted(set(planned.table.column("log_dir").to_pylist()))
+    # the release reproduced on each log dir (none holds a metadata.version here), said last
+    releases = [f"reproducing Kafka 4.3 (default: no finalized metadata.version in {d}/__cluster_metadata-0; "
+                "the newest release, 4.3, taken (--kafka-version or kafka.version names another))" for d in log_dirs]
+    assert sorted(lines[-len(releases):]) == releases
+    lines = lines[:-len(releases)]
     assert len(lines) == planned.table.num_rows + 2  # header, one per partition, summary
     body = "\n".join(lines[1:-1])
     for r in planned.table.to_pylist():
