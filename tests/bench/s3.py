@@ -43,7 +43,7 @@ LARGE_BYTES_PER_RECORD = 300  # a little under what the large topic writes, so t
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "bench"
 PLAN_SUMMARY = re.compile(r"^(\d+) partitions?, (\d+) selected", re.M)
-MERGED = ("--topic-config", "orders:segment.bytes=1000000")
+MERGED = ("--topic-config", "orders:internal.segment.bytes=1000000")
 COMPACT_SUMMARY = re.compile(r"^(\d+) partitions?: (\d+) cleaned, (\d+) failed, (\d+) skipped", re.M)
 
 

@@ -42,7 +42,7 @@ BUCKET = "kc-commit"
 SECRET = f"kcompact-secret-{uuid.uuid4().hex}"
 FAULTS = Path(__file__).resolve().parents[1] / "faults_s3"
 KCOMPACT = [sys.executable, "-m", "kcompact.jobs.cli"]
-MERGING = ["--topic-config", "orders:segment.bytes=1000000"]  # orders-0's first three segments become one group
+MERGING = ["--topic-config", "orders:internal.segment.bytes=1000000"]  # orders-0's first three segments become one group
 TARGET = "orders-0"  # the partition whose commit the faults hit
 JOB_LEASE_MS = "30000"  # killed jobs' leases lapse this soon (the default is 120 s)
 

@@ -26,7 +26,7 @@ from kcompact.jobs import cli
 BUCKET = "kc-requests"
 NOW = "1720001000000"
 PARTITIONS = 20
-MERGING = ["--topic-config", "orders:segment.bytes=1000000"]  # about 4 segments, their dirty part into one
+MERGING = ["--topic-config", "orders:internal.segment.bytes=1000000"]  # about 4 segments, their dirty part into one
 
 
 @pytest.fixture(scope="module")
