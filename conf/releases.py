@@ -1,0 +1,121 @@
+"""The Kafka releases whose cleaner kcompact reproduces, and what differs between them.
+
+One row per release whose cleaner writes different files (or refuses different settings); every
+rule that depends on the release reads its row here: the segment writer's index entries, the
+round's last batch, the conversion of v0/v1 entries, compression, the configuration limits.
+Facts from Kafka's sources (the release points and fix commits are listed in
+docs/compaction-semantics.md, "Kafka releases"). A patch release whose cleaner equals another's
+is an alias of it (4.1.2 is "4.1"). No Spark, fsspec or storage here: ``writers`` imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MIB = 1024 * 1024
+# RECORD_OVERHEAD_V0: the smallest segment.bytes Kafka accepts before KIP-1030
+LEGACY_SEGMENT_BYTES_FLOOR = 14
+
+KeepLastEmpty = Literal["first_uncleanable", "high_watermark"] | None
+
+
+class UnknownRelease(ValueError):
+    """A Kafka version this table has no row for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    name: str  # "3.9.0", "4.1": a patch release, or a line whose patches all clean alike
+    aliases: tuple[str, ...]  # the other version strings that name it
+    # KAFKA-806: an offset/time index entry per appended batch (else at most one per cleaner append)
+    index_per_batch: bool
+    # the round's last batch, emptied by cleaning, stays as an empty header when its next offset is:
+    # None never (only the producer-state rule keeps one); KAFKA-17076 the first uncleanable offset;
+    # KAFKA-20452 the high watermark
+    keep_last_empty: KeepLastEmpty
+    legacy_to_v2: bool  # KIP-724 / KAFKA-13093: kept v0/v1 entries are rewritten as v2 batches
+    message_format_removed: bool  # (log.)message.format.version and their kin no longer exist
+    topic_segment_bytes_floor: int  # segment.bytes' lower bound
+    broker_segment_bytes_floor: int  # log.segment.bytes' lower bound (KIP-1030)
+    internal_segment_bytes: bool  # KAFKA-19080: the internal.segment.bytes topic override exists
+    # the compression libraries this release ships (gradle/dependencies.gradle) and their natives
+    lz4_java: str
+    liblz4: str
+    snappy_java: str
+    zstd_jni: str
+    libzstd: str
+    released: bool = True  # False: a branch not released yet (its head as read)
+
+    @property
+    def line(self) -> str:
+        return ".".join(self.name.split(".")[:2])
+
+
+_LZ4_OLD = ("org.lz4:lz4-java:1.8.0", "1.9.3")
+_LZ4_YAWK = ("at.yawk.lz4:lz4-java:1.10.1", "1.10.0")
+
+
+def _release(name, aliases, index_per_batch, keep_last_empty, four, broker_floor, topic_floor, lz4, snappy, zstd,
+             released=True) -> Release:
+    return Release(name, aliases, index_per_batch, keep_last_empty, legacy_to_v2=four, message_format_removed=four,
+                   topic_segment_bytes_floor=topic_floor, broker_segment_bytes_floor=broker_floor,
+                   internal_segment_bytes=topic_floor == MIB, lz4_java=lz4[0], liblz4=lz4[1],
+                   snappy_java=snappy, zstd_jni=zstd, libzstd="1.5.6", released=released)
+
+
+_FLOOR = LEGACY_SEGMENT_BYTES_FLOOR
+SUPPORTED: tuple[Release, ...] = (
+    _release("3.9.0", (), False, None, False, _FLOOR, _FLOOR, _LZ4_OLD, "1.1.10.5", "1.5.6-4"),
+    _release("3.9.1", (), True, None, False, _FLOOR, _FLOOR, _LZ4_OLD, "1.1.10.5", "1.5.6-4"),
+    _release("3.9.2", (), True, "first_uncleanable", False, _FLOOR, _FLOOR, _LZ4_YAWK, "1.1.10.5", "1.5.6-4"),
+    _release("4.0.0", (), False, "first_uncleanable", True, MIB, _FLOOR, _LZ4_OLD, "1.1.10.5", "1.5.6-6"),
+    # 4.0.2 ships lz4-java 1.10.1 (liblz4 1.10.0), whose LZ4_compress_default output equals 1.9.3's
+    _release("4.0.1", ("4.0.2",), True, "first_uncleanable", True, MIB, _FLOOR, _LZ4_OLD, "1.1.10.5", "1.5.6-6"),
+    # 4.1.0 ships org.lz4 1.8.0, 4.1.2 at.yawk 1.10.1: the same bytes (above)
+    _release("4.1", ("4.1.0", "4.1.1", "4.1.2"), True, "first_uncleanable", True, MIB, MIB, _LZ4_YAWK, "1.1.10.7",
+             "1.5.6-10"),
+    _release("4.2", ("4.2.0", "4.2.1"), True, "first_uncleanable", True, MIB, MIB, _LZ4_YAWK, "1.1.10.7", "1.5.6-10"),
+    _release("4.3", ("4.3.0", "4.3.1"), True, "first_uncleanable", True, MIB, MIB,
+             ("at.yawk.lz4:lz4-java:1.10.2", "1.10.0"), "1.1.10.7", "1.5.6-10"),
+    # the 4.4 branch as of 87943b2ff8 (2026-08-21, 4.4.0-SNAPSHOT); KAFKA-20036 reverted there
+    _release("4.4", ("4.4.0",), True, "high_watermark", True, MIB, MIB, ("at.yawk.lz4:lz4-java:1.11.2", "1.10.0"),
+             "1.1.10.7", "1.5.6-10", released=False),
+)
+BY_NAME: dict[str, Release] = {v: r for r in SUPPORTED for v in (r.name, *r.aliases)}
+# The newest released line: 4.4 is a branch with no release yet, chosen only by name.
+DEFAULT: Release = BY_NAME["4.3"]
+# A line named without its patch (detection reads only a line): its newest patch release.
+NEWEST_OF_LINE: dict[str, Release] = {r.line: r for r in SUPPORTED}
+
+
+def resolve(text: str | Release) -> Release:
+    """The release a version string names: "4.1.2" and "4.1" are "4.1"; "3.9.0" and "3.9.2" differ."""
+    if isinstance(text, Release):
+        return text
+    version = str(text).strip()
+    if version in BY_NAME:
+        return BY_NAME[version]
+    known = ", ".join(r.name for r in SUPPORTED)
+    raise UnknownRelease(f"Kafka version {version!r} is not one kcompact reproduces (known: {known}; a line such as "
+                         "4.1 stands for each of its patch releases)")
+
+
+# How the release was chosen, strongest first: an explicit option, a --config file, the log dir's
+# finalized metadata.version, the default.
+SOURCES = ("option", "config file", "detected", "default")
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The release a run reproduces and why: ``source`` is one of SOURCES, ``detail`` says more (the
+    file, the metadata.version read)."""
+
+    release: Release
+    source: str
+    detail: str = ""
+
+    def describe(self) -> str:
+        unreleased = " (unreleased branch)" if not self.release.released else ""
+        why = f"{self.source}: {self.detail}" if self.detail else self.source
+        return f"Kafka {self.release.name}{unreleased} ({why})"
