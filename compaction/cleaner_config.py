@@ -28,13 +28,14 @@ class CleanerConfig:
     message_max_bytes: int  # message.max.bytes, the broker's
     io_buffer_size: int  # log.cleaner.io.buffer.size
     cleaner_threads: int  # log.cleaner.threads
+    legacy_to_v2: int = 0  # 1: the Kafka release rewrites kept v0/v1 entries as v2 (4.0 on, KIP-724)
 
     @classmethod
-    def of(cls, config: Mapping[str, str] | Iterable[tuple[str, str]]) -> CleanerConfig:
+    def of(cls, config: Mapping[str, str] | Iterable[tuple[str, str]], legacy_to_v2: bool = False) -> CleanerConfig:
         """From a plan row's ``config`` (Kafka's names -> values as strings; a map as Arrow gives
-        it, a list of pairs, or a dict)."""
+        it, a list of pairs, or a dict) and its release's rule for v0/v1 entries."""
         strings = dict(config)
-        return cls(*(int(strings[key]) for key in CONFIG_KEYS))
+        return cls(*(int(strings[key]) for key in CONFIG_KEYS), legacy_to_v2=int(legacy_to_v2))
 
     @classmethod
     def from_struct(cls, value: Mapping[str, int]) -> CleanerConfig:
