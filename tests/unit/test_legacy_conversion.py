@@ -13,6 +13,7 @@ kafka-python's v2 builder writes for the expected fields.
 from __future__ import annotations
 
 import struct
+from types import SimpleNamespace
 
 import crc32c
 import numpy as np
@@ -25,6 +26,7 @@ from kcompact.readers import codecs
 from kcompact.readers.records import Record
 from kcompact.writers.cleaned import output_bytes
 from kcompact.writers.convert import legacy_as_v2
+from tests.reference import cleaner as reference
 from tests.support import kp_decode_v2, read_batches, read_one
 from tests.unit.test_legacy import legacy_message_set
 
@@ -122,3 +124,19 @@ def test_nothing_kept_is_an_error_naming_the_entry():
     wrapper = read_one(legacy_message_set(1, codecs.GZIP, five(1)))
     with pytest.raises(ValueError, match="offset 108: no record kept"):
         legacy_as_v2(wrapper, np.zeros(5, bool), None)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("codec", [codecs.NONE, *CODECS], ids=["none", *(codecs.name(c) for c in CODECS)])
+@pytest.mark.parametrize("tombstone_at", [None, 2])
+def test_reference_model_converts_alike(magic, codec, tombstone_at):
+    """The reference model's buildRetainedRecordsInto (its own v2 encoder) and the product's."""
+    records = five(magic, tombstone_at)
+    entries = read_batches(legacy_message_set(magic, codec, records))
+    keeps = [KEEP] if codec != codecs.NONE else [np.array([True])] * len(entries)
+    log_filter = SimpleNamespace(legacy_to_v2=True, current_time=NOW, delete_retention_ms=RET)
+    for entry, keep in zip(entries, keeps):
+        retained = [r for r, k in zip(entry.records(), keep) if k]
+        horizon = any(r.value is None for r in retained)
+        built = reference._build_retained(entry, retained, log_filter, horizon)
+        assert built.data == legacy_as_v2(entry, keep, NOW + RET if horizon else None)
