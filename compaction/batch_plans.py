@@ -78,8 +78,8 @@ def plan_one(p: PartitionToClean, now: int, threads: int = 1) -> dict:
     try:
         _, table, decided = partition_scan.plan(
             p.path, p.topic, p.partition, log_start=p.log_start_offset, first_dirty=p.first_dirty_offset,
-            first_uncleanable=p.first_uncleanable_dirty_offset, now=now, config=p.config, threads=threads,
-            listed=p.listed)
+            first_uncleanable=p.first_uncleanable_dirty_offset, now=now, config=p.config,
+            retain_last_empty_at=p.retain_last_empty_at, threads=threads, listed=p.listed)
     except (FormatError, OSError, MemoryError) as exc:
         return {**base, "seconds": time.monotonic() - started, "error": read_error(exc, p.path)}
     rewritten = decided.group >= 0

@@ -20,6 +20,7 @@ import numpy as np
 
 from kcompact.compaction.model import BatchInfo, SegmentInfo, infos_at
 from kcompact.compaction.transactions import TransactionSweep, collect_aborted, last_of_active_producers
+from kcompact.conf.releases import Release
 from kcompact.readers.indexes import AbortedTxn
 from kcompact.writers.cleaned import COPY, DROP, EMPTY, REWRITE, Outcome
 
@@ -134,9 +135,12 @@ def plan_partition(
     segment_bytes: int,
     segment_index_bytes: int,
     producer_expiration_ms: int,
+    retain_last_empty_at: int | None,
 ) -> PartitionPlan:
     """All batch-level decisions of one cleaning round. ``segments`` and the batch table ``t``
-    cover the whole log (the active segment too: producer state is taken at the log end)."""
+    cover the whole log (the active segment too: producer state is taken at the log end).
+    ``retain_last_empty_at``: the next offset at which an emptied batch stays as an empty header
+    (``retain_last_empty_at``'s, by release; None: none does)."""
     feeds, latest = _map_pass(segments, t, log_start, first_dirty, first_uncleanable)
     end_offset = latest + 1
     to_clean = [s for s in segments if s.base_offset < end_offset]
@@ -155,8 +159,8 @@ def plan_partition(
             flags[rows, RETAIN_DELETES] = np.where(
                 legacy, seg.mtime_ms > legacy_horizon, ~t["has_horizon"][rows] | (now < t["horizon"][rows]))
     rewritten = group >= 0
-    flags[:, RETAIN_EMPTY] = rewritten & ((t["last_offset"] + 1 == first_uncleanable)
-                                          | last_of_active_producers(t, now, producer_expiration_ms))
+    last_of_round = (t["last_offset"] + 1 == retain_last_empty_at) if retain_last_empty_at is not None else False
+    flags[:, RETAIN_EMPTY] = rewritten & (last_of_round | last_of_active_producers(t, now, producer_expiration_ms))
     sweep = TransactionSweep()
     for g, members in enumerate(groups):
         for k, seg in enumerate(members):
@@ -171,6 +175,21 @@ def plan_partition(
                 plan.txn_index.setdefault(g, []).extend(sweep.index)
                 sweep.index.clear()
     return plan
+
+
+def retain_last_empty_at(release: Release, first_uncleanable: int, high_watermark: int | None,
+                         log_end: int) -> int | None:
+    """checkBatchRetention's rule for the round's last batch, by release: 3.9.0 and 3.9.1 never keep
+    it empty; 3.9.2 to 4.3 keep it when its next offset is the first uncleanable offset
+    (KAFKA-17076); 4.4 when it is the high watermark (KAFKA-20452). A log dir at rest keeps the
+    high watermark in replication-offset-checkpoint; without it the log end offset stands in:
+    the rule exists so that the log end offset survives the cleaning (the high watermark is at
+    most the log end offset), and keeping the batch that ends at the log end keeps it."""
+    if release.keep_last_empty is None:
+        return None
+    if release.keep_last_empty == "first_uncleanable":
+        return first_uncleanable
+    return high_watermark if high_watermark is not None else log_end
 
 
 PLAN_FLAGS = ("delete", "discard_records", "retain_empty", "retain_deletes", "marker_for_empty_txn")

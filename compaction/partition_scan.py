@@ -82,12 +82,13 @@ def _table(chunk: walk.Chunk, segment: int) -> np.ndarray:
 
 
 def plan(path: str, topic: str, number: int, *, log_start: int, first_dirty: int, first_uncleanable: int,
-         now: int, config: CleanerConfig, threads: int = 1,
+         now: int, config: CleanerConfig, retain_last_empty_at: int | None, threads: int = 1,
          listed: Partition | None = None) -> tuple[Partition, np.ndarray, PartitionPlan]:
     part, segments, batches = read_partition(path, topic, number, first_dirty, threads, listed)
     decided = plan_partition(
         segments, batches, log_start=log_start, first_dirty=first_dirty, first_uncleanable=first_uncleanable,
         now=now, delete_retention_ms=config.delete_retention_ms, segment_bytes=config.segment_bytes,
         segment_index_bytes=config.segment_index_bytes, producer_expiration_ms=config.producer_id_expiration_ms,
+        retain_last_empty_at=retain_last_empty_at,
     )
     return part, batches, decided

@@ -31,7 +31,7 @@ MIB = MB  # LogCleaner.recordStats: mb(bytes) = bytes / (1024 * 1024)
 # What Kafka's cleaner-manager gauges and the run's summary read of every planned partition.
 PLAN_FACTS = ("topic", "partition", "log_dir", "path", "cleanup_policy", "state", "skip_reason", "notes", "total_bytes",
               "cleanable_bytes", "cleanable_ratio", "max_compaction_delay_ms", "checkpoint_reset",
-              "first_dirty_offset")
+              "first_dirty_offset", "kafka_version", "kafka_version_source")
 BAD_INPUT = "bad input"
 # Kafka's cleaner gauges and what each means for a run of this job (the run plays one cleaner
 # thread's pass over every partition it cleaned; the plan plays LogCleanerManager's view).
@@ -287,6 +287,12 @@ class Report:
             lines += [f"  {log_dir}: {', '.join(names)}" for log_dir, names in by_dir.items()]
         return lines
 
+    def releases(self) -> list[dict]:
+        """Per planned log dir, the Kafka release whose cleaner this run reproduces and why."""
+        seen = {r["log_dir"]: (r["kafka_version"], r["kafka_version_source"]) for r in self.planned or []
+                if r["kafka_version"]}
+        return [{"log_dir": d, "kafka_version": v, "why": why} for d, (v, why) in sorted(seen.items())]
+
     def notes(self) -> list[str]:
         """What the plan noted without holding anything back (torn tails of active segments)."""
         return [note for r in self.planned or [] for note in r["notes"] or []]
@@ -315,7 +321,8 @@ class Report:
         of every log dir, the paused ones with the way out: a forgotten pause must not stop cleaning
         silently); then the run's totals, in the same units, or, when it cleaned no partition at
         all, what happened instead."""
-        lines = [p.summary() for p in self.partitions]
+        lines = release_lines(self.releases())
+        lines += [p.summary() for p in self.partitions]
         blocked = self.blocked()
         if blocked:
             lines.append(f"not cleaned until fixed ({_count(len(blocked), 'partition')}):")
@@ -369,9 +376,15 @@ class Report:
         return {"run": self.run, "now": self.now, "dry_run": self.dry_run, "units": UNIT_NOTE,
                 "totals": self.totals(), "stages": self.stages, "metrics": metrics, "metric_notes": notes,
                 "blocked": self.blocked(), "held": self.held(), "paused": self.paused(),
-                "checkpoint_resets": self.checkpoint_resets,
+                "checkpoint_resets": self.checkpoint_resets, "kafka_releases": self.releases(),
                 "notes": self.notes(),
                 "partitions": [asdict(p) | {"mb_per_s": p.mb_per_s} for p in self.partitions]}
+
+
+def release_lines(found: list[dict]) -> list[str]:
+    """The release reproduced, once per distinct choice: a log dir's own (detected, default) names it."""
+    whys = dict.fromkeys(r["why"] for r in found)
+    return [f"reproducing {why}" for why in whys]
 
 
 def blocked_rows(rows: Iterable[dict]) -> list[dict]:

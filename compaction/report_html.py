@@ -295,6 +295,7 @@ def _undone(doc: Doc, s: Section, id: str) -> None:
         columns = ("partition", "why", "way_out")
         s.tables.append(Table(f"{id}-blocked", "Not cleaned until fixed", list(columns),
                               [Row(None, [doc.cell("blocked", i, c) for c in columns]) for i in range(len(blocked))]))
+    s.notes += [("Kafka release", f"{r['log_dir']}: {r['why']}") for r in data.get("kafka_releases") or []]
     s.notes += [("cleaner checkpoint reset", text) for text in data.get("checkpoint_resets") or []]
     s.notes += [("note", text) for text in data.get("notes") or []]
 

@@ -90,7 +90,8 @@ class GroupJob:
     owner: str | None = None  # the job's lease owner: names the staged files on an object store
     direct: bool = True  # the .log written past the page cache (``storage.DirectFile``) where it can be
     sizes: tuple[int, ...] = ()  # of the segments' .log files, as listed (an object store is not asked)
-    legacy_to_v2: bool = False  # the Kafka release rewrites kept v0/v1 entries as v2 (``writers.convert``)
+    index_per_batch: bool = True  # the Kafka release's index rule (``conf.releases``: KAFKA-806)
+    legacy_to_v2: bool = True  # the Kafka release rewrites kept v0/v1 entries as v2 (``writers.convert``)
 
     def size_of(self, base: int) -> int | None:
         """The listed size of segment ``base``'s .log, if known."""
@@ -415,7 +416,7 @@ def unwritten(job: GroupJob) -> dict:
 
 def write_outputs(job: GroupJob, outputs: Iterable) -> WrittenGroup:
     return write_group(job.path, job.base_offset, outputs, list(job.aborted), job.mtime_ms, job.index_interval_bytes,
-                       job.buffers, job.max_index_bytes, job.owner, job.direct)
+                       job.buffers, job.max_index_bytes, job.owner, job.direct, job.index_per_batch)
 
 
 def succeeded(base: dict, written: WrittenGroup, started: float, rewriter: Rewriter) -> dict:

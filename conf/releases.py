@@ -101,6 +101,15 @@ def resolve(text: str | Release) -> Release:
                          "4.1 stands for each of its patch releases)")
 
 
+# metadata.version feature levels (MetadataVersion) by release line: a finalized level names the
+# line that introduced it, a lower bound on the brokers' software (unstable levels included)
+_LEVELS = {1: "3.0-IV1", 2: "3.1-IV0", 3: "3.2-IV0", **{4 + i: f"3.3-IV{i}" for i in range(4)}, 8: "3.4-IV0",
+           **{9 + i: f"3.5-IV{i}" for i in range(3)}, **{12 + i: f"3.6-IV{i}" for i in range(3)},
+           **{15 + i: f"3.7-IV{i}" for i in range(5)}, 20: "3.8-IV0", 21: "3.9-IV0",
+           **{22 + i: f"4.0-IV{i}" for i in range(4)}, 26: "4.1-IV0", 27: "4.1-IV1", 28: "4.2-IV0", 29: "4.2-IV1",
+           30: "4.3-IV0", **{31 + i: f"4.4-IV{i}" for i in range(3)}}
+
+
 # How the release was chosen, strongest first: an explicit option, a --config file, the log dir's
 # finalized metadata.version, the default.
 SOURCES = ("option", "config file", "detected", "default")
@@ -119,3 +128,31 @@ class Choice:
         unreleased = " (unreleased branch)" if not self.release.released else ""
         why = f"{self.source}: {self.detail}" if self.detail else self.source
         return f"Kafka {self.release.name}{unreleased} ({why})"
+
+
+def detected(level: int | None, where: str) -> Choice | None:
+    """The release a finalized ``metadata.version`` level read at ``where`` stands for: the newest
+    patch of the line that introduced the level. None when there is no level, or it names a line
+    this table lacks (older than 3.9, newer than 4.4): the caller says so and takes the default."""
+    name = _LEVELS.get(level) if level else None
+    if name is None:
+        return None
+    line = name.split("-")[0]
+    release = NEWEST_OF_LINE.get(line)
+    if release is None:
+        return None
+    patch = "" if release.name == line else f", its newest patch {release.name} taken"
+    return Choice(release, "detected", f"metadata.version {name} (level {level}) in {where}: line {line}{patch} "
+                                       "(a lower bound on the brokers' release; --kafka-version names another)")
+
+
+def undetected(level: int | None, where: str) -> Choice:
+    """The default, and why no release was detected at ``where``."""
+    if level is None:
+        why = f"no finalized metadata.version in {where}"
+    else:
+        name = _LEVELS.get(level)
+        why = (f"metadata.version {name} (level {level}) in {where} names a line before 3.9" if name else
+               f"metadata.version level {level} in {where} is newer than any release known here")
+    return Choice(DEFAULT, "default", f"{why}; the newest release, {DEFAULT.name}, taken "
+                                      "(--kafka-version or kafka.version names another)")

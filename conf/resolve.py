@@ -10,6 +10,12 @@ Properties files hold broker-level keys by their broker names
 (``log.cleaner.min.cleanable.ratio=0.3``) and topic overrides as
 ``topic[<name or glob>].<topic-level key>=<value>``
 (``topic[orders].cleanup.policy=compact,delete``, ``topic[logs-*].retention.ms=3600000``).
+
+The Kafka release whose cleaner to reproduce (``conf.releases``) is chosen per log dir, strongest
+first: ``--kafka-version`` (the API's ``kafka_version``), ``kafka.version`` in a ``--config``
+file, the log dir's finalized ``metadata.version``, the default. What a release accepts differs
+(KIP-1030's ``segment.bytes`` floors, ``internal.segment.bytes`` from 4.1, the message-format
+settings removed in 4.0): ``Config.check`` refuses what the chosen release refuses, naming it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from dataclasses import dataclass, field
 import javaproperties
 
 from kcompact import storage
+from kcompact.conf import releases
+from kcompact.conf.releases import Choice, Release, UnknownRelease
 from kcompact.conf.settings import (
     BROKER_MESSAGE_MAX_BYTES,
     BY_BROKER_NAME,
@@ -36,6 +44,14 @@ from kcompact.conf.settings import (
 )
 
 DEFAULT_SOURCE = "default"
+METADATA_SOURCE = "kraft-metadata "  # how logdir.kraft names a metadata log as a source
+KAFKA_VERSION = "kafka.version"  # a --config file's key naming the Kafka release
+INTERNAL_SEGMENT_BYTES = "internal.segment.bytes"  # KAFKA-19080 (4.1+): overrides segment.bytes
+# The message-format settings Kafka 4.0 removed (KIP-724): ignored by 3.9, refused from 4.0
+MESSAGE_FORMAT_TOPIC = frozenset({"message.format.version", "message.downconversion.enable",
+                                  "message.timestamp.difference.max.ms"})
+MESSAGE_FORMAT_BROKER = frozenset({"log.message.format.version", "log.message.downconversion.enable",
+                                   "log.message.timestamp.difference.max.ms"})
 _TOPIC_KEY = re.compile(r"^topic\[(?P<topic>[^\]]+)\]\.(?P<key>.+)$")
 _TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9._\-*?\[\]]+$")
 
@@ -84,6 +100,38 @@ class Config:
 
     broker: dict[str, list[Entry]] = field(default_factory=dict)
     topics: dict[str, list[Entry]] = field(default_factory=dict)
+    release: Choice | None = None  # named by an option or a --config file (the later wins)
+    detections: dict[str, tuple[int | None, str]] = field(default_factory=dict)  # log dir -> (level, where)
+    removed_keys: list[tuple[str, str]] = field(default_factory=list)  # (key, where): settings 4.0 removed
+
+    def name_release(self, version: str, source: str, where: str) -> None:
+        try:
+            self.release = Choice(releases.resolve(version), source, where)
+        except UnknownRelease as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+    def release_for(self, log_dir: str) -> Choice:
+        """The release reproduced on ``log_dir``, and why."""
+        if self.release is not None:
+            return self.release
+        level, where = self.detections.get(log_dir.rstrip("/"), (None, log_dir))
+        return releases.detected(level, where) or releases.undetected(level, where)
+
+    def check(self, release: Release) -> None:
+        """What ``release`` refuses of the configuration given to kcompact (files, options): a
+        ConfigError naming the key, where it came from and the release. Values a log dir's KRaft
+        metadata recorded are taken as recorded: the cluster's own release validated them."""
+        if release.message_format_removed and self.removed_keys:
+            key, where = self.removed_keys[0]
+            raise ConfigError(f"{where}: {key} was removed in Kafka 4.0 (KIP-724): Kafka {release.name} refuses it")
+        for entry in self.topics.get(INTERNAL_SEGMENT_BYTES, []):
+            if not release.internal_segment_bytes and not _recorded(entry):
+                raise ConfigError(f"{entry.source}: {INTERNAL_SEGMENT_BYTES} for topic {entry.pattern!r}: Kafka "
+                                  f"{release.name} has no such topic config (it exists from 4.1, KAFKA-19080)")
+        for entry in self.topics.get("segment.bytes", []):
+            _floor(entry, "segment.bytes", release.topic_segment_bytes_floor, release)
+        for entry in self.broker.get("segment.bytes", []):
+            _floor(entry, "log.segment.bytes", release.broker_segment_bytes_floor, release)
 
     def add_broker(self, key: str, raw: str, source: str, where: str | None = None) -> None:
         """``where``: the place errors name (a file and line), when more precise than ``source``."""
@@ -94,8 +142,14 @@ class Config:
         where = where or source
         if not _TOPIC_PATTERN.match(pattern):
             raise ConfigError(f"{where}: {pattern!r} is not a topic name or glob pattern")
+        if key == INTERNAL_SEGMENT_BYTES:
+            value = parse_value(BY_TOPIC_NAME["segment.bytes"], raw, key, where)
+            self.topics.setdefault(key, []).append(Entry(value, source, pattern))
+            return
         setting = BY_TOPIC_NAME.get(key)
         if setting is None:
+            if key in MESSAGE_FORMAT_TOPIC:
+                self.removed_keys.append((key, where))
             if key in OTHER_TOPIC_SETTINGS:
                 return
             hint = f" (the topic-level name is {BY_BROKER_NAME[key].topic_name})" if key in BY_BROKER_NAME else ""
@@ -112,10 +166,26 @@ class Config:
                 entry = entries[-1] if entries else Entry(setting.default, DEFAULT_SOURCE)
             values[setting.name] = entry.value
             sources[setting.name] = entry.source + (f" topic[{entry.pattern}]" if entry.pattern else "")
+        internal = _topic_entry(self.topics.get(INTERNAL_SEGMENT_BYTES, []), topic)
+        if internal is not None:  # LogConfig.segmentSize(): the internal override when set (Config.check)
+            values["segment.bytes"] = internal.value
+            sources["segment.bytes"] = f"{internal.source} topic[{internal.pattern}].{INTERNAL_SEGMENT_BYTES}"
         entries = self.broker.get(BY_BROKER_NAME[BROKER_MESSAGE_MAX_BYTES].name)
         broker = entries[-1] if entries else Entry(BY_BROKER_NAME[BROKER_MESSAGE_MAX_BYTES].default, DEFAULT_SOURCE)
         values[BROKER_MESSAGE_MAX_BYTES], sources[BROKER_MESSAGE_MAX_BYTES] = broker.value, broker.source
         return TopicConfig(topic, values, sources)
+
+
+def _recorded(entry: Entry) -> bool:
+    """Whether ``entry`` came from a log dir's KRaft metadata (``logdir.kraft``)."""
+    return entry.source.startswith(METADATA_SOURCE)
+
+
+def _floor(entry: Entry, key: str, floor: int, release: Release) -> None:
+    if entry.value < floor and not _recorded(entry):
+        where = entry.source + (f" topic[{entry.pattern}]" if entry.pattern else "")
+        raise ConfigError(f"{where}: {key}={entry.value}: Kafka {release.name} requires at least {floor}"
+                          + (" (KIP-1030)" if floor > releases.LEGACY_SEGMENT_BYTES_FLOOR else ""))
 
 
 def _topic_entry(entries: list[Entry], topic: str) -> Entry | None:
@@ -164,7 +234,11 @@ def add_properties_file(config: Config, path: str) -> None:
             config.add_broker(key, props[key], path, f"{path}: line {lines[key]}")
         for key, raw in props.items():
             match = _TOPIC_KEY.match(key)
-            if match:
+            if key == KAFKA_VERSION:
+                config.name_release(raw, "config file", f"{path}: line {lines[key]}")
+            elif key in MESSAGE_FORMAT_BROKER:
+                config.removed_keys.append((key, f"{path}: line {lines[key]}"))
+            elif match:
                 config.add_topic(match["topic"], match["key"], raw, path, f"{path}: line {lines[key]}")
             elif key not in RETENTION_ALIASES:
                 config.add_broker(key, raw, path, f"{path}: line {lines[key]}")
@@ -232,7 +306,9 @@ def add_broker_args(config: Config, args: Iterable[str]) -> None:
     pairs = [pair for arg in args for pair in split_assignments(arg, "--broker-config")]
     shadowed = _shadowed_retention_keys(key for key, _ in pairs)
     for key, raw in pairs:
-        if key not in shadowed:
+        if key in MESSAGE_FORMAT_BROKER:
+            config.removed_keys.append((key, "--broker-config"))
+        elif key not in shadowed:
             config.add_broker(key, raw, "--broker-config")
 
 
@@ -252,7 +328,7 @@ def add_metadata(config: Config, broker_defaults: Mapping[str, str], topics: Map
             config.add_broker(key, raw, f"{source} (cluster default)")
     for topic, values in topics.items():
         for key, raw in values.items():
-            if key in BY_TOPIC_NAME:
+            if key in BY_TOPIC_NAME or key == INTERNAL_SEGMENT_BYTES:
                 config.add_topic(topic, key, raw, source)
 
 
@@ -260,15 +336,28 @@ def build(
     files: Iterable[str] = (),
     topic_args: Iterable[str] = (),
     broker_args: Iterable[str] = (),
-    metadata: Iterable[tuple[Mapping[str, str], Mapping[str, Mapping[str, str]], str]] = (),
+    metadata: Iterable[tuple] = (),
+    kafka_version: str | None = None,
+    kafka_version_source: str = "--kafka-version",
+    log_dirs: Iterable[str] = (),
 ) -> Config:
-    """A configuration from every source, weakest first."""
+    """A configuration from every source, weakest first. ``metadata``: (broker defaults, topics,
+    source[, (log dir, metadata.version level, where)]) per log dir (``logdir.kraft.metadata_sources``);
+    ``kafka_version``: the release named by an option (``kafka_version_source`` says which); each of
+    ``log_dirs`` is checked against the release chosen for it (``Config.check``)."""
     config = Config()
-    for broker_defaults, topics, source in metadata:
+    for broker_defaults, topics, source, *detection in metadata:
         add_metadata(config, broker_defaults, topics, source)
+        for log_dir, level, where in detection:
+            config.detections[log_dir] = (level, where)
     for path in files:
         add_properties_file(config, path)
     add_broker_args(config, broker_args)
     for arg in topic_args:
         add_topic_arg(config, arg)
+    if kafka_version is not None:
+        sep = "" if kafka_version_source.endswith("=") else " "
+        config.name_release(kafka_version, "option", f"{kafka_version_source}{sep}{kafka_version}")
+    for log_dir in log_dirs:
+        config.check(config.release_for(log_dir).release)
     return config

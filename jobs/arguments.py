@@ -27,6 +27,10 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
                    help="topic override, as kafka-configs --add-config (lists in brackets); repeatable")
     p.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE...]",
                    help="broker-level default by its broker name; repeatable")
+    p.add_argument("--kafka-version", metavar="X",
+                   help="the Kafka release whose cleaner to reproduce: 3.9.0, 3.9.1, 3.9.2, 4.0.0, 4.0.1, 4.1, 4.2, "
+                        "4.3, 4.4 (a patch such as 4.1.2 names its line; default: kafka.version in a --config "
+                        "file, else the log dir's metadata.version, else the newest release)")
     p.add_argument("--now", type=int, metavar="MS",
                    help="the current time in epoch milliseconds (default: the clock); values outside 2000-2100 "
                         "are refused unless --force-now")
@@ -182,6 +186,10 @@ def check(args: argparse.Namespace) -> None:
             raise BadArgument(str(exc)) from None
     if getattr(args, "plan", None):
         from kcompact.planner import output
+
+        if args.kafka_version:
+            raise BadArgument("--plan carries the Kafka release it was made for (its kafka_version column): "
+                              "give --kafka-version to 'kcompact plan' instead")
 
         checks.suffix(args.plan, "--plan", (".parquet", ".json"))
         args.plan_read = output.read(args.plan)  # read once: the command takes it from here

@@ -88,7 +88,7 @@ def _config(args: argparse.Namespace, paths: list[str]):
 
     return resolve.build(
         files=args.config, topic_args=args.topic_config, broker_args=args.broker_config,
-        metadata=kraft.metadata_sources(paths),
+        metadata=kraft.metadata_sources(paths), kafka_version=args.kafka_version, log_dirs=paths,
     )
 
 

@@ -21,7 +21,8 @@ clock); ``recover`` is a broker's load-time recovery. Every function takes
 the command line's options as keyword arguments with its defaults: ``now`` (epoch ms; default the
 clock), ``dry_run``, and the configuration by Kafka's names: ``config_files`` (``--config``),
 ``broker_config={"log.cleaner.min.cleanable.ratio": 0.3}``, ``topic_config={"orders":
-{"min.cleanable.dirty.ratio": 0.1}}``. Log dirs are local paths or ``s3://`` URLs; ``progress``
+{"min.cleanable.dirty.ratio": 0.1}}``, and ``kafka_version="4.1"`` (the Kafka release whose cleaner to
+reproduce, as ``--kafka-version``). Log dirs are local paths or ``s3://`` URLs; ``progress``
 (default ``print``) receives the progress lines. Importing this package imports no Spark.
 
 The layers (``kcompact.readers``, ``kcompact.compaction``...) are subpackages of this one, so the

@@ -82,24 +82,29 @@ class NightlyReport:
 
 # -- configuration ---------------------------------------------------------------------------------
 def configuration(log_dirs: Sequence[str], *, config: Config | None = None, config_files: Sequence[str] = (),
-                  topic_config: TopicConfig | None = None, broker_config: BrokerConfig | None = None) -> Config:
+                  topic_config: TopicConfig | None = None, broker_config: BrokerConfig | None = None,
+                  kafka_version: str | None = None) -> Config:
     """The configuration of every step, weakest first: Kafka's defaults, the log dirs' KRaft
     metadata, ``config_files`` (properties files, as ``--config``), ``broker_config``
     (``{"log.cleaner.min.cleanable.ratio": 0.3}``, as ``--broker-config``), ``topic_config``
     (``{"orders": {"cleanup.policy": "compact,delete"}}``, a topic name or glob, as
-    ``--topic-config``). ``config``: one already resolved (``conf.resolve.build``), taken as it is."""
+    ``--topic-config``), ``kafka_version`` (the Kafka release whose cleaner to reproduce, as
+    ``--kafka-version``: "4.1", "3.9.2"; default: ``kafka.version`` in a config file, else the log
+    dir's finalized metadata.version, else the newest release). ``config``: one already resolved
+    (``conf.resolve.build``), taken as it is."""
     from kcompact.conf import resolve
     from kcompact.logdir import kraft
 
     if config is not None:
-        if config_files or topic_config or broker_config:
-            raise ValueError("give config, or config_files/topic_config/broker_config, not both")
+        if config_files or topic_config or broker_config or kafka_version:
+            raise ValueError("give config, or config_files/topic_config/broker_config/kafka_version, not both")
         return config
     return resolve.build(
         files=list(config_files),
         topic_args=[f"{topic}:{_assignments(values)}" for topic, values in (topic_config or {}).items() if values],
         broker_args=[_assignments(broker_config)] if broker_config else [],
         metadata=kraft.metadata_sources(list(log_dirs)),
+        kafka_version=kafka_version, kafka_version_source="kafka_version=", log_dirs=list(log_dirs),
     )
 
 
@@ -142,7 +147,7 @@ def _recovered(log_dirs: Sequence[str], progress: Say, summary: Say) -> None:
 def plan(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, top: int | None = None,
          max_bytes: int | None = None, retention_only: bool = False, config: Config | None = None,
          config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
-         broker_config: BrokerConfig | None = None) -> Plan:
+         broker_config: BrokerConfig | None = None, kafka_version: str | None = None) -> Plan:
     """Kafka's cleaning decision (and what retention deletes) for every partition of ``log_dirs``,
     one row per partition (``planner.build.PLAN_SCHEMA``; ``.df(spark)``: as a Spark DataFrame).
     ``top``: select at most N partitions, highest ratio first; ``max_bytes``: select in rank order
@@ -150,7 +155,7 @@ def plan(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None
     from kcompact.planner.build import plan as build_plan
 
     config = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
-                           broker_config=broker_config)
+                           broker_config=broker_config, kafka_version=kafka_version)
     return build_plan(spark, list(log_dirs), conf=config, now=now, top=top, max_bytes=max_bytes,
                       retention_only=retention_only)
 
@@ -159,7 +164,7 @@ def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan:
             now: int | None = None, dry_run: bool = False, max_partitions: int | None = None,
             lease_ms: int = LEASE_MS, config: Config | None = None, config_files: Sequence[str] = (),
             topic_config: TopicConfig | None = None, broker_config: BrokerConfig | None = None,
-            recover_first: bool = True, progress: Say = print, summary: Say | None = None,
+            kafka_version: str | None = None, recover_first: bool = True, progress: Say = print, summary: Say | None = None,
             ready: float | None = None,
             watch: Callable[..., contextlib.AbstractContextManager] = lambda *_: contextlib.nullcontext(),
             removal: Removal | None = None) -> tuple[Report, Plan]:
@@ -181,7 +186,7 @@ def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan:
     from kcompact.planner.output import selected_bytes
 
     ready = time.monotonic() if ready is None else ready
-    if plan is not None and (config is not None or config_files or topic_config or broker_config):
+    if plan is not None and (config is not None or config_files or topic_config or broker_config or kafka_version):
         raise ValueError("a plan carries its configuration: give plan or a configuration, not both")
     if log_dirs is None:
         if plan is None:
@@ -196,7 +201,7 @@ def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan:
         began = wall_ms()
         if plan is None:
             conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
-                                 broker_config=broker_config)
+                                 broker_config=broker_config, kafka_version=kafka_version)
             with watch("planning"):
                 plan = build_plan(spark, log_dirs, conf=conf, now=now, top=max_partitions)
         with watch("cleaning", selected_bytes(plan.table)):
@@ -211,8 +216,8 @@ def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan:
 
 def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, dry_run: bool = False,
            config: Config | None = None, config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
-           broker_config: BrokerConfig | None = None, recover_first: bool = True, progress: Say = print,
-           summary: Say | None = None) -> tuple[RetentionReport, Plan]:
+           broker_config: BrokerConfig | None = None, kafka_version: str | None = None, recover_first: bool = True,
+           progress: Say = print, summary: Say | None = None) -> tuple[RetentionReport, Plan]:
     """Plan retention for every partition of ``log_dirs`` (on Spark), then delete each partition's
     due prefix and move the checkpoints (driver), as Kafka's retention would. ``recover_first``: as
     ``compact``'s. Returns the report and the plan it followed."""
@@ -226,7 +231,7 @@ def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = No
         if recover_first and not dry_run:
             _recovered(log_dirs, progress, summary or progress)
         conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
-                             broker_config=broker_config)
+                             broker_config=broker_config, kafka_version=kafka_version)
         progress("retention: planning")
         plan = build_plan(spark, log_dirs, conf=conf, now=now, retention_only=True)
         report = execute(plan.table, now=now, dry_run=dry_run, progress=progress)
@@ -237,8 +242,8 @@ def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = No
 def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, dry_run: bool = False,
         max_partitions: int | None = None, lease_ms: int = LEASE_MS, config: Config | None = None,
         config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
-        broker_config: BrokerConfig | None = None, progress: Say = print, summary: Say | None = None,
-        removal: Removal | None = None) -> NightlyReport:
+        broker_config: BrokerConfig | None = None, kafka_version: str | None = None, progress: Say = print,
+        summary: Say | None = None, removal: Removal | None = None) -> NightlyReport:
     """The nightly job: recovery (not on a dry run), retention, a fresh plan, compaction, on one
     configuration and one clock, holding every log dir's ``.lock`` throughout. Each step's summary
     goes to ``summary`` (default ``progress``) as it ends. ``removal``: as ``compact``'s."""
@@ -246,7 +251,7 @@ def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None,
     log_dirs = list(log_dirs)
     summary = summary or progress
     conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
-                         broker_config=broker_config)  # one configuration and one clock for every step
+                         broker_config=broker_config, kafka_version=kafka_version)  # one configuration and one clock for every step
     with _held(log_dirs, dry_run):
         recovery = None  # 0. recovery, before anything reads the log dirs
         if not dry_run:

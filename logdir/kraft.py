@@ -1,5 +1,6 @@
 """Topic configurations recorded in a log dir's KRaft metadata log (``__cluster_metadata-0``),
-so that a broker's own log dir needs no hand-written configuration.
+so that a broker's own log dir needs no hand-written configuration, and the finalized
+``metadata.version``, which names the cluster's Kafka release line (``conf.releases.detected``).
 
 The controller keeps the metadata log as segments (``<base offset>.log``) and snapshots
 (``<end offset>-<epoch>.checkpoint``, record batches too) whose records describe the state
@@ -26,7 +27,10 @@ from kcompact.readers.segment import iter_batches
 _SEGMENT = re.compile(r"^(\d{20})\.log$")
 _SNAPSHOT = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 
-MetadataSource = tuple[dict[str, str], dict[str, dict[str, str]], str]
+# what a log dir says of its release: (the log dir, its finalized metadata.version level or None,
+# where it was looked for)
+Detection = tuple[str, int | None, str]
+MetadataSource = tuple[dict[str, str], dict[str, dict[str, str]], str, Detection]
 
 
 @dataclass(slots=True)
@@ -42,11 +46,12 @@ class MetadataConfigs:
     topics: dict[str, dict[str, str]] = field(default_factory=dict)
     topic_ids: dict[str, str] = field(default_factory=dict)
     per_broker: dict[str, dict[str, str]] = field(default_factory=dict)
+    metadata_version: int | None = None  # the finalized metadata.version level
     _names: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)  # id -> name
 
-    def as_source(self) -> MetadataSource:
+    def as_source(self, log_dir: str, metadata_dir: str) -> MetadataSource:
         """What ``conf.resolve.build(metadata=[...])`` takes."""
-        return self.broker_defaults, self.topics, self.source
+        return self.broker_defaults, self.topics, self.source, (log_dir, self.metadata_version, metadata_dir)
 
     def apply(self, record: metadata.MetadataRecord) -> None:
         if isinstance(record, metadata.TopicRecord):
@@ -60,6 +65,8 @@ class MetadataConfigs:
                 self.topics.pop(name, None)
         elif isinstance(record, metadata.ConfigRecord):
             self._apply_config(record)
+        elif isinstance(record, metadata.FeatureLevelRecord) and record.name == metadata.METADATA_VERSION:
+            self.metadata_version = record.feature_level or None  # level 0 removes it
 
     def _apply_config(self, record: metadata.ConfigRecord) -> None:
         if record.resource_type == metadata.RESOURCE_TOPIC:
@@ -133,12 +140,16 @@ def read_metadata(metadata_dir: str) -> MetadataConfigs | None:
 
 
 def metadata_sources(logdir_paths: list[str]) -> list[MetadataSource]:
-    """The ``conf.resolve.build(metadata=...)`` sources of those log dirs that hold a metadata log."""
+    """The ``conf.resolve.build(metadata=...)`` source of each log dir: what its metadata log
+    records (nothing when it holds none)."""
     sources = []
     for path in logdir_paths:
         _, dirs = storage.list_dir(path)  # the root listing only: partition dirs need not be listed
         metadata_dir = next((d for d in dirs if posixpath.basename(d.rstrip("/")) == METADATA_DIR), None)
         configs = read_metadata(metadata_dir) if metadata_dir else None
+        log_dir = path.rstrip("/")
         if configs is not None:
-            sources.append(configs.as_source())
+            sources.append(configs.as_source(log_dir, metadata_dir.rstrip("/")))
+        else:
+            sources.append(({}, {}, log_dir, (log_dir, None, storage.join(log_dir, METADATA_DIR))))
     return sources

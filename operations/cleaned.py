@@ -1,9 +1,11 @@
 """Write one cleaned segment group: ``<base>.log.cleaned`` and its three indexes (on an object
 store, staged names instead: ``operations.s3commit``).
 
-Each input batch arrives with what it became (``ChunkOut``, a read chunk at a time). The kept
-batches of each of the cleaner's read chunks are one append, whose index entries follow the
-broker's append rule (``writers.chunks``); the files take the modification time of the group's
+Each input batch arrives with what it became (``ChunkOut``, a read chunk at a time). Index
+entries follow the chosen Kafka release's append rule: from KAFKA-806 (3.9.1, 4.0.1, 4.1 on) one
+per batch once ``index.interval.bytes`` have passed, whatever the appends; before it (3.9.0,
+4.0.0) the kept batches of each of the cleaner's read chunks are one append, indexed at most once
+(``writers.chunks``). The files take the modification time of the group's
 last input segment, as Kafka's cleaner sets it, and are fsynced before anyone may rename them.
 """
 
@@ -66,10 +68,10 @@ def output_path(partition_dir: str, base_offset: int, kind: str, owner: str | No
 
 def write_group(partition_dir: str, base_offset: int, outputs: Iterable[ChunkOut], aborted: list[AbortedTxn],
                 mtime_ms: int, index_interval_bytes: int, buffers: BufferSizes, max_index_bytes: int | None = None,
-                owner: str | None = None, direct: bool = True) -> WrittenGroup:
+                owner: str | None = None, direct: bool = True, index_per_batch: bool = True) -> WrittenGroup:
     """Write the group's kept batches, in order, as ``.cleaned`` (or staged) files; returns what was
-    written. Kept batches are appended a read chunk at a time, as Kafka's cleaner appends them
-    (``writers.chunks``), so the indexes get Kafka's entries. The .log is streamed (a group may be
+    written, with the index entries of the chosen release's rule (``index_per_batch``: KAFKA-806's,
+    ``conf.releases.Release.index_per_batch``; else a read chunk per append, ``writers.chunks``). The .log is streamed (a group may be
     as large as segment.bytes); indexes are small, at most ``max_index_bytes`` (segment.index.bytes:
     a cleaned segment whose index would outgrow it fails, as Kafka's cleaner fails on a full
     index). The index files are written (and fsynced) while the .log is fsynced: each fsync waits
@@ -79,23 +81,14 @@ def write_group(partition_dir: str, base_offset: int, outputs: Iterable[ChunkOut
     with ThreadPoolExecutor(max_workers=3) as pool:
         with storage.create_durable(log_path, direct) as log:
             writer = SegmentWriter(log, base_offset, index_interval_bytes, max_index_bytes)
-            chunks, parts = ReadChunks(buffers), []  # parts: the open chunk's bytes from earlier ChunkOuts
-            for c in outputs:
-                rows, size = chunks.appends(c.segment, c.in_size, c.at, c.size, c.max_offset, c.max_timestamp,
-                                            c.offset_of_max_timestamp)
-                view, start = memoryview(c.data), 0
-                for end, max_offset, max_ts, ts_offset in rows.tolist():
-                    data = view[start:end]
-                    writer.append(b"".join((*parts, data)) if parts else data, max_offset, max_ts, ts_offset)
-                    parts, start = [], end
-                if size > start:
-                    parts.append(view[start:size])
-                kept = c.at >= 0
-                batches += int(np.count_nonzero(kept))
-                records += int(c.records[kept].sum())
-            last = chunks.close()
-            if last is not None:
-                writer.append(b"".join(parts), *last)
+            if index_per_batch:
+                for c in outputs:
+                    kept = c.at >= 0
+                    writer.append_batches(c.data, c.at[kept], c.size[kept])
+                    batches += int(np.count_nonzero(kept))
+                    records += int(c.records[kept].sum())
+            else:
+                batches, records = _append_chunks(writer, outputs, buffers)
             for txn in aborted:
                 writer.add_aborted_txn(txn)
             files = writer.close()
@@ -110,3 +103,27 @@ def write_group(partition_dir: str, base_offset: int, outputs: Iterable[ChunkOut
     for path in paths[:3]:  # Kafka's LogSegment.setLastModified: .log, .index, .timeindex
         storage.set_mtime(path, mtime_ms)
     return WrittenGroup(base_offset, files.log_size, batches, records, tuple(paths))
+
+
+def _append_chunks(writer: SegmentWriter, outputs: Iterable[ChunkOut], buffers: BufferSizes) -> tuple[int, int]:
+    """Before KAFKA-806: the kept batches of each of the cleaner's read chunks as one append
+    (``writers.chunks``). Returns the batches and records written."""
+    batches = records = 0
+    chunks, parts = ReadChunks(buffers), []  # parts: the open chunk's bytes from earlier ChunkOuts
+    for c in outputs:
+        rows, size = chunks.appends(c.segment, c.in_size, c.at, c.size, c.max_offset, c.max_timestamp,
+                                    c.offset_of_max_timestamp)
+        view, start = memoryview(c.data), 0
+        for end, max_offset, max_ts, ts_offset in rows.tolist():
+            data = view[start:end]
+            writer.append(b"".join((*parts, data)) if parts else data, max_offset, max_ts, ts_offset)
+            parts, start = [], end
+        if size > start:
+            parts.append(view[start:size])
+        kept = c.at >= 0
+        batches += int(np.count_nonzero(kept))
+        records += int(c.records[kept].sum())
+    last = chunks.close()
+    if last is not None:
+        writer.append(b"".join(parts), *last)
+    return batches, records

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from kcompact import storage
 from kcompact.operations import states
-from kcompact.conf import resolve
+from kcompact.conf import releases, resolve
 from kcompact.logdir import kraft
 from kcompact.conf.resolve import Config, TopicConfig
 from kcompact.planner import retention, rules, scan
@@ -57,6 +57,9 @@ PLAN_SCHEMA = pa.schema([
     ("retention_deletes", pa.list_(RETENTION_DELETE)), ("retention_log_start", pa.int64()),
     ("retention_bytes_deleted", pa.int64()), ("retention_skip_reason", pa.string()),
     ("notes", pa.list_(pa.string())),
+    # the Kafka release whose cleaner is reproduced (conf.releases) and why it was chosen; the
+    # high watermark its rule for the round's last emptied batch reads (4.4 on; null: not read or none)
+    ("kafka_version", pa.string()), ("kafka_version_source", pa.string()), ("high_watermark", pa.int64()),
 ])
 
 
@@ -77,6 +80,10 @@ class Task:
     # was listed on the driver (``logdir.listing.Listing``): a task then lists nothing
     files: tuple[FileInfo, ...] | None = None
     generations: tuple[int, int] = (0, 0)  # listed before the partition dirs, and after
+    kafka_version: str = releases.DEFAULT.name
+    kafka_version_source: str = "default"
+    high_watermark: int | None = None  # from replication-offset-checkpoint, read when the release's rule needs it
+    high_watermark_problem: str | None = None  # why there is none
 
 
 # -- driver: what each log dir's root says --------------------------------------------------------
@@ -88,6 +95,13 @@ def tasks_for(log_dir: str, config: Config) -> list[Task]:
     cleaner, cleaner_problem = _checkpoint(by_name.get(checkpoint.CLEANER_OFFSET))
     log_start, log_start_problem = _checkpoint(by_name.get(checkpoint.LOG_START_OFFSET))
     root_problem = cleaner_problem or log_start_problem
+    choice = config.release_for(log_dir)
+    release = {"kafka_version": choice.release.name, "kafka_version_source": choice.describe()}
+    watermarks: dict[tuple[str, int], int] = {}
+    hw_file = by_name.get(checkpoint.REPLICATION_OFFSET)
+    if choice.release.keep_last_empty == "high_watermark":  # read only when the release's rule needs it
+        watermarks, hw_problem = _checkpoint(hw_file)
+        root_problem = root_problem or hw_problem
     cleaning = _states(by_name)
     configs: dict[str, str] = {}
     out = []
@@ -109,9 +123,12 @@ def tasks_for(log_dir: str, config: Config) -> list[Task]:
         listed = {} if listing.files is None else {
             "files": tuple(listing.files.get(sub.rstrip("/"), ())),
             "generations": (listing.before.get((topic, number), 0), listing.after.get((topic, number), 0))}
+        hw = watermarks.get((topic, number))
+        no_hw = None if hw is not None or choice.release.keep_last_empty != "high_watermark" else (
+            f"{storage.join(log_dir, checkpoint.REPLICATION_OFFSET)} {'has no entry for it' if hw_file else 'is missing'}")
         out.append(Task(topic, number, log_dir, sub, cleaner.get((topic, number)), log_start.get((topic, number)),
                         json.dumps({k: getattr(state, k) for k in state.__slots__}), configs[topic], root_problem,
-                        **listed))
+                        **listed, **release, high_watermark=hw, high_watermark_problem=no_hw))
     return out
 
 
@@ -155,6 +172,8 @@ def plan_task(task: Task, now: int, retention_only: bool = False) -> dict:
         "config": cfg.get("strings"), "config_sources": cfg.get("sources"),
         "selected": False, "rank": None, "segments": [], "problems": [],
         "retention_deletes": [], "retention_bytes_deleted": 0,
+        "kafka_version": task.kafka_version, "kafka_version_source": task.kafka_version_source,
+        "high_watermark": task.high_watermark,
     }
     if task.problem is not None:
         row["problems"] = [task.problem]
@@ -172,6 +191,10 @@ def plan_task(task: Task, now: int, retention_only: bool = False) -> dict:
     if facts.segments:
         row.update(log_start_offset=facts.log_start, active_base_offset=facts.segments[-1].base_offset)
     row["problems"], row["notes"] = facts.problems, facts.notes
+    if task.high_watermark_problem and compact and facts.segments:
+        row["notes"] = [*facts.notes, f"{task.path}: high watermark unknown ({task.high_watermark_problem}): Kafka "
+                        f"{task.kafka_version}'s rule for the round's last emptied batch takes the log end offset "
+                        f"{facts.log_end} instead (docs/compaction-semantics.md)"]
     row["segments"] = [
         {"base_offset": s.base_offset, "size": s.size, "mtime_ms": s.mtime_ms,
          "largest_timestamp": s.largest_timestamp, "first_batch_timestamp": s.first_batch_timestamp}
@@ -252,7 +275,7 @@ def build_config(paths: Sequence[str], config: Config | None) -> Config:
     """The given configuration, or one from the log dirs' KRaft metadata and Kafka's defaults."""
     if config is not None:
         return config
-    return resolve.build(metadata=kraft.metadata_sources(list(paths)))
+    return resolve.build(metadata=kraft.metadata_sources(list(paths)), log_dirs=list(paths))
 
 
 def plan(spark, paths: Sequence[str], conf: Config | None = None, now: int | None = None,

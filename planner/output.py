@@ -32,6 +32,9 @@ def describe(table: pa.Table) -> str:
     lines.append(f"{table.num_rows} partition{'' if table.num_rows == 1 else 's'}, {selected} selected, "
                  f"{dirty / MB:.1f} MB to clean; {UNIT_NOTE}")
     lines += [f"note: {note}" for notes in table.column("notes").to_pylist() for note in notes or []]
+    if "kafka_version_source" in table.column_names:
+        lines += [f"reproducing {why}" for why in dict.fromkeys(table.column("kafka_version_source").to_pylist())
+                  if why]
     return "\n".join(lines)
 
 
@@ -146,4 +149,8 @@ def _complete(path: str, table: pa.Table) -> pa.Table:
         if missing:
             raise ValueError(f"{path}: the configuration of {row['topic']}-{row['partition']} lacks "
                              f"{', '.join(sorted(missing))}: a plan from another kcompact version; plan again")
+    versions = table.column("kafka_version").to_pylist() if "kafka_version" in table.column_names else [None]
+    if None in versions and table.num_rows:
+        raise ValueError(f"{path}: names no Kafka release (kafka_version): a plan from another kcompact version; "
+                         "plan again")
     return table

@@ -15,6 +15,7 @@ from kcompact.readers.errors import FormatError
 VERSION = 0
 CLEANER_OFFSET = "cleaner-offset-checkpoint"  # first dirty offset per partition (the cleaner's)
 LOG_START_OFFSET = "log-start-offset-checkpoint"  # log start offset per partition (retention's)
+REPLICATION_OFFSET = "replication-offset-checkpoint"  # high watermark per partition (a stopped broker's)
 _NUMBER = re.compile(r"-?[0-9]+")  # what Java's Long.parseLong accepts (no '+', '_' or spaces)
 
 

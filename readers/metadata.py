@@ -1,5 +1,5 @@
 """Values of KRaft metadata records (the ``__cluster_metadata`` log), the few that carry
-topic configuration, decoded (encoded by ``writers.metadata``).
+topic configuration or the finalized ``metadata.version``, decoded (encoded by ``writers.metadata``).
 
 A value is framed as unsigned varints ``frameVersion`` (1), ``apiKey``, ``version``, then
 the message in Kafka's generated-message encoding. Kafka's schemas mark these records
@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 FRAME_VERSION = 1
-TOPIC_RECORD, CONFIG_RECORD, REMOVE_TOPIC_RECORD = 2, 4, 9
+TOPIC_RECORD, CONFIG_RECORD, REMOVE_TOPIC_RECORD, FEATURE_LEVEL_RECORD = 2, 4, 9, 12
+METADATA_VERSION = "metadata.version"  # the feature whose level names the cluster's release line
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4  # ConfigRecord.ResourceType values
 _SHORT_MAX = 0x7FFF
 _UVARINT_MAX_BYTES = 5  # Kafka's unsigned varints are 32-bit
@@ -51,6 +52,12 @@ class RemoveTopicRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class FeatureLevelRecord:
+    name: str
+    feature_level: int  # int16; 0 removes the feature
+
+
+@dataclass(frozen=True, slots=True)
 class OtherRecord:
     """A record type that configuration does not depend on (partitions, brokers, features...)."""
 
@@ -58,7 +65,7 @@ class OtherRecord:
     version: int
 
 
-MetadataRecord = TopicRecord | ConfigRecord | RemoveTopicRecord | OtherRecord
+MetadataRecord = TopicRecord | ConfigRecord | RemoveTopicRecord | FeatureLevelRecord | OtherRecord
 
 
 def uuid_text(raw: bytes) -> str:
@@ -92,6 +99,9 @@ class _Reader:
 
     def int8(self, what: str) -> int:
         return int.from_bytes(self.take(1, what), "big", signed=True)
+
+    def int16(self, what: str) -> int:
+        return int.from_bytes(self.take(2, what), "big", signed=True)
 
     def uuid(self, what: str) -> str:
         return uuid_text(self.take(16, what))
@@ -141,10 +151,15 @@ def _remove_topic(r: _Reader) -> RemoveTopicRecord:
     return RemoveTopicRecord(r.uuid("TopicId"))
 
 
+def _feature_level(r: _Reader) -> FeatureLevelRecord:
+    return FeatureLevelRecord(r.string("Name"), r.int16("FeatureLevel"))
+
+
 _BODIES: dict[int, tuple[str, Callable[[_Reader], MetadataRecord]]] = {
     TOPIC_RECORD: ("TopicRecord", _topic),
     CONFIG_RECORD: ("ConfigRecord", _config),
     REMOVE_TOPIC_RECORD: ("RemoveTopicRecord", _remove_topic),
+    FEATURE_LEVEL_RECORD: ("FeatureLevelRecord", _feature_level),
 }
 
 

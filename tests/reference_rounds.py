@@ -20,6 +20,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kcompact.conf import releases
+from kcompact.conf.releases import Release
 from kcompact.jobs.cli import main
 from kcompact.operations import states
 from kcompact.readers import checkpoint
@@ -42,6 +44,7 @@ class Rounds:
     spec: dict
     seed: int
     config: Config
+    release: Release = releases.DEFAULT  # the Kafka release both reproduce (``--kafka-version``)
     broker: Broker | None = None
     results: list[RoundResult] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
@@ -55,8 +58,8 @@ class Rounds:
         return self.root / "model"
 
     @classmethod
-    def generate(cls, root: Path, spec: dict, seed: int,
-                 stray_entries: dict[tuple[str, int], int] | None = None) -> Rounds:
+    def generate(cls, root: Path, spec: dict, seed: int, stray_entries: dict[tuple[str, int], int] | None = None,
+                 release: Release = releases.DEFAULT) -> Rounds:
         """``stray_entries``: cleaner checkpoint entries of partitions the log dir does not hold
         (a topic deleted or moved away since)."""
         spec = generator.validate(spec)
@@ -66,8 +69,8 @@ class Rounds:
             path.write_bytes(render_checkpoint(checkpoint.parse(str(path), path.read_bytes()) | stray_entries))
         shutil.copytree(root / "ours", root / "model")  # copy2: modification times come along
         config = Config({t["name"]: dict(t["config"]) for t in spec["topics"]})
-        rounds = cls(root, spec, seed, config)
-        rounds.broker = Broker(str(rounds.model), config)
+        rounds = cls(root, spec, seed, config, release)
+        rounds.broker = Broker(str(rounds.model), config, release)
         return rounds
 
     def clean(self, now: int) -> list[str]:
@@ -76,7 +79,7 @@ class Rounds:
         shutil.copytree(self.ours, before)
         out = io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            code = main(["compact", str(self.ours), "--now", str(now)])
+            code = main(["compact", str(self.ours), "--now", str(now), "--kafka-version", self.release.name])
         self.outputs.append(out.getvalue())
         result = self.broker.clean_round(now)
         self.results.append(result)

@@ -1,16 +1,23 @@
 """Build one segment: the ``.log`` bytes plus its three index files, by the broker's rules.
 
-``append`` mirrors LogSegment.append: when more than ``index.interval.bytes``
-were appended since the last index entry, an offset-index entry (largest
-offset of the chunk, position where the chunk starts) and, if the max timestamp
-grew, a time-index entry are added before the chunk. ``close`` adds the closing
-time-index entry that carries the segment's largest timestamp.
+Two rules, by Kafka release (``conf.releases``: ``index_per_batch``):
+- ``append`` is LogSegment.append of 3.9.0 and 4.0.0: when more than ``index.interval.bytes``
+  were appended since the last index entry, an offset-index entry (largest offset of the chunk,
+  position where the chunk starts) and, if the max timestamp grew, a time-index entry are added
+  before the chunk: at most one per append;
+- ``append_batches`` is LogSegment.append from KAFKA-806 (3.9.1, 4.0.1, 4.1 on): the same test
+  per batch of the append, the entry naming that batch's last offset and start position, the
+  byte count carried across appends, so how batches are grouped into appends no longer matters.
+``close`` adds the closing time-index entry that carries the segment's largest timestamp.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import BinaryIO
+
+import numpy as np
+from numba import njit
 
 from kcompact.readers.batch import NO_TIMESTAMP
 from kcompact.readers.indexes import (
@@ -21,6 +28,60 @@ from kcompact.readers.indexes import (
 from kcompact.writers.indexes import encode_offset_index, encode_time_index, encode_txn_index
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
+
+# _batch_entries' state: the next batch's position, bytes since the last entry, the max timestamp
+# so far and its offset (-1: none), the last time entry's timestamp, the entry counts
+POSITION, SINCE, MAX_TS, MAX_TS_OFFSET, LAST_TIME, N_OFFSET, N_TIME = range(7)
+# _batch_entries' outcome: every entry made, or the batch at which Kafka's index refuses one
+DONE, OFFSET_FULL, OFFSET_NOT_LARGER, TIME_FULL = range(4)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _int(data, at, width):
+    value = 0
+    for k in range(width):
+        value = (value << 8) | data[at + k]
+    if value >= 1 << (8 * width - 1):
+        value -= 1 << (8 * width)
+    return value
+
+
+@njit(cache=True, nogil=True)
+def _batch_entries(data, at, size, state, interval, base_offset, offset_cap, time_cap, last_relative, offsets, times):
+    """KAFKA-806's LogSegment.append over the batches at ``at``/``size`` of ``data``, as written: each
+    batch's last offset and max timestamp read from its header (v2: base offset + last offset delta,
+    maxTimestamp; v0/v1: the entry's offset, a v1 entry's timestamp, none for v0). Fills ``offsets``
+    (relative offset, position) and ``times`` (timestamp, relative offset) from the counts in
+    ``state``; returns (outcome, the batch it concerns)."""
+    for i in range(at.shape[0]):
+        p = at[i]
+        if data[p + 16] >= 2:
+            last = _int(data, p, 8) + _int(data, p + 23, 4)
+            ts = _int(data, p + 35, 8)
+        else:
+            last = _int(data, p, 8)
+            ts = _int(data, p + 18, 8) if data[p + 16] == 1 else NO_TIMESTAMP
+        if ts > state[MAX_TS]:
+            state[MAX_TS], state[MAX_TS_OFFSET] = ts, last
+        if state[SINCE] > interval:
+            if offset_cap >= 0 and state[N_OFFSET] >= offset_cap:
+                return OFFSET_FULL, i
+            relative = last - base_offset
+            if relative <= last_relative:
+                return OFFSET_NOT_LARGER, i
+            offsets[state[N_OFFSET], 0], offsets[state[N_OFFSET], 1] = relative, state[POSITION]
+            state[N_OFFSET] += 1
+            last_relative = relative
+            if time_cap >= 0 and state[N_TIME] >= time_cap:
+                return TIME_FULL, i
+            if state[MAX_TS_OFFSET] >= 0 and state[MAX_TS] > state[LAST_TIME]:
+                times[state[N_TIME], 0], times[state[N_TIME], 1] = state[MAX_TS], state[MAX_TS_OFFSET] - base_offset
+                state[N_TIME] += 1
+                state[LAST_TIME] = state[MAX_TS]
+            state[SINCE] = 0
+        state[POSITION] += size[i]
+        state[SINCE] += size[i]
+    return DONE, -1
 
 
 @dataclass(slots=True)
@@ -67,6 +128,45 @@ class SegmentWriter:
         self.size += len(chunk)
         self._bytes_since_entry += len(chunk)
         self.next_offset = largest_offset + 1
+
+    def append_batches(self, data: np.ndarray, at: np.ndarray, size: np.ndarray) -> None:
+        """Append the v0/v1/v2 batches at ``at`` (``size`` bytes each, one after another) of ``data``
+        (uint8) as one append by KAFKA-806's rule: an index entry per batch that finds more than
+        ``index.interval.bytes`` appended since the last entry."""
+        n = len(at)
+        if not n:
+            return
+        start, end = int(at[0]), int(at[-1] + size[-1])
+        p = int(at[-1])
+        last = int.from_bytes(data[p:p + 8].tobytes(), "big", signed=True)
+        if data[p + 16] >= 2:
+            last += int.from_bytes(data[p + 23:p + 27].tobytes(), "big", signed=True)
+        if last - self.base_offset > 0x7FFFFFFF or last < self.base_offset:
+            raise ValueError(f"offset {last} does not fit segment {self.base_offset}")
+        last_time = self._time_entries[-1].timestamp if self._time_entries else NO_TIMESTAMP
+        state = np.array([self.size, self._bytes_since_entry, self._max_ts,
+                          -1 if self._offset_of_max_ts is None else self._offset_of_max_ts, last_time, 0, 0], np.int64)
+        cap = self.max_index_bytes
+        offset_cap = -1 if cap is None else max(0, cap // 8 - len(self._offset_entries))
+        time_cap = -1 if cap is None else max(0, cap // 12 - 1 - len(self._time_entries))
+        last_relative = self._offset_entries[-1].relative_offset if self._offset_entries else -1
+        offsets, times = np.empty((n, 2), np.int64), np.empty((n, 2), np.int64)
+        outcome, bad = _batch_entries(data, at, size, state, self.index_interval_bytes, self.base_offset, offset_cap,
+                                      time_cap, last_relative, offsets, times)
+        self._offset_entries.extend(OffsetEntry(r, p) for r, p in offsets[:state[N_OFFSET]].tolist())
+        self._time_entries.extend(TimeEntry(t, r) for t, r in times[:state[N_TIME]].tolist())
+        if outcome != DONE:
+            where = f"segment {self.base_offset}: the batch at byte {self.size + int(at[bad]) - start} of the append"
+            raise ValueError(f"{where}: " + ("attempt to append to a full offset index" if outcome == OFFSET_FULL else
+                                             "attempt to append to a full time index" if outcome == TIME_FULL else
+                                             "its offset is not larger than the last offset indexed")
+                             + (f" (segment.index.bytes {cap})" if outcome != OFFSET_NOT_LARGER else ""))
+        self.log.write(memoryview(data)[start:end])
+        self.size = int(state[POSITION])
+        self._bytes_since_entry = int(state[SINCE])
+        if state[MAX_TS_OFFSET] >= 0:
+            self._max_ts, self._offset_of_max_ts = int(state[MAX_TS]), int(state[MAX_TS_OFFSET])
+        self.next_offset = last + 1
 
     def index_full(self, max_index_size: int) -> bool:
         """LogSegment.shouldRoll's index checks with segment.index.bytes = ``max_index_size``: the

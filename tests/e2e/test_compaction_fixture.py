@@ -31,6 +31,7 @@ from tests.support import (
 
 ACCOUNTS = "accounts:cleanup.policy=compact,segment.bytes=131072,delete.retention.ms=600000,min.cleanable.dirty.ratio=0.5"
 CLICKS = "clicks:cleanup.policy=delete,segment.bytes=65536"
+KAFKA_VERSION = "3.9.2"  # the fixture's rounds follow 3.9's cleaner (README), which takes these segment.bytes
 ROUNDS = {
     1: ["--now", "1720000420000", "--topic-config", ACCOUNTS + ",min.compaction.lag.ms=260000"],
     2: ["--now", "1720087421000", "--topic-config", ACCOUNTS + ",min.compaction.lag.ms=0"],
@@ -56,7 +57,8 @@ def rounds(request, spark, tmp_path_factory) -> dict:
     out = {"work": work, "input_mtimes": mtimes, "path": request.param}
     for n, args in ROUNDS.items():
         report = work.parent / f"report{n}.json"
-        code = main(["compact", str(work), *args, "--topic-config", CLICKS, "--report", str(report)])
+        code = main(["compact", str(work), *args, "--topic-config", CLICKS, "--report", str(report),
+                     "--kafka-version", KAFKA_VERSION])
         cached = {p.name: pages_in_cache(str(p)) for p in (work / "accounts-0").glob("*.log")}  # before any read
         segments = log_segments(work)
         out[n] = {

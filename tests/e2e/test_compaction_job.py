@@ -217,7 +217,7 @@ def compact(paths: list[Path], now: int, *extra: str) -> int:
     # the rounds' log dirs are copies that hold the same partitions (no broker's)
     args = ["compact", *map(str, paths), "--now", str(now), "--allow-duplicate-partitions", *extra]
     # r-empty: one 2-record segment per group (S + S > S)
-    for t in TOPIC_ARGS + [f"r-empty:segment.bytes={len(recs(0, [b'a', b'b']))}"]:
+    for t in TOPIC_ARGS + [f"r-empty:internal.segment.bytes={len(recs(0, [b'a', b'b']))}"]:
         args += ["--topic-config", t]
     return main(args)
 
@@ -573,7 +573,7 @@ def planned_dir(spark, tmp_path_factory):
     size = len(grp[0][0])
     plan = root / "plan.json"
     args = ["plan", str(p), "--now", str(NOW1), "--top", "2", "--output", str(plan), "--topic-config",
-            f"p-g:segment.bytes={2 * size}"] + [a for t in TOPIC_ARGS for a in ("--topic-config", t)]
+            f"p-g:internal.segment.bytes={2 * size}"] + [a for t in TOPIC_ARGS for a in ("--topic-config", t)]
     plan_code = main(args)
     before = tree(p)
     dry_report = root / "dry.json"

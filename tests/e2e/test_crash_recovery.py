@@ -46,7 +46,7 @@ from tests.support import kp_batches
 NOW = "1720001000000"
 # Segments of ~11.5 KB rolled at 12000 bytes, cleaned with segment.bytes=30000: groups of two
 # segments (one for the last), so each partition has several groups, some spanning two segments.
-SEGMENT_BYTES_AT_CLEANING = "orders:segment.bytes=30000"
+SEGMENT_BYTES_AT_CLEANING = "orders:internal.segment.bytes=30000"
 SPEC = {
     "start_ms": 1720000000000,
     "topics": [{

@@ -277,7 +277,7 @@ def cleaner_checkpoint(log_dir: Path) -> dict[tuple[str, int], int]:
 
 
 TOPIC_ARGS = ["lg-*:cleanup.policy=compact,delete.retention.ms=600000,min.cleanable.dirty.ratio=0.01",
-              "lg-lat1:index.interval.bytes=0", "lg-end:segment.bytes=100"]
+              "lg-lat1:index.interval.bytes=0", "lg-end:internal.segment.bytes=100"]
 X = b"compressible " * 8
 
 

@@ -13,7 +13,9 @@ the cleaner's read buffer, magic 0 and 1 messages (with compressed wrappers) bef
 Spark job per round cleans the whole dir: round 1, records appended, round 2 with ``now`` moved on
 (past delete horizons and producer expiration in some examples).
 
-``make test`` runs a fixed, derandomized set; ``make test-deep`` many more examples
+Each Kafka release of ``conf.releases`` is a profile of both (``--kafka-version``, the model's
+``Release``). ``make test`` runs a fixed, derandomized set for the default release and one fixed
+example for each other release; ``make test-deep`` many more examples for every release
 (KCOMPACT_REFERENCE_PROFILE=deep). Both are deterministic. A failure prints the example as JSON:
 make it a named regression test in tests/e2e/test_reference_regressions.py.
 """
@@ -28,6 +30,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
+from kcompact.conf import releases
+from kcompact.conf.releases import Release
 from tests.reference_rounds import Rounds
 
 T0 = 1_720_000_000_000
@@ -38,7 +42,11 @@ settings.register_profile("reference-ci", max_examples=2, derandomize=True, data
                           phases=[Phase.explicit, Phase.generate], print_blob=False,
                           suppress_health_check=list(HealthCheck))
 settings.register_profile("reference-deep", parent=settings.get_profile("reference-ci"), max_examples=200)
+# the releases other than the default: their fixed example only in CI, fewer generated ones when deep
+settings.register_profile("reference-ci-other", parent=settings.get_profile("reference-ci"), phases=[Phase.explicit])
+settings.register_profile("reference-deep-other", parent=settings.get_profile("reference-ci"), max_examples=40)
 PROFILE = "reference-" + os.environ.get("KCOMPACT_REFERENCE_PROFILE", "ci")
+OTHER_RELEASES = [r for r in releases.SUPPORTED if r is not releases.DEFAULT]
 
 
 @st.composite
@@ -138,17 +146,17 @@ def finish(scenario: dict) -> dict:
     return scenario
 
 
-def run(tmp_path_factory, scenario: dict) -> None:
+def run(tmp_path_factory, scenario: dict, release: Release = releases.DEFAULT) -> None:
     spec = {"start_ms": T0, "topics": scenario["topics"]}
     stray = {("gone", 3): 17} if scenario.get("stray_checkpoint") else None
     root = tmp_path_factory.mktemp("reference")
-    rounds = Rounds.generate(root, spec, scenario["seed"], stray_entries=stray)
+    rounds = Rounds.generate(root, spec, scenario["seed"], stray_entries=stray, release=release)
     for n, now in ((1, scenario["now1"]), (2, scenario["now2"])):
         if n == 2:
             rounds.append()
         found = rounds.clean(now)
         if found:  # the log dirs stay for a look (the message says where)
-            pytest.fail(f"round {n} differs from Kafka's cleaner (log dirs in {root}):\n  " + "\n  ".join(found[:20])
+            pytest.fail(f"round {n} differs from Kafka {release.name}'s cleaner (log dirs in {root}):\n  " + "\n  ".join(found[:20])
                         + f"\nscenario: {json.dumps(scenario)}\nkcompact output:\n{rounds.outputs[-1][-4000:]}")
     shutil.rmtree(root)  # a deep run makes hundreds of them
 
@@ -209,3 +217,18 @@ CLOCKS_AND_LAYOUTS = finish({"seed": 3, "lag1": 0, "delay2": MINUTE, "exact_dela
 @given(scenario=scenarios())
 def test_two_rounds_equal_kafkas_cleaner(spark, tmp_path_factory, scenario):
     run(tmp_path_factory, scenario)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("release", OTHER_RELEASES, ids=[r.name for r in OTHER_RELEASES])
+def test_two_rounds_equal_each_releases_cleaner(spark, tmp_path_factory, release):
+    """The same comparison for every other release: its index rule (per append before KAFKA-806),
+    its rule for the round's last emptied batch (an empty active segment here: 4.4's high watermark
+    at the log end)."""
+    @settings(settings.get_profile(PROFILE + "-other"))
+    @example(scenario=CLOCKS_AND_LAYOUTS)
+    @given(scenario=scenarios())
+    def check(scenario):
+        run(tmp_path_factory, scenario, release)
+
+    check()

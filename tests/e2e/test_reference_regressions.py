@@ -12,6 +12,8 @@ import shutil
 from pathlib import Path
 
 
+from kcompact.conf import releases
+from kcompact.conf.releases import Release
 from kcompact.readers import checkpoint
 from kcompact.readers.indexes import parse_offset_index
 from kcompact.readers.segment import iter_batches
@@ -27,10 +29,11 @@ MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000
 TAIL_SEED = 1
 
 
-def run(tmp_path, topics: list[dict], nows: list[int], seed: int = 1, stray=None) -> tuple[Rounds, list[str]]:
-    """Rounds at ``nows`` (records appended before each later one): the rounds and what differed,
-    by round."""
-    rounds = Rounds.generate(tmp_path, {"start_ms": T0, "topics": topics}, seed, stray_entries=stray)
+def run(tmp_path, topics: list[dict], nows: list[int], seed: int = 1, stray=None,
+        release: Release = releases.DEFAULT) -> tuple[Rounds, list[str]]:
+    """Rounds at ``nows`` (records appended before each later one) as ``release`` cleans: the rounds
+    and what differed, by round."""
+    rounds = Rounds.generate(tmp_path, {"start_ms": T0, "topics": topics}, seed, stray_entries=stray, release=release)
     found = []
     for n, now in enumerate(nows):
         if n:
@@ -39,8 +42,9 @@ def run(tmp_path, topics: list[dict], nows: list[int], seed: int = 1, stray=None
     return rounds, found
 
 
-def clean(tmp_path, topics: list[dict], nows: list[int], seed: int = 1, stray=None) -> Rounds:
-    rounds, found = run(tmp_path, topics, nows, seed, stray)
+def clean(tmp_path, topics: list[dict], nows: list[int], seed: int = 1, stray=None,
+          release: Release = releases.DEFAULT) -> Rounds:
+    rounds, found = run(tmp_path, topics, nows, seed, stray, release)
     assert not found, "\n".join(found[:10])
     return rounds
 
@@ -50,7 +54,7 @@ def variant(rounds: Rounds, tmp_path, cleaner_class, nows: list[int]) -> Path:
     Cleaner: shows that a test's case depends on the rule it names."""
     root = tmp_path / f"variant-{cleaner_class.__name__}"
     shutil.copytree(rounds.root / "before-0", root)
-    broker = Broker(str(root), rounds.config)
+    broker = Broker(str(root), rounds.config, rounds.release)
     broker.cleaner_class = cleaner_class
     for n, now in enumerate(nows):
         if n:
@@ -102,7 +106,9 @@ def test_model_resets_out_of_range_checkpoints_of_held_back_partitions(tmp_path)
     assert model_checkpoint(rounds) == {("past", 0): 0, ("below", 0): starts["below", 0]}
 
 
-# -- issue 14 item 2 -------------------------------------------------------------------------------
+# -- issue 14 item 2: 3.9.0 and 4.0.0 index once per append (before KAFKA-806) ---------------------
+PER_APPEND = releases.resolve("4.0.0")
+
 
 def test_one_index_entry_at_most_per_read_chunk(spark, tmp_path):
     """cleanInto appends each read chunk's retained batches (here a whole 30 KB segment) to the
@@ -111,12 +117,29 @@ def test_one_index_entry_at_most_per_read_chunk(spark, tmp_path):
     topic = {"name": "chunks", "config": {"cleanup.policy": "compact", "segment.bytes": 30_000,
                                           "min.cleanable.dirty.ratio": 0.0},
              "records": 3000, "keys": 2000, "value_size": [20, 40], "batch_records": [1, 5]}
-    rounds = Rounds.generate(tmp_path, {"start_ms": T0, "topics": [topic]}, 1)
+    rounds = Rounds.generate(tmp_path, {"start_ms": T0, "topics": [topic]}, 1, release=PER_APPEND)
     found = rounds.clean(T0 + HOUR)
     cleaned = [p for p in (rounds.model / "chunks-0").glob("*.index") if p.stem != sorted(
         q.stem for q in (rounds.model / "chunks-0").glob("*.log"))[-1]]
     assert cleaned and all(p.stat().st_size == 0 for p in cleaned), "Kafka's cleaned segments: no index entry"
     assert not found, "\n".join(found[:10])
+
+
+def test_an_index_entry_per_batch_from_kafka_806(spark, tmp_path):
+    """3.9.1, 4.0.1 and 4.1 on (KAFKA-806): the same one-segment groups get an entry each time more
+    than index.interval.bytes passed since the last, batch by batch, whatever the read chunks."""
+    topic = {"name": "chunks", "config": {"cleanup.policy": "compact", "segment.bytes": 30_000,
+                                          "min.cleanable.dirty.ratio": 0.0},
+             "records": 3000, "keys": 2000, "value_size": [20, 40], "batch_records": [1, 5]}
+    for release in ("3.9.1", "4.3"):
+        rounds = Rounds.generate(tmp_path / release, {"start_ms": T0, "topics": [topic]}, 1,
+                                 release=releases.resolve(release))
+        found = rounds.clean(T0 + HOUR)
+        logs = sorted((rounds.model / "chunks-0").glob("*.log"))[:-1]
+        sizes = [log.with_suffix(".index").stat().st_size // 8 for log in logs]
+        # an entry about every 4 KiB (index.interval.bytes 4096) where 4.0.0 makes none
+        assert logs and sum(sizes) >= sum(log.stat().st_size for log in logs) // 8192 > 0, sizes
+        assert not found, "\n".join(found[:10])
 
 
 def test_later_groupings_follow_kafkas_sparser_cleaned_indexes(spark, tmp_path):
@@ -129,7 +152,7 @@ def test_later_groupings_follow_kafkas_sparser_cleaned_indexes(spark, tmp_path):
              "records": 1500, "keys": 400, "value_size": [10, 30], "batch_records": [1, 3],
              "append_records": 600, "append_gap_ms": HOUR}
     nows = [T0 + HOUR, T0 + 3 * HOUR]
-    rounds, found = run(tmp_path, [topic], nows)
+    rounds, found = run(tmp_path, [topic], nows, release=PER_APPEND)
     per_batch = variant(rounds, tmp_path, PerBatchAppendCleaner, nows)
     assert sorted(segment_files(rounds.model / "drift-0", "log")) != sorted(segment_files(per_batch / "drift-0", "log")), \
         "with an index entry per batch, round 2 would group the segments otherwise"
@@ -144,7 +167,7 @@ def test_read_buffer_grows_for_a_batch_larger_than_it(spark, tmp_path):
                                        "min.cleanable.dirty.ratio": 0.0, "index.interval.bytes": 64},
              "records": 24, "keys": 20, "value_size": [60_000, 120_000], "codecs": {"none": 1},
              "batch_records": [1, 5], "append_records": 4, "append_gap_ms": HOUR}
-    clean(tmp_path, [topic], [T0 + HOUR])
+    clean(tmp_path, [topic], [T0 + HOUR], release=PER_APPEND)
 
 
 def test_index_entry_offset_is_the_chunks_last_retained_record(spark, tmp_path):
@@ -156,7 +179,7 @@ def test_index_entry_offset_is_the_chunks_last_retained_record(spark, tmp_path):
                                         "index.interval.bytes": 64, "min.cleanable.dirty.ratio": 0.0},
              "records": 600, "keys": 100, "value_size": [5, 10], "batch_records": [2, 8],
              "append_records": 300, "append_gap_ms": HOUR}
-    rounds, found = run(tmp_path, [topic], [T0 + HOUR, T0 + 3 * HOUR], seed=TAIL_SEED)
+    rounds, found = run(tmp_path, [topic], [T0 + HOUR, T0 + 3 * HOUR], seed=TAIL_SEED, release=PER_APPEND)
     inside = 0
     for log in sorted((rounds.model / "tail-0").glob("*.log")):
         with open(log, "rb") as f:
@@ -204,7 +227,7 @@ def test_chunk_whose_output_outgrows_the_write_buffer_ends_early(spark, tmp_path
                                         "min.cleanable.dirty.ratio": 0.0, "index.interval.bytes": 1000},
              "records": 40_000, "keys": 1_000_000, "tombstone_fraction": 1.0, "codecs": {"none": 1},
              "batch_records": [50, 50], "timestamp_step_ms": 1}
-    rounds, found = run(tmp_path, [topic], [T0 + HOUR])
+    rounds, found = run(tmp_path, [topic], [T0 + HOUR], release=PER_APPEND)
     unbounded = variant(rounds, tmp_path, UnboundedOutputCleaner, [T0 + HOUR])
     assert segment_files(rounds.model / "grow-0", "index") != segment_files(unbounded / "grow-0", "index"), \
         "the early return moves the chunks, so the index entries"

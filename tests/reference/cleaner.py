@@ -11,6 +11,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+from kcompact.conf import releases
+from kcompact.conf.releases import Release
 from kcompact.readers.batch import CREATE_TIME, LOG_APPEND_TIME, Batch
 from kcompact.readers.indexes import AbortedTxn
 from kcompact.readers.records import ABORT, COMMIT, Record, control_type
@@ -126,7 +128,9 @@ class LogFilter:
     delete_retention_ms: int
     transaction_metadata: CleanedTransactionMetadata
     last_records_of_active_producers: dict[int, LastRecord]
-    upper_bound_offset_of_cleaning_round: int
+    # the next offset of the round's last batch kept when emptied: the first uncleanable offset
+    # (KAFKA-17076), the high watermark (KAFKA-20452), or None (3.9.0, 3.9.1: no such rule)
+    upper_bound_offset_of_cleaning_round: int | None
     current_time: int
     discard_batch_records: bool = False
     legacy_to_v2: bool = False  # Kafka 4.0 on (KIP-724): kept v0/v1 entries are rebuilt as v2
@@ -143,7 +147,8 @@ class LogFilter:
         has_producer_id = batch.magic >= 2 and batch.producer_id >= 0
         if has_producer_id and self._is_batch_last_record_of_producer(batch):
             retention = RETAIN_EMPTY
-        elif batch.next_offset == self.upper_bound_offset_of_cleaning_round:
+        elif self.upper_bound_offset_of_cleaning_round is not None \
+                and batch.next_offset == self.upper_bound_offset_of_cleaning_round:
             retention = RETAIN_EMPTY  # the round's last batch keeps the last offset
         elif self.discard_batch_records:
             retention = DELETE
@@ -242,7 +247,7 @@ class Cleaner:
 
     io_buffer_size: int  # per buffer
     max_io_buffer_size: int  # the broker's message.max.bytes
-    legacy_to_v2: bool = False  # the release rewrites kept v0/v1 entries as v2 (Kafka 4.0 on)
+    release: Release = releases.DEFAULT  # the Kafka release whose cleaner this is
     read_capacity: int = 0
     write_capacity: int = 0
 
@@ -281,8 +286,9 @@ class Cleaner:
 
     # -- Cleaner.doClean ----------------------------------------------------------------------
     def clean(self, log: Log, cfg: dict, first_dirty: int, first_uncleanable: int, now: int,
-              active: dict[int, LastRecord]) -> int:
-        """Cleaner.doClean: returns the end offset (the new cleaner checkpoint)."""
+              active: dict[int, LastRecord], high_watermark: int | None = None) -> int:
+        """Cleaner.doClean: returns the end offset (the new cleaner checkpoint). ``high_watermark``:
+        the log's (4.4 keeps the round's last batch emptied at it; None: the log end offset)."""
         before = log.log_segments(0, first_dirty)
         legacy_delete_horizon = before[-1].last_modified - cfg["delete.retention.ms"] if before else 0
         offset_map = self.build_offset_map(log, first_dirty, first_uncleanable, cfg["max.message.bytes"])
@@ -290,9 +296,12 @@ class Cleaner:
         transaction_metadata = CleanedTransactionMetadata()
         groups = group_segments_by_size(log.log_segments(0, end_offset), cfg["segment.bytes"],
                                         cfg["segment.index.bytes"], first_uncleanable)
+        keep_empty_at = {None: None, "first_uncleanable": first_uncleanable,
+                         "high_watermark": log.log_end_offset() if high_watermark is None else high_watermark,
+                         }[self.release.keep_last_empty]
         for group in groups:
             self.clean_segments(log, cfg, group, offset_map, now, transaction_metadata, legacy_delete_horizon,
-                                first_uncleanable, active)
+                                keep_empty_at, active)
         return end_offset
 
     def build_offset_map(self, log: Log, start: int, end: int, max_log_message_size: int) -> OffsetMap:
@@ -331,9 +340,10 @@ class Cleaner:
 
     def clean_segments(self, log: Log, cfg: dict, segments: list[LogSegment], offset_map: OffsetMap, now: int,
                        transaction_metadata: CleanedTransactionMetadata, legacy_delete_horizon: int,
-                       upper_bound_of_round: int, active: dict[int, LastRecord]) -> None:
+                       upper_bound_of_round: int | None, active: dict[int, LastRecord]) -> None:
         """Cleaner.cleanSegments: one group into one cleaned segment, swapped in at once."""
-        cleaned = CleanedSegment(segments[0].base_offset, cfg["index.interval.bytes"], cfg["segment.index.bytes"])
+        cleaned = CleanedSegment(segments[0].base_offset, cfg["index.interval.bytes"], cfg["segment.index.bytes"],
+                                 self.release.index_per_batch)
         transaction_metadata.cleaned_index = cleaned
         for i, segment in enumerate(segments):
             upper = segments[i + 1].base_offset if i + 1 < len(segments) else segment.read_next_offset()
@@ -347,11 +357,11 @@ class Cleaner:
     def clean_into(self, source: LogSegment, dest: CleanedSegment, offset_map: OffsetMap, retain_legacy: bool,
                    delete_retention_ms: int, max_log_message_size: int,
                    transaction_metadata: CleanedTransactionMetadata, active: dict[int, LastRecord],
-                   upper_bound_of_round: int, now: int) -> None:
+                   upper_bound_of_round: int | None, now: int) -> None:
         """Cleaner.cleanInto: read chunks of the read buffer's size, filter each, append each
         chunk's retained batches to the cleaned segment as one append."""
         log_filter = LogFilter(offset_map, retain_legacy, delete_retention_ms, transaction_metadata, active,
-                               upper_bound_of_round, now, legacy_to_v2=self.legacy_to_v2)
+                               upper_bound_of_round, now, legacy_to_v2=self.release.legacy_to_v2)
         position = 0
         while position < source.size:
             result = filter_to(self._complete_batches(source, position), log_filter, self.write_capacity)

@@ -123,11 +123,13 @@ class LogSegment:
 @dataclass
 class CleanedSegment:
     """The ``.cleaned`` segment of one group: LogSegment.append per append call, the offset and
-    time index rules (capacity from segment.index.bytes), the transaction index."""
+    time index rules (capacity from segment.index.bytes), the transaction index.
+    ``index_per_batch``: LogSegment.append after KAFKA-806 (3.9.1, 4.0.1, 4.1 on)."""
 
     base_offset: int
     index_interval_bytes: int
     max_index_size: int
+    index_per_batch: bool = False
     data: bytearray = field(default_factory=bytearray)
     offset_index: list[tuple[int, int]] = field(default_factory=list)  # (offset, position)
     time_index: list[tuple[int, int]] = field(default_factory=list)  # (timestamp, offset)
@@ -142,12 +144,15 @@ class CleanedSegment:
 
     def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int,
                records: bytes) -> None:
-        """LogSegment.append (Kafka 3.9): one index check per call, before the bytes count."""
+        """LogSegment.append (Kafka 3.9.0, 4.0.0): one index check per call, before the bytes count."""
         if not records:
             return
         physical_position = len(self.data)
         if not 0 <= largest_offset - self.base_offset <= INT_MAX:  # ensureOffsetInRange
             raise CleaningFailed(f"offset {largest_offset} overflows segment {self.base_offset}")
+        if self.index_per_batch:
+            self._append_per_batch(physical_position, records)
+            return
         self.data += records
         if largest_timestamp > self.max_timestamp_so_far:
             self.max_timestamp_so_far = largest_timestamp
@@ -157,6 +162,22 @@ class CleanedSegment:
             self._time_index_maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, False)
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += len(records)
+
+    def _append_per_batch(self, physical_position: int, records: bytes) -> None:
+        """LogSegment.append from KAFKA-806: for each batch appended, the max timestamp so far
+        (this batch's, at its last offset, when larger), then the index check, the entry naming
+        this batch's last offset and where it starts; then its bytes count."""
+        self.data += records
+        for batch in iter_batches(io.BytesIO(records), "append"):
+            if batch.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = batch.max_timestamp
+                self.offset_of_max_timestamp_so_far = batch.last_offset
+            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+                self._offset_index_append(batch.last_offset, physical_position)
+                self._time_index_maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, False)
+                self.bytes_since_last_index_entry = 0
+            physical_position += batch.size
+            self.bytes_since_last_index_entry += batch.size
 
     def _offset_index_append(self, offset: int, position: int) -> None:
         """OffsetIndex.append: refuses a full index and an offset not above the last one."""

@@ -13,6 +13,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from kcompact.conf import releases
+from kcompact.conf.releases import Release
 from kcompact.readers import checkpoint
 from tests.reference.cleaner import Cleaner
 from tests.reference.config import Config
@@ -55,9 +57,10 @@ class RoundResult:
 class Broker:
     """The logs of one log dir, with the producer state the broker holds for each."""
 
-    def __init__(self, log_dir: str, config: Config):
+    def __init__(self, log_dir: str, config: Config, release: Release = releases.DEFAULT):
         self.log_dir = log_dir
         self.config = config
+        self.release = release  # the Kafka release whose cleaner runs
         self.cleaner_class = Cleaner  # a test may stand a variant in (tests/reference_rounds.py)
         self.uncleanable: set[tuple[str, int]] = set()
         starts = self._read_checkpoint(checkpoint.LOG_START_OFFSET)
@@ -174,7 +177,9 @@ class Broker:
         groups already swapped in place, sets the checkpoint to the first dirty offset
         (doneCleaning in cleanLog's finally) and marks the partition uncleanable."""
         result = RoundResult()
-        cleaner = self.cleaner_class(self.config.io_buffer_size(), self.config.broker_value("message.max.bytes"))
+        cleaner = self.cleaner_class(self.config.io_buffer_size(), self.config.broker_value("message.max.bytes"),
+                                     self.release)
+        high_watermarks = self._read_checkpoint(checkpoint.REPLICATION_OFFSET)  # a stopped broker's
         while (ltc := self.grab_filthiest_compacted_log(now, result)) is not None:
             log = ltc.log
             tp = (log.topic, log.partition)
@@ -184,7 +189,7 @@ class Broker:
                 now, self.config.broker_value("producer.id.expiration.ms"))
             try:
                 end = cleaner.clean(log, self._cfg(log.topic), ltc.first_dirty_offset, ltc.first_uncleanable_offset,
-                                    now, active)
+                                    now, active, high_watermarks.get(tp))
             except CleaningFailed as exc:  # the thread's buffers stay as they were (no restoreBuffers)
                 self.update_checkpoints(tp, ltc.first_dirty_offset)
                 self.uncleanable.add(tp)

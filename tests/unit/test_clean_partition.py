@@ -52,7 +52,7 @@ def _to_clean(part: Path, segment_bytes: int) -> PartitionToClean:
     return PartitionToClean(path=str(part), log_dir=str(part.parent), topic="t", partition=0, log_start_offset=0,
                             first_dirty_offset=0, first_uncleanable_dirty_offset=active,
                             total_bytes=sum(log.stat().st_size for log in part.glob("*.log")),
-                            config=CleanerConfig.of(config.for_topic("t").as_strings()))
+                            config=CleanerConfig.of(config.for_topic("t").as_strings()), retain_last_empty_at=active)
 
 
 def _groups(part: Path, segment_bytes: int) -> tuple[list, int]:

@@ -1,4 +1,5 @@
-"""``write_group`` appends what Kafka's cleaner appends: checked against a per-batch restatement of
+"""``write_group`` appends what Kafka's cleaner appends under the releases that index once per append
+(3.9.0, 4.0.0: ``index_per_batch=False``): checked against a per-batch restatement of
 the cleaner's read chunks (``writers.chunks``'s rules, one batch at a time as Cleaner.cleanInto and
 FilterResult go) on random buffers of batches: sizes around and above the read buffer, dropped
 batches, new source segments, chunks spanning buffers, timestamps that tie."""
@@ -105,7 +106,7 @@ OUTS = st.lists(st.tuples(st.sampled_from(["s0", "s1", "s2"]), st.lists(BATCH, m
 def written(outs: list[ChunkOut], sizes: BufferSizes) -> tuple[list, bytes, int, int]:
     Recorder.made.clear()
     with tempfile.TemporaryDirectory() as tmp, mock.patch.object(cleaned, "SegmentWriter", Recorder):
-        group = write_group(tmp, 0, iter(outs), [], 1_700_000_000_000, 0, sizes)
+        group = write_group(tmp, 0, iter(outs), [], 1_700_000_000_000, 0, sizes, index_per_batch=False)
         log = Path(group.files[0]).read_bytes()
     (recorder,) = Recorder.made
     return recorder.appends, log, group.batches, group.records

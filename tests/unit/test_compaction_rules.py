@@ -25,7 +25,9 @@ from kcompact.compaction.decisions import (
     group_segments,
     PartitionPlan,
     plan_partition,
+    retain_last_empty_at,
 )
+from kcompact.conf.releases import resolve
 from kcompact.compaction.model import BatchInfo, SegmentInfo, infos_at, table_of
 from kcompact.compaction.transactions import TransactionSweep, collect_aborted, last_of_active_producers
 from kcompact.readers.indexes import AbortedTxn, OffsetEntry
@@ -425,12 +427,14 @@ class Planned:
 
 
 def plan(segments, batches, *, first_dirty, first_uncleanable, log_start=0, now=NOW, ret=RET, seg_bytes=1 << 30,
-         index_bytes=10 << 20, expiration=DAY) -> Planned:
+         index_bytes=10 << 20, expiration=DAY, release="4.3", high_watermark=None, log_end=None) -> Planned:
+    """``release``: its rule for the round's last emptied batch (high watermark and log end for 4.4)."""
     table = table_of(batches)
+    keep_at = retain_last_empty_at(resolve(release), first_uncleanable, high_watermark, log_end)
     return Planned(plan_partition(segments, table, log_start=log_start, first_dirty=first_dirty,
                                   first_uncleanable=first_uncleanable, now=now, delete_retention_ms=ret,
                                   segment_bytes=seg_bytes, segment_index_bytes=index_bytes,
-                                  producer_expiration_ms=expiration), table)
+                                  producer_expiration_ms=expiration, retain_last_empty_at=keep_at), table)
 
 
 def by_base(p) -> dict[int, BatchPlan]:
@@ -477,15 +481,41 @@ def test_plan_fast_forwards_over_offset_gaps():
     assert not any(bp.retain_empty for bp in p.batches)
 
 
-def test_plan_round_end_batch_kept_empty():
+@pytest.mark.parametrize("release", ["3.9.2", "4.0.0", "4.0.1", "4.1", "4.2", "4.3"])
+def test_plan_round_end_batch_kept_empty(release):
+    """LogCleanerTest.testCleanSegmentsRetainingLastEmptyBatch (3.9.2, 4.0-4.3; KAFKA-17076)."""
     segs = [seg(0), seg(10), seg(20)]
     batches = [batch(0, 0, 0, 4), batch(0, 100, 5, 9), batch(10, 0, 10, 14), batch(10, 100, 15, 19),
                batch(20, 0, 20, 21)]
-    p = plan(segs, batches, first_dirty=0, first_uncleanable=20)
+    p = plan(segs, batches, first_dirty=0, first_uncleanable=20, release=release)
     # 15..19: next offset 20 == first uncleanable -> retained even if emptied
     assert {b: bp.retain_empty for b, bp in by_base(p).items()} == {0: False, 5: False, 10: False, 15: True}
     assert batch_outcome(by_base(p)[15], 0, False, NOW, RET) == Outcome(EMPTY)
     assert batch_outcome(by_base(p)[10], 0, False, NOW, RET) == Outcome(DROP)
+
+
+ROUND = ([seg(0), seg(10), seg(20)], [batch(0, 0, 0, 4), batch(0, 100, 5, 9), batch(10, 0, 10, 14),
+                                      batch(10, 100, 15, 19), batch(20, 0, 20, 21)])
+
+
+@pytest.mark.parametrize("release", ["3.9.0", "3.9.1"])
+def test_plan_round_end_batch_not_kept_before_kafka_17076(release):
+    """3.9.0 and 3.9.1's checkBatchRetention: only the producer-state rule keeps an emptied batch."""
+    p = plan(*ROUND, first_dirty=0, first_uncleanable=20, release=release)
+    assert not any(bp.retain_empty for bp in p.batches)
+    assert batch_outcome(by_base(p)[15], 0, False, NOW, RET) == Outcome(DROP)
+
+
+@pytest.mark.parametrize(("high_watermark", "log_end", "kept"), [
+    (22, 22, set()),  # testCleanSegmentsNotRetainingLastEmptyBatch: the HW beyond the cleaned range
+    (20, 22, {15}),  # the cleaned range ends at the HW
+    (None, 20, {15}), (None, 22, set()),  # no HW read: the log end offset stands in
+])
+def test_plan_round_end_batch_kept_at_the_high_watermark_in_4_4(high_watermark, log_end, kept):
+    """KAFKA-20452 (4.4): an emptied batch stays when its next offset is the high watermark."""
+    p = plan(*ROUND, first_dirty=0, first_uncleanable=20, release="4.4", high_watermark=high_watermark,
+             log_end=log_end)
+    assert {b for b, bp in by_base(p).items() if bp.retain_empty} == kept
 
 
 def test_plan_legacy_horizon_from_last_clean_segment_mtime():

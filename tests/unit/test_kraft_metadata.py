@@ -9,6 +9,7 @@ wrapped in v2 batches built by kafka-python. Expected values are written out by 
 
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from kcompact.conf.resolve import build
 from kcompact.readers.errors import FormatError
 from kcompact.readers.metadata import (
     ConfigRecord,
+    FeatureLevelRecord,
     MetadataError,
     OtherRecord,
     RemoveTopicRecord,
@@ -86,9 +88,9 @@ def remove_topic_value(topic_id: bytes) -> bytes:
     return frame(9, topic_id + NO_TAGS)
 
 
-def feature_level_value() -> bytes:
+def feature_level_value(level: int = 14, name: str = "metadata.version") -> bytes:
     """FeatureLevelRecord (apiKey 12): Name compact string, FeatureLevel int16, tags."""
-    return frame(12, compact("metadata.version") + struct.pack(">h", 14) + NO_TAGS)
+    return frame(12, compact(name) + struct.pack(">h", level) + NO_TAGS)
 
 
 # -- batches and files ---------------------------------------------------------------------
@@ -149,7 +151,8 @@ def test_decode_each_record_type():
     assert decode(remove_topic_value(LOGS_ID)) == RemoveTopicRecord(LOGS_ID_TEXT)
     assert decode(config_value(TOPIC, "t", "retention.ms", "10")) == ConfigRecord(2, "t", "retention.ms", "10")
     assert decode(config_value(BROKER, "", "k", None)) == ConfigRecord(4, "", "k", None)
-    assert decode(feature_level_value()) == OtherRecord(12, 0)
+    assert decode(feature_level_value()) == FeatureLevelRecord("metadata.version", 14)
+    assert decode(frame(200, b"\x01")) == OtherRecord(200, 0)
     assert decode(frame(3, b"", version=2)) == OtherRecord(3, 2)
 
 
@@ -199,7 +202,9 @@ def test_log_replayed(tmp_path):
     assert got.broker_defaults == {"log.cleaner.delete.retention.ms": "1000"}
     assert got.per_broker == {"1": {"log.retention.ms": "5"}}
     assert got.source == f"kraft-metadata {mdir}"
-    assert got.as_source() == (got.broker_defaults, got.topics, f"kraft-metadata {mdir}")
+    assert got.metadata_version == 14
+    assert got.as_source(str(tmp_path), str(mdir)) == (got.broker_defaults, got.topics, f"kraft-metadata {mdir}",
+                                                        (str(tmp_path), 14, str(mdir)))
 
 
 def test_broker_default_deleted(tmp_path):
@@ -260,7 +265,8 @@ def test_no_metadata(tmp_path):
     assert read_metadata(str(empty)) is None
     plain = tmp_path / "plain"
     (plain / "orders-0").mkdir(parents=True)
-    assert metadata_sources([str(plain), str(tmp_path / "logs")]) == []
+    assert [s[:3] for s in metadata_sources([str(plain), str(tmp_path / "logs")])] == [
+        ({}, {}, str(plain)), ({}, {}, str(tmp_path / "logs"))]  # nothing recorded: no configs, no release
 
 
 def test_corrupt_record_names_file_and_batch(tmp_path):
@@ -289,6 +295,7 @@ def test_metadata_feeds_resolve(tmp_path):
     sources = metadata_sources([str(logdir)])
     source = f"kraft-metadata {mdir}"
     assert [s[2] for s in sources] == [source]
+    assert sources[0][3] == (str(logdir), 14, str(mdir))
 
     orders = build(metadata=sources).for_topic("orders")
     assert orders["min.cleanable.dirty.ratio"] == 0.7
@@ -305,3 +312,46 @@ def test_metadata_feeds_resolve(tmp_path):
     assert explicit["min.cleanable.dirty.ratio"] == 0.9
     assert explicit.sources["min.cleanable.dirty.ratio"] == "--topic-config topic[orders]"
     assert explicit["segment.bytes"] == 1_048_576
+
+
+# -- the release the metadata names ---------------------------------------------------------------
+# MetadataVersion's feature levels (server-common MetadataVersion.java, 4.4 branch at 87943b2ff8)
+# and the release line each first shipped in
+LEVELS = [(21, "3.9.2", "3.9-IV0"), (22, "4.0.1", "4.0-IV0"), (25, "4.0.1", "4.0-IV3"), (26, "4.1", "4.1-IV0"),
+          (27, "4.1", "4.1-IV1"), (29, "4.2", "4.2-IV1"), (30, "4.3", "4.3-IV0"), (33, "4.4", "4.4-IV2")]
+
+
+@pytest.mark.parametrize(("level", "release", "name"), LEVELS)
+def test_the_finalized_metadata_version_names_the_release_line(tmp_path, level, release, name):
+    logdir = tmp_path / "logs"
+    mdir = write_log(logdir, {0: [batch(0, feature_level_value(7)), batch(1, feature_level_value(1, "kraft.version")),
+                                  batch(2, feature_level_value(level))]})  # upgraded from 3.3-IV3
+    config = build(metadata=metadata_sources([str(logdir)]))
+    choice = config.release_for(str(logdir))
+    assert (choice.release.name, choice.source) == (release, "detected")
+    assert f"metadata.version {name} (level {level}) in {mdir}" in choice.detail
+    assert "lower bound" in choice.detail
+
+
+@pytest.mark.parametrize(("records", "why"), [
+    ([], "no finalized metadata.version in"),
+    ([feature_level_value(20)], r"metadata.version 3.8-IV0 \(level 20\) in .* names a line before 3.9"),
+    ([feature_level_value(34)], "metadata.version level 34 in .* is newer than any release known here"),
+    ([feature_level_value(26), feature_level_value(0)], "no finalized metadata.version in"),  # level 0 removes it
+])
+def test_no_release_detected_takes_the_default_and_says_why(tmp_path, records, why):
+    logdir = tmp_path / "logs"
+    write_log(logdir, {0: [batch(0, topic_value("orders", ORDERS_ID), *records)]})
+    choice = build(metadata=metadata_sources([str(logdir)])).release_for(str(logdir))
+    assert (choice.release.name, choice.source) == ("4.3", "default")
+    assert re.search(why, choice.detail) and "the newest release, 4.3, taken" in choice.detail
+
+
+def test_each_log_dir_has_its_own_release(tmp_path):
+    old, new, plain = tmp_path / "old", tmp_path / "new", tmp_path / "plain"
+    write_log(old, {0: [batch(0, feature_level_value(21))]})
+    write_log(new, {0: [batch(0, feature_level_value(27))]})
+    (plain / "orders-0").mkdir(parents=True)
+    config = build(metadata=metadata_sources([str(old), str(new) + "/", str(plain)]))
+    assert [config.release_for(str(d)).release.name for d in (old, new, plain)] == ["3.9.2", "4.1", "4.3"]
+    assert config.release_for(str(plain)).detail.startswith(f"no finalized metadata.version in {plain}/{METADATA_DIR}")

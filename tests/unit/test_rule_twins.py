@@ -170,7 +170,7 @@ def planned_flags(chunk: walk.Chunk, now: int, mtime: int, discard: np.ndarray) 
     segments = [SegmentInfo(0, len(chunk.buf), mtime), SegmentInfo(end, 0, mtime)]
     plan = plan_partition(segments, table_of(infos), log_start=0, first_dirty=0, first_uncleanable=end, now=now,
                           delete_retention_ms=RET, segment_bytes=1 << 30, segment_index_bytes=1 << 20,
-                          producer_expiration_ms=DAY)
+                          producer_expiration_ms=DAY, retain_last_empty_at=end)
     flags = plan.flags.copy()
     assert (plan.group == 0).all()
     flags[:, DISCARD] = discard
