@@ -140,3 +140,63 @@ def test_reference_model_converts_alike(magic, codec, tombstone_at):
         horizon = any(r.value is None for r in retained)
         built = reference._build_retained(entry, retained, log_filter, horizon)
         assert built.data == legacy_as_v2(entry, keep, NOW + RET if horizon else None)
+
+
+# -- MemoryRecordsTest.testFilterTo and testFilterToPreservesLogAppendTime (4.0), magic 0/1 x codec --------
+def filter_to(data: bytes) -> bytes:
+    """Kafka 4.0's filterTo with the test's RetainNonNullKeysFilter: keep keyed records, drop what is emptied."""
+    out = b""
+    for entry in read_batches(data):
+        keep = np.array([r.key is not None for r in entry.records()])
+        plan = BatchPlan(BatchInfo.of(entry, 0), 0, False, False, False, True, False)
+        outcome = batch_outcome(plan, int(keep.sum()), False, NOW, RET, legacy_to_v2=True)
+        out += output_bytes(entry, outcome, keep, legacy_to_v2=True) or b""
+    return out
+
+
+def builders(magic: int, codec: int, items: list[list[tuple]], log_append_time: int | None = None) -> bytes:
+    """The test's MemoryRecordsBuilders: one message set per list of (offset, timestamp, key, value)."""
+    return b"".join(legacy_message_set(magic, codec, [Record(o, ts, k, v) for o, ts, k, v in group], log_append_time)
+                    for group in items)
+
+
+FILTER_TO_INPUT = [[(0, 10, None, b"a")], [(1, 11, b"1", b"b"), (2, 12, None, b"c")],
+                   [(3, 13, None, b"d"), (4, 20, b"4", b"e"), (5, 15, b"5", b"f")], [(6, 16, b"6", b"g")]]
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("codec", [codecs.NONE, *CODECS], ids=["none", *(codecs.name(c) for c in CODECS)])
+def test_memory_records_filter_to(magic, codec):
+    out = filter_to(builders(magic, codec, FILTER_TO_INPUT))
+    batches = [read_one(b) for b in split_batches(out)]
+    if codec == codecs.NONE:
+        starts, ends, maxima = [1, 4, 5, 6], [1, 4, 5, 6], [11, 20, 15, 16]
+    else:
+        starts, ends, maxima = [1, 4, 6], [1, 5, 6], [11, 20, 16]
+    assert [(b.magic, b.base_offset_field, b.last_offset, b.codec, b.timestamp_type) for b in batches] == \
+        [(2, s, e, codec, 0) for s, e in zip(starts, ends)]
+    assert [b.max_timestamp for b in batches] == (maxima if magic else [-1] * len(batches))
+    if magic:  # FilterResult: max timestamp 20 at the shallow offset of its batch's last record
+        (at_max,) = [b for b in batches if b.max_timestamp == 20]
+        assert at_max.last_offset == (4 if codec == codecs.NONE else 5)
+    records = [r for b in batches for r in kp_decode_v2(b.data.tobytes())[1]]
+    assert [(r.offset, r.key, r.value) for r in records] == [(1, b"1", b"b"), (4, b"4", b"e"), (5, b"5", b"f"),
+                                                            (6, b"6", b"g")]
+    assert [r.timestamp for r in records] == ([11, 20, 15, 16] if magic else [-1] * 4)
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=[codecs.name(c) for c in CODECS])
+def test_memory_records_filter_to_preserves_log_append_time(codec):
+    items = [[(0, 10, None, b"a")], [(1, 11, b"1", b"b"), (2, 12, None, b"c")],
+             [(3, 13, None, b"d"), (4, 14, b"4", b"e"), (5, 15, b"5", b"f")]]
+    batches = [read_one(b) for b in split_batches(filter_to(builders(1, codec, items, LAT)))]
+    assert [(b.codec, b.timestamp_type, b.max_timestamp) for b in batches] == [(codec, 1, LAT)] * 2
+
+
+def split_batches(data: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(data):
+        (size,) = struct.unpack_from(">i", data, pos + 8)
+        out.append(data[pos:pos + 12 + size])
+        pos += 12 + size
+    return out
