@@ -25,7 +25,7 @@ from kcompact.readers.indexes import (
     OffsetEntry,
     TimeEntry,
 )
-from kcompact.writers.indexes import encode_offset_index, encode_time_index, encode_txn_index
+from kcompact.writers.indexes import encode_txn_index
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
 
@@ -97,6 +97,40 @@ class SegmentFiles:
     txn_index: bytes
 
 
+class _Entries:
+    """An index's entries in memory, as (n, 2) int64 rows that grow: a segment written by
+    KAFKA-806's rule holds one per ``index.interval.bytes``, too many for an object each."""
+
+    __slots__ = ("rows", "n")
+
+    def __init__(self) -> None:
+        self.rows, self.n = np.empty((64, 2), np.int64), 0
+
+    def reserve(self, more: int) -> np.ndarray:
+        if self.n + more > len(self.rows):
+            grown = np.empty((max(2 * len(self.rows), self.n + more), 2), np.int64)
+            grown[:self.n] = self.rows[:self.n]
+            self.rows = grown
+        return self.rows
+
+    def add(self, a: int, b: int) -> None:
+        self.reserve(1)[self.n] = a, b
+        self.n += 1
+
+    def last(self, column: int) -> int | None:
+        return int(self.rows[self.n - 1, column]) if self.n else None
+
+    def encode(self, dtype: np.dtype) -> bytes:
+        out = np.empty(self.n, dtype)
+        out[dtype.names[0]], out[dtype.names[1]] = self.rows[:self.n, 0], self.rows[:self.n, 1]
+        return out.tobytes()
+
+
+# on-disk entries: (relative offset, position), (timestamp, relative offset), big-endian
+_OFFSET_DTYPE = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
+_TIME_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
+
+
 @dataclass(slots=True)
 class SegmentWriter:
     """Appends batches to ``log`` (any binary file object) and keeps index entries in memory."""
@@ -110,8 +144,8 @@ class SegmentWriter:
     _bytes_since_entry: int = 0
     _max_ts: int = NO_TIMESTAMP
     _offset_of_max_ts: int | None = None
-    _offset_entries: list[OffsetEntry] = field(default_factory=list)
-    _time_entries: list[TimeEntry] = field(default_factory=list)
+    _offsets: _Entries = field(default_factory=_Entries)  # (relative offset, position)
+    _times: _Entries = field(default_factory=_Entries)  # (timestamp, relative offset)
     _aborted: list[AbortedTxn] = field(default_factory=list)
 
     def append(self, chunk: bytes | memoryview, largest_offset: int, max_timestamp: int, offset_of_max_timestamp: int) -> None:
@@ -143,20 +177,20 @@ class SegmentWriter:
             last += int.from_bytes(data[p + 23:p + 27].tobytes(), "big", signed=True)
         if last - self.base_offset > 0x7FFFFFFF or last < self.base_offset:
             raise ValueError(f"offset {last} does not fit segment {self.base_offset}")
-        last_time = self._time_entries[-1].timestamp if self._time_entries else NO_TIMESTAMP
+        last_time = self._times.last(0)
         state = np.array([self.size, self._bytes_since_entry, self._max_ts,
-                          -1 if self._offset_of_max_ts is None else self._offset_of_max_ts, last_time, 0, 0], np.int64)
+                          -1 if self._offset_of_max_ts is None else self._offset_of_max_ts,
+                          NO_TIMESTAMP if last_time is None else last_time, self._offsets.n, self._times.n], np.int64)
         cap = self.max_index_bytes
-        offset_cap = -1 if cap is None else max(0, cap // 8 - len(self._offset_entries))
-        time_cap = -1 if cap is None else max(0, cap // 12 - 1 - len(self._time_entries))
-        last_relative = self._offset_entries[-1].relative_offset if self._offset_entries else -1
-        offsets, times = np.empty((n, 2), np.int64), np.empty((n, 2), np.int64)
+        offset_cap = -1 if cap is None else cap // 8
+        time_cap = -1 if cap is None else max(0, cap // 12 - 1)
+        last_relative = self._offsets.last(0)
         outcome, bad = _batch_entries(data, at, size, state, self.index_interval_bytes, self.base_offset, offset_cap,
-                                      time_cap, last_relative, offsets, times)
-        self._offset_entries.extend(OffsetEntry(r, p) for r, p in offsets[:state[N_OFFSET]].tolist())
-        self._time_entries.extend(TimeEntry(t, r) for t, r in times[:state[N_TIME]].tolist())
+                                      time_cap, -1 if last_relative is None else last_relative,
+                                      self._offsets.reserve(n), self._times.reserve(n))
+        self._offsets.n, self._times.n = int(state[N_OFFSET]), int(state[N_TIME])
         if outcome != DONE:
-            where = f"segment {self.base_offset}: the batch at byte {self.size + int(at[bad]) - start} of the append"
+            where = f"segment {self.base_offset}: the batch at byte {self.size + int(at[bad]) - start}"
             raise ValueError(f"{where}: " + ("attempt to append to a full offset index" if outcome == OFFSET_FULL else
                                              "attempt to append to a full time index" if outcome == TIME_FULL else
                                              "its offset is not larger than the last offset indexed")
@@ -172,40 +206,47 @@ class SegmentWriter:
         """LogSegment.shouldRoll's index checks with segment.index.bytes = ``max_index_size``: the
         offset index is full at max_index_size // 8 entries, the time index one entry earlier
         than max_index_size // 12 (TimeIndex keeps its last slot for the closing entry)."""
-        return (len(self._offset_entries) >= max_index_size // 8
-                or len(self._time_entries) >= max_index_size // 12 - 1)
+        return self._offsets.n >= max_index_size // 8 or self._times.n >= max_index_size // 12 - 1
+
+    @property
+    def offset_entries(self) -> list[OffsetEntry]:
+        return [OffsetEntry(*row) for row in self._offsets.rows[:self._offsets.n].tolist()]
+
+    @property
+    def time_entries(self) -> list[TimeEntry]:
+        return [TimeEntry(*row) for row in self._times.rows[:self._times.n].tolist()]
 
     def add_aborted_txn(self, txn: AbortedTxn) -> None:
         self._aborted.append(txn)
 
     def _offset_entry(self, largest_offset: int) -> None:
         """OffsetIndex.append, which refuses a full index and an offset not above the last one."""
-        entries = self._offset_entries
-        if self.max_index_bytes is not None and len(entries) >= self.max_index_bytes // 8:
+        entries = self._offsets
+        if self.max_index_bytes is not None and entries.n >= self.max_index_bytes // 8:
             raise ValueError(f"segment {self.base_offset}: attempt to append to a full offset index "
-                             f"(size = {len(entries)}, segment.index.bytes {self.max_index_bytes})")
+                             f"(size = {entries.n}, segment.index.bytes {self.max_index_bytes})")
         relative = largest_offset - self.base_offset
-        if entries and relative <= entries[-1].relative_offset:
+        if entries.n and relative <= entries.last(0):
             raise ValueError(f"segment {self.base_offset}: offset {largest_offset} is not larger than the last "
                              "offset indexed")
-        entries.append(OffsetEntry(relative, self.size))
+        entries.add(relative, self.size)
 
     def _maybe_time_entry(self, check_full: bool = False) -> None:
         """TimeIndex.maybeAppend: full one entry before its capacity (the last slot is the closing
         entry's), an entry only when the timestamp grows, never one that goes back."""
-        entries = self._time_entries
-        if check_full and self.max_index_bytes is not None and len(entries) >= self.max_index_bytes // 12 - 1:
+        entries = self._times
+        if check_full and self.max_index_bytes is not None and entries.n >= self.max_index_bytes // 12 - 1:
             raise ValueError(f"segment {self.base_offset}: attempt to append to a full time index "
-                             f"(size = {len(entries)}, segment.index.bytes {self.max_index_bytes})")
+                             f"(size = {entries.n}, segment.index.bytes {self.max_index_bytes})")
         if self._offset_of_max_ts is None:
             return
         relative = self._offset_of_max_ts - self.base_offset
-        if entries and (relative < entries[-1].relative_offset or self._max_ts < entries[-1].timestamp):
+        if entries.n and (relative < entries.last(1) or self._max_ts < entries.last(0)):
             raise ValueError(f"segment {self.base_offset}: time index entry ({self._max_ts}, {self._offset_of_max_ts}) "
                              "goes back")
-        last = entries[-1].timestamp if entries else NO_TIMESTAMP
+        last = entries.last(0) if entries.n else NO_TIMESTAMP
         if self._max_ts > last:
-            entries.append(TimeEntry(self._max_ts, relative))
+            entries.add(self._max_ts, relative)
 
     def close(self) -> SegmentFiles:
         self._maybe_time_entry()
@@ -214,7 +255,7 @@ class SegmentWriter:
             log_size=self.size,
             next_offset=self.next_offset if self.next_offset is not None else self.base_offset,
             max_timestamp=self._max_ts,
-            offset_index=encode_offset_index(self._offset_entries),
-            time_index=encode_time_index(self._time_entries),
+            offset_index=self._offsets.encode(_OFFSET_DTYPE),
+            time_index=self._times.encode(_TIME_DTYPE),
             txn_index=encode_txn_index(self._aborted),
         )

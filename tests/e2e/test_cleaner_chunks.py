@@ -1,5 +1,6 @@
-"""Kafka's cleaner appends a cleaned segment one read chunk at a time (Cleaner.cleanInto), so a
-cleaned segment's index entries sit at chunk starts, not at batch starts.
+"""Kafka's cleaner appends a cleaned segment one read chunk at a time (Cleaner.cleanInto); before
+KAFKA-806 (3.9.0, 4.0.0, the release these tests clean as) a cleaned segment's index entries sit
+at chunk starts, not at batch starts.
 
 The facts, from Kafka's sources (LogCleaner.scala, MemoryRecords.java, LogSegment.java): the read
 buffer holds log.cleaner.io.buffer.size / log.cleaner.threads / 2 bytes and is restored for every
@@ -127,7 +128,7 @@ def cleaned(spark, tmp_path_factory):
     inputs = {"ck": ck, "cg": cg, "ct": ct}
     code = main(["compact", str(root), "--now", str(NOW), "--topic-config",
                  "c*:cleanup.policy=compact,index.interval.bytes=0,min.cleanable.dirty.ratio=0.01",
-                 "--broker-config", "log.cleaner.io.buffer.size=8192"])
+                 "--broker-config", "log.cleaner.io.buffer.size=8192", "--kafka-version", "4.0.0"])
     return root, inputs, code
 
 
@@ -202,7 +203,7 @@ def test_a_full_time_index_fails_the_append():
     added, whatever its timestamp. With an entry at every append but the first, the 4th append
     finds the time index full."""
     writer = appends(36, 3)
-    assert (len(writer._offset_entries), len(writer._time_entries)) == (2, 2)
+    assert (len(writer.offset_entries), len(writer.time_entries)) == (2, 2)
     with pytest.raises(ValueError, match="full time index"):
         appends(36, 4)
     with pytest.raises(ValueError, match="full time index"):

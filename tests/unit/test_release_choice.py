@@ -98,3 +98,25 @@ def test_message_format_settings_are_accepted_and_ignored_by_3_9(tmp_path, relea
     path = props(tmp_path, "k.properties", "log.message.format.version=3.0-IV1\ntopic[o].message.format.version=2.8\n")
     config = build(files=[path], kafka_version=release, log_dirs=["/logs"])
     assert "message.format.version" not in config.for_topic("o").values
+
+
+def test_the_release_and_why_in_the_plan_the_summary_and_the_report():
+    import pyarrow as pa
+
+    from kcompact.compaction.report import PLAN_FACTS, Report
+    from kcompact.planner.build import PLAN_SCHEMA
+    from kcompact.planner.output import describe
+
+    detected = "Kafka 4.1 (detected: metadata.version 4.1-IV1 (level 27) in /a/__cluster_metadata-0: line 4.1 (...))"
+    default = "Kafka 4.3 (default: no finalized metadata.version in /b/__cluster_metadata-0; ...)"
+    rows = [{"topic": "t", "partition": p, "log_dir": d, "path": f"{d}/t-{p}", "selected": False, "notes": [],
+             "kafka_version": v, "kafka_version_source": why}
+            for p, (d, v, why) in enumerate([("/a", "4.1", detected), ("/a", "4.1", detected), ("/b", "4.3", default)])]
+    table = pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
+    assert describe(table).splitlines()[-2:] == [f"reproducing {detected}", f"reproducing {default}"]
+    report = Report(now=0, dry_run=True)
+    report.observe_plan(table)
+    assert "kafka_version_source" in PLAN_FACTS
+    assert report.text().splitlines()[:2] == [f"reproducing {detected}", f"reproducing {default}"]
+    assert report.to_json()["kafka_releases"] == [{"log_dir": "/a", "kafka_version": "4.1", "why": detected},
+                                                  {"log_dir": "/b", "kafka_version": "4.3", "why": default}]

@@ -27,8 +27,8 @@ def batch(offset: int, timestamp: int) -> bytes:
 
 def entries(writer: SegmentWriter) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """(offset index (relative offset, position), time index (timestamp, relative offset)) before close."""
-    return ([(e.relative_offset, e.position) for e in writer._offset_entries],
-            [(e.timestamp, e.relative_offset) for e in writer._time_entries])
+    return ([(e.relative_offset, e.position) for e in writer.offset_entries],
+            [(e.timestamp, e.relative_offset) for e in writer.time_entries])
 
 
 def append(writer: SegmentWriter, release: str, batches: list[bytes], largest: int, max_ts: int, ts_offset: int):
@@ -89,7 +89,7 @@ def test_grouping_into_appends_does_not_change_the_entries():
     size = len(b[0])  # all batches alike: an entry at every batch that finds more than 150 bytes behind it
     every = 150 // size + 1
     expected = [(i, i * size) for i in range(every, 12, every)]
-    assert [(e.relative_offset, e.position) for e in whole._offset_entries] == expected
+    assert [(e.relative_offset, e.position) for e in whole.offset_entries] == expected
 
 
 @pytest.mark.parametrize(("index_bytes", "entries_made"), [(24, 1), (36, 2), (8, 0)])
@@ -99,10 +99,10 @@ def test_a_full_time_index_fails_naming_the_segment_and_byte(index_bytes, entrie
     b = [batch(i, i) for i in range(6)]
     writer = SegmentWriter(io.BytesIO(), 0, index_interval_bytes=1, max_index_bytes=index_bytes)
     at = sum(len(x) for x in b[:entries_made + 1])
-    with pytest.raises(ValueError, match=rf"segment 0: the batch at byte {at} of the append: attempt to append to a "
+    with pytest.raises(ValueError, match=rf"segment 0: the batch at byte {at}: attempt to append to a "
                                          rf"full time index \(segment.index.bytes {index_bytes}\)"):
         append(writer, "4.3", b, 5, 5, 5)
-    assert len(writer._time_entries) == entries_made
+    assert len(writer.time_entries) == entries_made
 
 
 def test_closed_index_files_hold_the_entries():
