@@ -29,13 +29,16 @@ class CleanerConfig:
     io_buffer_size: int  # log.cleaner.io.buffer.size
     cleaner_threads: int  # log.cleaner.threads
     index_per_batch: int = 1  # 1: the Kafka release indexes per batch (KAFKA-806), 0: per append
+    legacy_to_v2: int = 1  # 1: the Kafka release rewrites kept v0/v1 entries as v2 (4.0 on, KIP-724)
 
     @classmethod
-    def of(cls, config: Mapping[str, str] | Iterable[tuple[str, str]], index_per_batch: bool = True) -> CleanerConfig:
+    def of(cls, config: Mapping[str, str] | Iterable[tuple[str, str]], index_per_batch: bool = True,
+           legacy_to_v2: bool = True) -> CleanerConfig:
         """From a plan row's ``config`` (Kafka's names -> values as strings; a map as Arrow gives
-        it, a list of pairs, or a dict) and its release's index rule."""
+        it, a list of pairs, or a dict) and its release's index rule and rule for v0/v1 entries."""
         strings = dict(config)
-        return cls(*(int(strings[key]) for key in CONFIG_KEYS), index_per_batch=int(index_per_batch))
+        return cls(*(int(strings[key]) for key in CONFIG_KEYS), index_per_batch=int(index_per_batch),
+                   legacy_to_v2=int(legacy_to_v2))
 
     @classmethod
     def from_struct(cls, value: Mapping[str, int]) -> CleanerConfig:

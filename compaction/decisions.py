@@ -210,16 +210,20 @@ def _transaction_flags(b: BatchInfo, sweep: TransactionSweep, now: int, flags: n
 
 
 def batch_outcome(plan: BatchPlan, kept: int, kept_tombstone: bool, now: int, delete_retention_ms: int,
-                  inner_magic_differs: bool = False) -> Outcome:
+                  inner_magic_differs: bool = False, legacy_to_v2: bool = False) -> Outcome:
     """MemoryRecords.filterTo for one batch, given how many records stay. A legacy wrapper
     holding an inner message of another magic (``inner_magic_differs``, KAFKA-4298) is never
-    written back as stored (filterBatch's writeOriginalBatch is false): it is rebuilt."""
+    written back as stored (filterBatch's writeOriginalBatch is false): it is rebuilt. With
+    ``legacy_to_v2`` (Kafka 4.0 on, KIP-724) no legacy entry is: each is rewritten as v2, and one
+    that keeps a tombstone gets a delete horizon like a v2 batch."""
     b = plan.batch
     if plan.delete:
         return Outcome(DROP)
     if kept:
-        needs_horizon = b.magic >= 2 and (kept_tombstone or plan.marker_for_empty_txn) and b.delete_horizon_ms is None
-        if kept == b.record_count and not needs_horizon and not inner_magic_differs:
+        converted = b.magic < 2 and legacy_to_v2
+        needs_horizon = (b.magic >= 2 or converted) and (kept_tombstone or plan.marker_for_empty_txn) \
+            and b.delete_horizon_ms is None
+        if kept == b.record_count and not needs_horizon and not inner_magic_differs and not converted:
             return Outcome(COPY)
         return Outcome(REWRITE, now + delete_retention_ms if needs_horizon else None)
     return Outcome(EMPTY) if plan.retain_empty else Outcome(DROP)

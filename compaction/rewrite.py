@@ -94,6 +94,7 @@ class GroupJob:
     direct: bool = True  # the .log written past the page cache (``storage.DirectFile``) where it can be
     sizes: tuple[int, ...] = ()  # of the segments' .log files, as listed (an object store is not asked)
     index_per_batch: bool = True  # the Kafka release's index rule (``conf.releases``: KAFKA-806)
+    legacy_to_v2: bool = True  # the Kafka release rewrites kept v0/v1 entries as v2 (``writers.convert``)
 
     def size_of(self, base: int) -> int | None:
         """The listed size of segment ``base``'s .log, if known."""
@@ -393,17 +394,18 @@ class Rewriter:
         rules of ``compaction.decisions.batch_outcome`` and ``writers.cleaned``."""
         job = self.job
         for k in records.legacy:
-            keep = codes[records.entry == k] <= KEPT_TOMBSTONE
+            codes_k = codes[records.entry == k]
+            keep = codes_k <= KEPT_TOMBSTONE
             batch = chunk.batch(k)
             kept = int(np.count_nonzero(keep))
             plan = BatchPlan(BatchInfo.of(batch, 0), 0, *flags[k].tolist())
-            outcome = batch_outcome(plan, kept, False, job.now, job.delete_retention_ms,
-                                    kept > 0 and batch.inner_magic_differs)
-            out = output_bytes(batch, outcome, keep)
+            outcome = batch_outcome(plan, kept, bool((codes_k == KEPT_TOMBSTONE).any()), job.now,
+                                    job.delete_retention_ms, kept > 0 and batch.inner_magic_differs, job.legacy_to_v2)
+            out = output_bytes(batch, outcome, keep, job.legacy_to_v2)
             if out is None:
                 yield k, Output(None)
                 continue
-            made = Batch(batch.path, out, 0, len(out), 0)  # a legacy entry sits at its last kept offset
+            made = Batch(batch.path, out, 0, len(out), 0)  # a legacy entry sits at its last kept offset, so does a v2 one
             yield k, Output(out, made.last_offset, made.max_timestamp, made.last_offset,
                             records_written(batch, outcome, keep, made))
 

@@ -44,7 +44,8 @@ class PartitionToClean:
         """From a plan row (``planner.build.PLAN_SCHEMA``'s columns)."""
         release = releases.resolve(row["kafka_version"] or releases.DEFAULT.name)
         return cls(**{name: row[name] for name in PLAN_COLUMNS if name != "total_bytes"},
-                   total_bytes=row["total_bytes"] or 0, config=CleanerConfig.of(row["config"], release.index_per_batch),
+                   total_bytes=row["total_bytes"] or 0, config=CleanerConfig.of(row["config"], release.index_per_batch,
+                                                                                release.legacy_to_v2),
                    retain_last_empty_at=retain_last_empty_at(release, row["first_uncleanable_dirty_offset"],
                                                              row["high_watermark"], row["log_end_offset"]))
 

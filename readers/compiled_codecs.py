@@ -27,7 +27,9 @@ from kcompact.readers.c_routines import I32, I64, POINTER, VOID, bind, routine
 
 # Status of a compiled call: every section done, the arena is full, or section i is the caller's.
 DONE, ROOM, CALLER = range(3)
-_ZSTD_DST_TOO_SMALL = 70  # ZSTD_error_dstSize_tooSmall
+# ZSTD_error_dstSize_tooSmall: libzstd returns an error as minus its code (what ZSTD_getErrorCode
+# undoes, a function zstandard 0.23's cffi module does not export)
+_ZSTD_DST_TOO_SMALL = 70
 _LZ4F_VERSION = 100
 _GUESS = 4  # first arena: this many times the compressed bytes (untouched pages cost nothing)
 # Past this the arena stops growing and the section goes to the caller's streaming decoder: a zstd
@@ -61,7 +63,7 @@ if LZ4_LIBRARY is not None:
            for name in ("LZ4F_decompress", "LZ4F_isError", "LZ4F_resetDecompressionContext")})
 if ZSTD_LIBRARY is not None:
     bind({f"kcompact_{name}": int(ZSTD_LIBRARY.ffi.cast("uintptr_t", ZSTD_LIBRARY.ffi.addressof(ZSTD_LIBRARY.lib, name)))
-           for name in ("ZSTD_decompressDCtx", "ZSTD_isError", "ZSTD_getErrorCode")})
+           for name in ("ZSTD_decompressDCtx", "ZSTD_isError")})
 # The codecs the compiled call decodes, as a bit mask over codec ids.
 NATIVE = (1 << codecs.LZ4 if LZ4_LIBRARY is not None else 0) | (1 << codecs.ZSTD if ZSTD_LIBRARY is not None else 0)
 
@@ -71,7 +73,6 @@ lz4f_is_error = routine("kcompact_LZ4F_isError", I32, (I64,))
 _lz4f_reset = routine("kcompact_LZ4F_resetDecompressionContext", VOID, (POINTER,))
 _zstd_decompress = routine("kcompact_ZSTD_decompressDCtx", I64, (POINTER, POINTER, I64, POINTER, I64))
 zstd_is_error = routine("kcompact_ZSTD_isError", I32, (I64,))
-_zstd_error_code = routine("kcompact_ZSTD_getErrorCode", I32, (I64,))
 _LZ4_ID, _ZSTD_ID = codecs.LZ4, codecs.ZSTD
 
 
@@ -108,7 +109,7 @@ def _decompress(src, codec, starts, ends, arena, pos, i, out_end, lz4_ctx, zstd_
             n = _zstd_decompress((zstd_ctx, arena.ctypes.data + pos, arena.shape[0] - pos,
                                   src.ctypes.data + starts[i], ends[i] - starts[i]))
             if zstd_is_error((n,)):
-                return (ROOM if _zstd_error_code((n,)) == _ZSTD_DST_TOO_SMALL else CALLER), i, pos
+                return (ROOM if -n == _ZSTD_DST_TOO_SMALL else CALLER), i, pos
             new = pos + n
         else:
             new = _lz4_frames(lz4_ctx, src, starts[i], ends[i], arena, pos)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kcompact.readers.batch import Batch
+from kcompact.writers.convert import legacy_as_v2
 from kcompact.writers.legacy import rebuild_wrapper
 from kcompact.writers.rebuild import empty, rebuild
 
@@ -27,10 +28,11 @@ class Outcome:
     delete_horizon_ms: int | None = None  # to stamp (REWRITE), else None
 
 
-def output_bytes(batch: Batch, outcome: Outcome, keep: np.ndarray | None) -> bytes | None:
+def output_bytes(batch: Batch, outcome: Outcome, keep: np.ndarray | None, legacy_to_v2: bool = False) -> bytes | None:
     """The bytes a batch becomes, or None when it is dropped. A legacy (v0/v1) entry is
-    copied, dropped, or (a compressed wrapper) rebuilt around its kept inner messages; it has
-    no empty form, and Kafka's cleaner fails on one it must keep empty."""
+    copied, dropped, or rebuilt: as a v2 batch with ``legacy_to_v2`` (Kafka 4.0 on, which never
+    copies one), else (a compressed wrapper) around its kept inner messages in its own magic. It
+    has no empty form, and Kafka's cleaner fails on one it must keep empty."""
     if outcome.kind == DROP:
         return None
     if outcome.kind == COPY:
@@ -42,7 +44,7 @@ def output_bytes(batch: Batch, outcome: Outcome, keep: np.ndarray | None) -> byt
                              "the cleaning round): empty batches are only supported for magic v2 and above, "
                              "so Kafka's cleaner fails here too")
         assert outcome.kind == REWRITE and keep is not None
-        return rebuild_wrapper(batch, keep)
+        return legacy_as_v2(batch, keep, outcome.delete_horizon_ms) if legacy_to_v2 else rebuild_wrapper(batch, keep)
     if outcome.kind == EMPTY:
         return empty(batch)
     assert outcome.kind == REWRITE and keep is not None

@@ -1,5 +1,19 @@
-"""Kafka's compression codecs, encoded the way Kafka's Java client frames them (the decoders,
-and the codec numbers, are ``readers.codecs``).
+"""Kafka's compression codecs, encoded byte for byte as Kafka's cleaner compresses a rebuilt batch
+(``Compression.wrapForOutput`` of every release from 3.9 on, at the codec's default level; the
+decoders, and the codec numbers, are ``readers.codecs``):
+
+- gzip: Java's GZIPOutputStream around zlib's raw deflate at level 6: a 10-byte header with no
+  time and OS byte 255 (what Java 16 and later write, JDK-8244706), the deflate stream, CRC-32
+  and size. zlib's deflate writes the same stream whether it gets the input whole or in Java's
+  8 KiB and 16 KiB buffers.
+- snappy: snappy-java's xerial framing (16-byte header, 32 KiB blocks each behind its length).
+  Kafka's blocks come from Google's C++ snappy 1.1.10; cramjam's Rust encoder writes the same
+  blocks for inputs of about 8 KiB and more, not for every smaller one (docs/compaction-semantics.md).
+- lz4: Kafka's Lz4BlockOutputStream: an LZ4 frame of independent 64 KiB blocks, no checksums,
+  no content size (liblz4's frame API writes exactly that).
+- zstd: zstd-jni's ZstdOutputStreamNoFinalizer at level 3: a streamed frame (no content size),
+  a flush, then the end (an empty last block). Byte-identical with libzstd 1.5.6, the version
+  every release ships, hence zstandard 0.23 (setup.cfg).
 
 zstd goes through python-zstandard with one compression context per thread, reused: a context
 made per call (as one-shot APIs do) costs more than compressing a batch of a few KiB. A reused
@@ -8,8 +22,9 @@ context writes the same frames as a fresh one.
 
 from __future__ import annotations
 
-import gzip
+import struct
 import threading
+import zlib
 
 import cramjam
 import lz4.frame
@@ -20,6 +35,10 @@ from kcompact.readers.codecs import GZIP, INT32, LZ4, NONE, SNAPPY, XERIAL_HEADE
 
 XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size, as Kafka uses it
 ZSTD_LEVEL = 3  # the level Kafka's producer and cleaner use by default
+GZIP_LEVEL = 6  # zlib's default, Java's Deflater.DEFAULT_COMPRESSION
+# Java's gzip header: magic, deflate, no flags, no time, no extra flags, OS 255 ("unknown")
+GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+_GZIP_TRAILER = struct.Struct("<II")  # CRC-32 and size mod 2^32
 _contexts = threading.local()
 
 
@@ -27,7 +46,7 @@ def compress(codec: int, data: bytes) -> bytes:
     if codec == NONE:
         return bytes(data)
     if codec == GZIP:
-        return gzip.compress(data, compresslevel=6, mtime=0)
+        return _gzip_encode(data)
     if codec == SNAPPY:
         return _snappy_encode(data)
     if codec == LZ4:
@@ -40,8 +59,21 @@ def compress(codec: int, data: bytes) -> bytes:
             store_size=False,
         )
     if codec == ZSTD:
-        return _zstd_compressor().compress(data)
+        return _zstd_encode(data)
     raise CodecError(f"unknown compression codec {codec}")
+
+
+def _gzip_encode(data: bytes) -> bytes:
+    deflate = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+    body = deflate.compress(data) + deflate.flush()
+    return GZIP_HEADER + body + _GZIP_TRAILER.pack(zlib.crc32(data), len(data) & 0xFFFFFFFF)
+
+
+def _zstd_encode(data: bytes) -> bytes:
+    """As zstd-jni's stream: the input (size unknown), a flush, then the frame's end."""
+    stream = _zstd_compressor().compressobj()
+    return (stream.compress(data) + stream.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+            + stream.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH))
 
 
 def _snappy_encode(data: bytes) -> bytes:

@@ -43,11 +43,14 @@ _zstd_pledge = routine("kcompact_ZSTD_CCtx_setPledgedSrcSize", I64, (POINTER, I6
 _zstd_compress = routine("kcompact_ZSTD_compressStream2", I64, (POINTER, POINTER, POINTER, I32))
 _zstd_bound = routine("kcompact_ZSTD_compressBound", I64, (I64,))
 _LZ4_ID, _ZSTD_ID = LZ4, ZSTD
+_ZSTD_ROOM = 16  # a streamed frame's end past ZSTD_compressBound: the empty last block
 
 # How Kafka's Java client frames lz4 (``writers.codecs.compress``), as an LZ4F_preferences_t: 64 KiB
 # independent blocks, no checksums, no content size, level 0, no auto-flush (fourteen 32-bit fields).
 _LZ4_PREFERENCES = np.array([4, 1] + [0] * 12, np.int32)
-_ZSTD_RESET_SESSION, _ZSTD_END = 1, 2
+_ZSTD_RESET_SESSION = 1
+_ZSTD_CONTINUE, _ZSTD_FLUSH, _ZSTD_END = 0, 1, 2  # ZSTD_EndDirective
+_ZSTD_UNKNOWN_SIZE = -1  # ZSTD_CONTENTSIZE_UNKNOWN as a signed 64-bit value
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -57,17 +60,18 @@ def _compress(src, codec, starts, ends, out, pos, i, out_end, cctx, lz4_preferen
     while i < starts.shape[0]:
         c, size = codec[i], ends[i] - starts[i]
         if c == _ZSTD_ID:
-            if pos + _zstd_bound((size,)) > out.shape[0]:
+            if pos + _zstd_bound((size,)) + _ZSTD_ROOM > out.shape[0]:
                 return ROOM, i, pos
-            # python-zstandard's ZstdCompressor.compress: a new session, its size pledged, one end call
+            # as ``writers.codecs``: a new session of unknown size, the input, a flush, the end
             _zstd_reset((cctx, _ZSTD_RESET_SESSION))
-            if zstd_is_error((_zstd_pledge((cctx, size)),)):
+            if zstd_is_error((_zstd_pledge((cctx, _ZSTD_UNKNOWN_SIZE)),)):
                 return CALLER, i, pos
             buffers[0], buffers[1], buffers[2] = src.ctypes.data + starts[i], size, 0
             buffers[3], buffers[4], buffers[5] = out.ctypes.data + pos, out.shape[0] - pos, 0
-            left = _zstd_compress((cctx, buffers.ctypes.data + 24, buffers.ctypes.data, _ZSTD_END))
-            if zstd_is_error((left,)) or left != 0:
-                return CALLER, i, pos
+            for mode in (_ZSTD_CONTINUE, _ZSTD_FLUSH, _ZSTD_END):
+                left = _zstd_compress((cctx, buffers.ctypes.data + 24, buffers.ctypes.data, mode))
+                if zstd_is_error((left,)) or buffers[2] != size or (mode != _ZSTD_CONTINUE and left != 0):
+                    return CALLER, i, pos
             n = np.int64(buffers[5])
         elif c == _LZ4_ID:
             if pos + _lz4f_bound((size, lz4_preferences.ctypes.data)) > out.shape[0]:

@@ -277,7 +277,9 @@ def cleaner_checkpoint(log_dir: Path) -> dict[tuple[str, int], int]:
 
 
 TOPIC_ARGS = ["lg-*:cleanup.policy=compact,delete.retention.ms=600000,min.cleanable.dirty.ratio=0.01",
-              "lg-lat1:index.interval.bytes=0", "lg-end:segment.bytes=100"]
+              "lg-lat1:index.interval.bytes=0"]
+# segment.bytes under 1 MiB: accepted by 3.9; from 4.1 only as the internal override (KAFKA-19080)
+END_SEGMENTS = {"3.9.2": "lg-end:segment.bytes=100", "4.3": "lg-end:internal.segment.bytes=100"}
 X = b"compressible " * 8
 
 
@@ -320,12 +322,11 @@ def build(a: Path) -> dict:
     return inputs
 
 
-def compact(path: Path, report: Path | None = None) -> int:
-    # 3.9.2: v0/v1 entries kept or rebuilt in their own magic (4.0 on rewrites them as v2), the
-    # round's last emptied batch kept (KAFKA-17076), index entries per batch (KAFKA-806)
-    args = ["compact", str(path), "--now", str(NOW), "--kafka-version", "3.9.2"] + (
-        ["--report", str(report)] if report else [])
-    for t in TOPIC_ARGS:
+def compact(path: Path, report: Path | None = None, kafka_version: str = "3.9.2") -> int:
+    """Kafka 3.9.2's cleaner by default: the tests below are 3.9's (legacy entries kept as they are)."""
+    args = ["compact", str(path), "--now", str(NOW), "--kafka-version", kafka_version]
+    args += ["--report", str(report)] if report else []
+    for t in [*TOPIC_ARGS, END_SEGMENTS[kafka_version]]:
         args += ["--topic-config", t]
     return main(args)
 
@@ -404,12 +405,11 @@ def test_v1_log_append_time_wrapper_keeps_the_append_time_and_indexes_point_at_i
     inner = inner_messages(wrapper)
     assert [(m.offset, m.attributes, m.timestamp) for m in inner] == [(0, ATTR_LAT, LAT), (2, ATTR_LAT, LAT)]
     assert data[:sizes[0]] == lg.inputs["lat1"][0][0] and data[sizes[0] + sizes[1]:] == lg.inputs["lat1"][0][2]
-    # index.interval.bytes 0, KAFKA-806's rule: an entry at every batch after the first, naming its
-    # last offset (the rebuilt wrapper's 3, then 4) and its start; the max timestamp (LAT) is the
-    # wrapper's, at its offset 3, so the one time entry (3.9.0 and 4.0.0 append the whole segment
-    # at once, so no offset entry: tests/e2e/test_cleaner_chunks.py)
-    assert seg_path(part(lg, "lat1"), 0, "index").read_bytes() == OFFSET_ENTRY.pack(3, sizes[0]) + OFFSET_ENTRY.pack(
-        4, sizes[0] + sizes[1])
+    # index.interval.bytes 0 and 3.9.2's per-batch rule (KAFKA-806): an offset entry at every batch
+    # after the first (its last offset, its position); the time entry at the wrapper, which brings the
+    # max timestamp (LAT, offset 3); the closing one is not larger
+    assert seg_path(part(lg, "lat1"), 0, "index").read_bytes() == \
+        OFFSET_ENTRY.pack(3, sizes[0]) + OFFSET_ENTRY.pack(4, sizes[0] + sizes[1])
     assert seg_path(part(lg, "lat1"), 0, "timeindex").read_bytes() == TIME_ENTRY.pack(LAT, 3)
 
 
@@ -469,6 +469,57 @@ def test_legacy_last_batch_of_the_round_losing_everything_fails_like_kafka(lg):
     (entry,) = lg.e_report["partitions"]
     assert [(g["base_offset"], g["segments"], g["outcome"].split(":")[0]) for g in entry["groups"]] == [
         (0, [0], "not written"), (1, [1], "failed")]
+
+
+# -- Kafka 4.0 on: every kept legacy entry rewritten as a v2 batch (KIP-724) ------------------------------
+@pytest.fixture(scope="module")
+def lg4(spark, tmp_path_factory):
+    a = tmp_path_factory.mktemp("legacy4") / "a"
+    inputs = build(a)
+    return SimpleNamespace(a=a, inputs=inputs, code=compact(a, kafka_version="4.3"), verify_after=verify_log_dir(str(a)))
+
+
+def v2_batches(part_dir: Path) -> list[tuple]:
+    """kafka-python's view of segment 0's v2 batches: (base offset, last offset, codec, timestamp type,
+    first timestamp, max timestamp, producer id, leader epoch, delete horizon bit, records)."""
+    out = []
+    for batch in MemoryRecords(seg_path(part_dir, 0, "log").read_bytes()):
+        assert batch.magic == 2 and batch.validate_crc()
+        out.append((batch.base_offset, batch.base_offset + batch.last_offset_delta, batch.compression_type,
+                    batch.timestamp_type, batch.first_timestamp, batch.max_timestamp, batch.producer_id,
+                    batch.leader_epoch, bool(batch.attributes & 0x40),
+                    [(r.offset, r.timestamp, r.key, r.value) for r in batch]))
+    return out
+
+
+def test_4_x_converts_every_kept_legacy_entry_to_v2(lg4):
+    assert lg4.code == 0 and lg4.verify_after == []
+    assert cleaner_checkpoint(lg4.a) == {("lg-gzip1", 0): 6, ("lg-snappy0", 0): 7, ("lg-lat1", 0): 5,
+                                         ("lg-lz40", 0): 4, ("lg-whole", 0): 6, ("lg-tomb", 0): 6,
+                                         ("lg-mixed", 0): 4}
+    p = lambda name: lg4.a / f"lg-{name}-0"  # noqa: E731
+    # v1 gzip wrapper keeping 1 b, 3 d: one v2 gzip batch from 1 to 3, CreateTime, no producer, no leader epoch
+    gzip1 = v2_batches(p("gzip1"))
+    assert gzip1[0] == (1, 3, codecs.GZIP, 0, T + 2, T + 5, -1, -1, False, [(1, T + 2, b"b", X), (3, T + 5, b"d", X)])
+    assert seg_path(p("gzip1"), 0, "log").read_bytes().endswith(lg4.inputs["gzip1"][0][1])  # v2 4 a, 5 c copied
+    # v0 snappy wrapper keeping 2 a, 3 c; v0 4 keyless dropped; v0 5 b kept whole, still converted: timestamps -1
+    assert v2_batches(p("snappy0"))[:2] == [(2, 3, codecs.SNAPPY, 0, -1, -1, -1, -1, False, [(2, -1, b"a", X), (3, -1, b"c", X)]),
+                                            (5, 5, 0, 0, -1, -1, -1, -1, False, [(5, -1, b"b", b"v5")])]
+    # v1 lz4 LogAppendTime wrapper keeping 1 a, 3 c: the append time stays the batch's
+    assert v2_batches(p("lat1"))[1] == (1, 3, codecs.LZ4, 1, LAT, LAT, -1, -1, False, [(1, LAT, b"a", X), (3, LAT, b"c", X)])
+    assert v2_batches(p("lz40"))[0][:3] == (1, 2, codecs.LZ4)  # magic 2's lz4 frame: kafka-python reads it
+    # v1 snappy wrapper losing nothing: converted all the same; v1 gzip wrapper losing everything: dropped
+    whole = v2_batches(p("whole"))
+    assert [b[:3] for b in whole] == [(0, 1, codecs.SNAPPY), (4, 5, 0)]
+    # a kept legacy tombstone: its v2 batch gets a delete horizon, now + delete.retention.ms
+    tomb = MemoryRecords(seg_path(p("tomb"), 0, "log").read_bytes())
+    tomb.next_batch()
+    stamped = tomb.next_batch()
+    assert (stamped.base_offset, stamped.first_timestamp, bool(stamped.attributes & 0x40)) == (2, NOW + RET, True)
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in stamped] == [(2, T, b"t2", None)]
+    # KAFKA-4298's mixed wrapper (v0 messages in a v1 wrapper): their timestamps are -1
+    assert v2_batches(p("mixed"))[1] == (1, 2, codecs.GZIP, 0, -1, -1, -1, -1, False,
+                                         [(1, -1, b"a", b"old format a"), (2, -1, b"b", b"old format b")])
 
 
 @pytest.mark.parametrize("codec", WRAPPER_CODECS, ids=CODEC_IDS)

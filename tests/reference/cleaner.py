@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from kcompact.conf import releases
 from kcompact.conf.releases import Release
-from kcompact.readers.batch import LOG_APPEND_TIME, Batch
+from kcompact.readers.batch import CREATE_TIME, LOG_APPEND_TIME, Batch
 from kcompact.readers.indexes import AbortedTxn
 from kcompact.readers.records import ABORT, COMMIT, Record, control_type
 from tests.reference import encode
@@ -133,6 +133,7 @@ class LogFilter:
     upper_bound_offset_of_cleaning_round: int | None
     current_time: int
     discard_batch_records: bool = False
+    legacy_to_v2: bool = False  # Kafka 4.0 on (KIP-724): kept v0/v1 entries are rebuilt as v2
 
     def check_batch_retention(self, batch: Batch) -> tuple[str, bool]:
         """(BatchRetention, containsMarkerForEmptyTxn)."""
@@ -194,11 +195,15 @@ def filter_to(batches: list[Batch], log_filter: LogFilter, write_capacity: int) 
         records = batch.records()
         retained = [r for r in records if log_filter.should_retain_record(batch, r)]
         # filterBatch: the original bytes stay only when every record stays, all of the batch's magic
-        write_original = len(retained) == len(records) and not (batch.magic < 2 and batch.inner_magic_differs)
+        # (3.9), or only when every record stays in a v2 batch (4.0 on)
+        converts = batch.magic < 2 and log_filter.legacy_to_v2
+        write_original = len(retained) == len(records) and not (batch.magic < 2 and batch.inner_magic_differs) \
+            and not converts
         contains_tombstones = any(r.value is None for r in retained)
         if retained:
             has_horizon = batch.magic >= 2 and batch.has_delete_horizon
-            need_horizon = batch.magic >= 2 and (contains_tombstones or marker_for_empty_txn) and not has_horizon
+            need_horizon = (batch.magic >= 2 or converts) and (contains_tombstones or marker_for_empty_txn) \
+                and not has_horizon
             if write_original and not need_horizon:
                 result.output += batch.data
                 result.update_retained_batch_metadata(batch.max_timestamp, batch.last_offset, batch.last_offset)
@@ -222,12 +227,17 @@ def _build_retained(batch: Batch, retained: list[Record], log_filter: LogFilter,
     """buildRetainedRecordsInto: the delete horizon is now + delete.retention.ms when it must be
     set, else the batch's own (or none)."""
     log_append_time = batch.max_timestamp if batch.timestamp_type == LOG_APPEND_TIME else -1
-    if batch.magic < 2:
+    if batch.magic < 2 and not log_filter.legacy_to_v2:
         return encode.rebuild_legacy_wrapper(batch.magic, batch.codec, batch.timestamp_type, log_append_time, retained)
     if need_horizon:
         horizon = log_filter.current_time + log_filter.delete_retention_ms
     else:
         horizon = batch.delete_horizon_ms if batch.has_delete_horizon else -1
+    if batch.magic < 2:  # a magic-2 builder: CreateTime for magic 0, no producer, no leader epoch, no offset override
+        timestamp_type = LOG_APPEND_TIME if batch.timestamp_type == LOG_APPEND_TIME else CREATE_TIME
+        header = encode.V2Header(retained[0].offset, retained[-1].offset, -1, batch.codec, timestamp_type, -1, -1, -1,
+                                 False, False)
+        return encode.rebuild_v2(header, retained, horizon, log_append_time)
     return encode.rebuild_v2(encode.V2Header.of(batch), retained, horizon, log_append_time)
 
 
@@ -351,7 +361,7 @@ class Cleaner:
         """Cleaner.cleanInto: read chunks of the read buffer's size, filter each, append each
         chunk's retained batches to the cleaned segment as one append."""
         log_filter = LogFilter(offset_map, retain_legacy, delete_retention_ms, transaction_metadata, active,
-                               upper_bound_of_round, now)
+                               upper_bound_of_round, now, legacy_to_v2=self.release.legacy_to_v2)
         position = 0
         while position < source.size:
             result = filter_to(self._complete_batches(source, position), log_filter, self.write_capacity)

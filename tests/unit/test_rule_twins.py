@@ -264,19 +264,21 @@ def test_outcomes_agree_with_batch_outcome(facts):
 
 
 # -- the rewrite's rendering and rebuild, batch by batch ------------------------------------------
-def group_job(case: dict) -> GroupJob:
+def group_job(case: dict, legacy_to_v2: bool = False) -> GroupJob:
     return GroupJob(path="mem", group=0, base_offset=0, segments=(0,), mtime_ms=case["mtime"], aborted=(),
                     index_interval_bytes=4096, max_index_bytes=1 << 20, buffers=BufferSizes(1 << 20, 1 << 20, 1 << 20),
-                    delete_retention_ms=RET, now=case["now"], latest_offset=case["latest"], first_dirty=0)
+                    delete_retention_ms=RET, now=case["now"], latest_offset=case["latest"], first_dirty=0,
+                    legacy_to_v2=legacy_to_v2)
 
 
 @TWINS
-@given(cleanings())
-def test_rendered_chunk_agrees_with_rebuild_batch_by_batch(case):
+@given(cleanings(), st.booleans())
+def test_rendered_chunk_agrees_with_rebuild_batch_by_batch(case, legacy_to_v2):
     """A chunk as the rewrite renders it (fates, ``_outcomes``, one compiled splice, compiled
     compression, one framing call) against each batch made alone: the reference cleaner's
     shouldRetainRecord for its records, ``batch_outcome``, then ``writers.cleaned.output_bytes``
-    (``writers.rebuild.rebuild`` or ``empty`` for a v2 batch): the same bytes, batch for batch."""
+    (``writers.rebuild.rebuild`` or ``empty`` for a v2 batch; a legacy entry kept as it is, or
+    converted to v2 with ``legacy_to_v2``): the same bytes, batch for batch."""
     chunk = chunk_of(case["data"])
     flags = planned_flags(chunk, case["now"], case["mtime"], case["discard"])
     reference = reference_filter(case)
@@ -289,18 +291,19 @@ def test_rendered_chunk_agrees_with_rebuild_batch_by_batch(case):
         records = batch.records()
         keep = np.array([reference.should_retain_record(batch, r) for r in records], bool)
         kept = int(keep.sum())
-        kept_tombstone = batch.magic == 2 and any(r.value is None for r, kept_r in zip(records, keep) if kept_r)
+        kept_tombstone = any(r.value is None for r, kept_r in zip(records, keep) if kept_r)
         plan = BatchPlan(BatchInfo.of(batch, 0), 0, *map(bool, flags[k]))
-        outcome = batch_outcome(plan, kept, kept_tombstone, case["now"], RET, kept > 0 and batch.inner_magic_differs)
+        outcome = batch_outcome(plan, kept, kept_tombstone, case["now"], RET, kept > 0 and batch.inner_magic_differs,
+                                legacy_to_v2)
         try:
-            out = cleaned.output_bytes(batch, outcome, keep)
+            out = cleaned.output_bytes(batch, outcome, keep, legacy_to_v2)
         except ValueError:  # a legacy entry that must be kept empty: Kafka's cleaner fails on it
             refused = True
             break
         made = None if out is None else Batch("mem.log", out, 0, len(out), 0)
         expected.append((out, 0 if made is None else cleaned.records_written(batch, outcome, keep, made)))
 
-    rewriter = Rewriter(group_job(case), None, render=True)
+    rewriter = Rewriter(group_job(case, legacy_to_v2), None, render=True)
     decoded = rewriter._decode(chunk, flags)
     mapped = looked_up(chunk, decoded.records, decoded.waits, case["mapped"])
     try:

@@ -11,7 +11,7 @@ from kcompact.conf.resolve import Config
 from kcompact.planner.build import PLAN_SCHEMA
 from kcompact.planner.plan import Plan
 
-CONFIG_FIELDS = [name for name in CleanerConfig.__dataclass_fields__ if name != "index_per_batch"]
+CONFIG_FIELDS = [name for name in CleanerConfig.__dataclass_fields__ if name not in ("index_per_batch", "legacy_to_v2")]
 
 
 def strings(topic: str) -> dict[str, str]:
@@ -33,6 +33,7 @@ def test_cleaner_config_by_kafkas_names():
     config = CleanerConfig.of(given)
     assert [getattr(config, name) for name in CONFIG_FIELDS] == [int(given[k]) for k in CONFIG_KEYS]
     assert config.index_per_batch == 1 and CleanerConfig.of(given, index_per_batch=False).index_per_batch == 0
+    assert config.legacy_to_v2 == 1 and CleanerConfig.of(given, legacy_to_v2=False).legacy_to_v2 == 0
     assert config.segment_bytes == 4096 and config.io_buffer_size == int(given["log.cleaner.io.buffer.size"])
     assert config.cleaner_threads == int(given["log.cleaner.threads"])
     assert CleanerConfig.of(list(given.items())) == config  # a map as Arrow gives it
