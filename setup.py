@@ -14,6 +14,7 @@ setup(
     package_data={
         "kcompact.conf": ["*.properties"],
         # the compiled kernels built by make install and make dist (readers/kernel_cache.py)
-        "kcompact.readers": ["compiled-kernels/*.json", "compiled-kernels/*/*.nbi", "compiled-kernels/*/*.nbc"],
+        "kcompact.readers": ["compiled-kernels/*.json", "compiled-kernels/*/*.nbi", "compiled-kernels/*/*.nbc",
+                             "compiled-kernels/*/*/*.nbi", "compiled-kernels/*/*/*.nbc"],
     },
 )

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 
 from kcompact import storage
-from kcompact.compaction.model import BatchInfo
-from kcompact.compaction.transactions import TransactionSweep
+from kcompact.compaction.rules.model import BatchInfo
+from kcompact.compaction.rules.transactions import TransactionSweep
 from kcompact.datasource.planning import Split
 from kcompact.datasource.schemas import _PER_BATCH, _RENAMED, ARROW_SCHEMAS
 from kcompact.logdir.splits import OffsetRange
@@ -43,7 +43,7 @@ def read_split(split: Split, mode: str, headers: bool = True) -> Iterator[pa.Rec
 def _committed(batches: Iterator[Batch], aborted: tuple, segment: int) -> Iterator[Batch]:
     """What a read_committed consumer gets: the batches of aborted transactions dropped (the
     aborted transactions the fetch lists, matched to their producers' batches as Kafka's consumer
-    does: ``compaction.transactions.TransactionSweep``), and no control batch. Transactions whose
+    does: ``compaction.rules.transactions.TransactionSweep``), and no control batch. Transactions whose
     marker lies before the first batch read are over: they are not given to the sweep."""
     sweep, first = TransactionSweep(), True
     for batch in batches:

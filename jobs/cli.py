@@ -165,7 +165,7 @@ def _recover(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from kcompact.compaction.status import render, status
+    from kcompact.compaction.reports.status import render, status
 
     rows = status(args.paths, show_idle=args.all)
     if args.json:
@@ -197,7 +197,7 @@ def _state_command(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from kcompact.compaction.report import blocked_rows
+    from kcompact.compaction.reports.report import blocked_rows
     from kcompact.planner import output
 
     config = _config(args, args.paths)
@@ -275,7 +275,7 @@ def _ticker(spark, say: Callable[[str], None], what: str, total_bytes: int | Non
 def _write_report(args: argparse.Namespace, doc: dict, page: bool = True, spark=None, paths=None) -> None:
     """The report, with where and how this run ran (``doc["run"]``) when the document has room for it
     (every command's that runs Spark: ``spark`` is its session)."""
-    from kcompact.compaction.report_html import write_report
+    from kcompact.compaction.reports.report_html import write_report
     from kcompact.jobs.spark import let_go
 
     if "run" in doc:

@@ -54,7 +54,7 @@ def _library(logs: Path) -> None:
     (``writers.rebuild.rebuild``), and a key table that grows."""
     import numpy as np
 
-    from kcompact.compaction.offset_map import KeyTable
+    from kcompact.compaction.cleaning.offset_map import KeyTable
     from kcompact.readers.segment import iter_batches
     from kcompact.writers.rebuild import rebuild
 
@@ -73,7 +73,7 @@ def _library(logs: Path) -> None:
 
 def workload(work: Path) -> None:
     """Every path with kernels, in this process (its driver side) and Spark's workers."""
-    from kcompact.compaction import routing
+    from kcompact.compaction.pipeline import routing
     from kcompact.jobs.cli import main
     from kcompact.tools import generator
 

@@ -86,7 +86,7 @@ def _check_jvm_size(what: str, text: str) -> None:
 
 def parse_conf(item: str) -> tuple[str, str]:
     """``KEY=VALUE`` of a Spark setting (``--spark-conf``, ``KCOMPACT_SPARK_CONF``)."""
-    from kcompact.compaction.settings import check_setting
+    from kcompact.compaction.pipeline.settings import check_setting
 
     key, eq, value = item.partition("=")
     if not eq or not key.startswith("spark."):
@@ -145,7 +145,7 @@ def session(app_name: str, sizing: Sizing | None = None):
         raise CannotStart(cause) from exc
     spark.sparkContext.setLogLevel(os.environ.get("KCOMPACT_SPARK_LOG_LEVEL", "WARN"))
     _note_interrupts()
-    from kcompact.compaction.settings import check_settings
+    from kcompact.compaction.pipeline.settings import check_settings
 
     check_settings(spark)  # before any command writes: spark-submit's --conf comes unchecked
     return spark

@@ -11,7 +11,7 @@ The nightly ``run``, in this order, on one Spark session and one clock (``now``)
    (``operations.retention``);
 2. plan: Kafka's cleaning decision, made on the log as retention left it, so a cleaner
    checkpoint retention raised to the new log start is the first dirty offset;
-3. compaction of every selected partition (``compact``: ``compaction.job.run``, then the last-run
+3. compaction of every selected partition (``compact``: ``compaction.pipeline.job.run``, then the last-run
    stamp).
 """
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from pyspark.sql import SparkSession
 
-    from kcompact.compaction.report import Report
+    from kcompact.compaction.reports.report import Report
     from kcompact.conf.resolve import Config
     from kcompact.operations.deleted import Removal
     from kcompact.operations.recover import RecoveryReport
@@ -209,8 +209,8 @@ def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan:
     command line's progress ticker). ``removal``: an ``operations.deleted.Removal`` the caller
     waits on before it lets the log dirs' locks go (else the replaced files are removed before
     this returns). Returns the report and the plan it followed."""
-    from kcompact.compaction import job
-    from kcompact.compaction.leases import LeaseKeeper
+    from kcompact.compaction.pipeline import job
+    from kcompact.compaction.pipeline.leases import LeaseKeeper
     from kcompact.operations import last_run
     from kcompact.planner.build import plan as build_plan
     from kcompact.planner.output import selected_bytes

@@ -1,5 +1,5 @@
 """A plan, as the planner makes it and the compaction job takes it: one type from ``planner.plan``
-(or ``planner.output.read``) to ``compaction.job.run``, a notebook's DataFrame on request."""
+(or ``planner.output.read``) to ``compaction.pipeline.job.run``, a notebook's DataFrame on request."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 class Plan:
     """Kafka's cleaning decision (and what retention deletes) for every partition of some log dirs:
     one row per partition (``planner.build.PLAN_SCHEMA``), in rank order then by name, held on the
-    driver. The compaction job cleans its selected rows (``compaction.to_clean``)."""
+    driver. The compaction job cleans its selected rows (``compaction.pipeline.to_clean``)."""
 
     table: pa.Table
 

@@ -34,7 +34,7 @@ from kcompact.planner.rules import SegmentFacts, dirty_non_active, first_dirty_o
 _SNAPSHOT = re.compile(r"^(\d{20})\.snapshot$")
 # a problem the planner met reading a file rather than in its bytes (its mode, an object store's
 # refusal, an I/O error): the job fails the partition for it, but does not mark it uncleanable
-# (``compaction.job``): once the operator lets the job read the file, the next run cleans it
+# (``compaction.pipeline.job``): once the operator lets the job read the file, the next run cleans it
 UNREADABLE = "unreadable (retried next run): "
 _SMALL_CHUNK = 64 << 10  # first batches are small; do not fetch 8 MiB of an object to read one
 

@@ -6,10 +6,10 @@ form against them:
 
 - ``keep_record``: Kafka's Cleaner.shouldRetainRecord for one record (with the batch's discard
   decision first), as a bool; the product decides every record of a chunk at once
-  (``compaction.rewrite.fate_codes``).
+  (``compaction.cleaning.rewrite.fate_codes``).
 - ``encode_like``: a v2 batch re-encoded record by record around the kept records, as Kafka's
   MemoryRecordsBuilder writes it; the product splices the kept records' bytes
-  (``writers.rebuild.rebuild`` and the compiled kernels it shares with ``compaction.rewrite``).
+  (``writers.rebuild.rebuild`` and the compiled kernels it shares with ``compaction.cleaning.rewrite``).
 
 Unlike ``tests/reference`` (which shares no rule with the product), these build on the product's
 values (``BatchPlan``) and its plain v2 encoder (``writers.batch.encode_batch``).
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kcompact.compaction.decisions import BatchPlan
+from kcompact.compaction.rules.decisions import BatchPlan
 from kcompact.readers import codecs
 from kcompact.readers.batch import LOG_APPEND_TIME, NO_TIMESTAMP, Batch
 from kcompact.readers.records import Record

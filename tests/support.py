@@ -425,7 +425,7 @@ def use_job_path(request, spark) -> None:
     "threads" (the same by four threads: four key shards), "shared" (every partition treated as larger
     than a task and its map as larger than a task's memory: the map made by many tasks and a shuffle),
     "page cache" (the .log files written through the page cache, ``spark.kcompact.write.direct=false``)."""
-    from kcompact.compaction import routing, settings
+    from kcompact.compaction.pipeline import routing, settings
 
     if request.param == "shared":
         saved, routing.WHOLE_BYTES = routing.WHOLE_BYTES, 0

@@ -53,7 +53,7 @@ def counts(report) -> dict:
 
 def steps(spark: SparkSession, work: Path) -> dict:
     import kcompact
-    from kcompact.compaction import routing
+    from kcompact.compaction.pipeline import routing
     from kcompact.jobs.progress import Ticker
     from kcompact.session import kinds
     from kcompact.tools import generator

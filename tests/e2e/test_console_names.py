@@ -47,7 +47,7 @@ def test_commits_are_numbered_without_a_gap_and_a_pause_during_the_run_is_listed
                                                                                  monkeypatch):
     """An operator pauses orders-1 while it is being cleaned (``kcompact pause``: the job is asked to
     abort it): the commits of the others count 1, 2 and the summary lists orders-1 as paused."""
-    from kcompact.compaction import job
+    from kcompact.compaction.pipeline import job
     from kcompact.operations import states
 
     log_dir = tmp_path / "logs"

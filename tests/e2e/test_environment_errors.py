@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from kcompact.compaction.routing import WORKER_IMPORTS
+from kcompact.compaction.pipeline.routing import WORKER_IMPORTS
 from tests.support import kp_keyed, write_partition
 
 NOW = 1_720_300_000_000
@@ -84,7 +84,7 @@ def test_a_worker_cap_that_holds_the_imports_but_no_cleaning_is_refused_and_the_
     """Was (issue 33 item 2): 600m passed the check, then every partition failed out of memory on
     every run (the first offset table could not be allocated). Refused up front naming the least
     cap that cleans; run again with that cap, the job cleans."""
-    from kcompact.compaction.routing import MIN_WORKER_MEMORY
+    from kcompact.compaction.pipeline.routing import MIN_WORKER_MEMORY
 
     before, log = files(logs), tmp_path / "spark.log"
     code, out, err, _ = kcompact("compact", str(logs), *COMPACT, "--spark-conf", "spark.executor.pyspark.memory=600m",

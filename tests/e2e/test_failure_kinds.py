@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from kcompact.compaction import job
+from kcompact.compaction.pipeline import job
 from kcompact.jobs.cli import main
 from kcompact.planner import build
 from tests.e2e.test_compaction_bad_input import NOW, cleaner_checkpoint, corrupt_partition, recs

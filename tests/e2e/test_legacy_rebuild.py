@@ -28,8 +28,8 @@ from kafka.codec import gzip_decode, gzip_encode, lz4_decode, lz4_decode_old_kaf
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from kcompact.compaction.decisions import COPY, REWRITE, BatchPlan, Outcome, batch_outcome
-from kcompact.compaction.model import BatchInfo
+from kcompact.compaction.rules.decisions import COPY, REWRITE, BatchPlan, Outcome, batch_outcome
+from kcompact.compaction.rules.model import BatchInfo
 from kcompact.jobs.cli import main
 from kcompact.readers import codecs
 from kcompact.readers.records import Record

@@ -3,7 +3,7 @@
 ``spark.executor.pyspark.memory`` caps a Python worker's address space. A partition read whole
 holds its map, two segment groups' output and its ranges in flight; a worker that cannot hold
 them fails with MemoryError (or an mmap refused with ENOMEM). The figures below are the measured
-peaks the job's rule was drawn from (compaction.routing, at WORKER_IMPORTS): the rule must send the
+peaks the job's rule was drawn from (compaction.pipeline.routing, at WORKER_IMPORTS): the rule must send the
 cases that failed down the shared path and keep the ones that fitted whole, and a failure of
 memory must say so, without calling the log uncleanable or the failure transient.
 """
@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 
 import kcompact
-from kcompact.compaction import routing
-from kcompact.compaction.job_result import JobResult
-from kcompact.compaction.report import Report
-from kcompact.compaction.results import IO_ERROR, OUT_OF_MEMORY, failure_of, reason
+from kcompact.compaction.pipeline import routing
+from kcompact.compaction.pipeline.job_result import JobResult
+from kcompact.compaction.reports.report import Report
+from kcompact.compaction.cleaning.results import IO_ERROR, OUT_OF_MEMORY, failure_of, reason
 from kcompact.jobs import cli
 from kcompact.readers.errors import FormatError
 

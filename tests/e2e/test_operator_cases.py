@@ -205,7 +205,7 @@ def tiny_disk(tmp_path):
 
 
 def test_a_full_disk_names_the_mount_the_file_and_the_room_needed(spark, tiny_disk):
-    from kcompact.compaction import job
+    from kcompact.compaction.pipeline import job
     from kcompact.conf import resolve
     from kcompact.planner.build import plan
     from tests.e2e.test_safety import recs

@@ -114,7 +114,7 @@ def test_a_compaction_sends_at_most_40_requests_a_cleaned_partition(s3, s3_serve
 @pytest.fixture
 def shared_path(spark_s3):
     """The job's shared path for every partition (``tests.support.use_job_path``'s "shared")."""
-    from kcompact.compaction import routing
+    from kcompact.compaction.pipeline import routing
 
     saved, routing.WHOLE_BYTES = routing.WHOLE_BYTES, 0
     spark_s3.conf.set(routing.MAP_MEMORY, "0")

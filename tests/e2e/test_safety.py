@@ -19,7 +19,7 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from kcompact.operations import states
-from kcompact.compaction.leases import LeaseKeeper
+from kcompact.compaction.pipeline.leases import LeaseKeeper
 from kcompact.jobs.cli import main
 from tests.support import kp_build, write_partition
 from kcompact.readers.records import Record
@@ -297,7 +297,7 @@ def _plan(spark, log_dir: Path):
 
 
 def test_abort_stops_the_job_at_the_next_group_and_keeps_old_segments(spark, tmp_path):
-    from kcompact.compaction import job
+    from kcompact.compaction.pipeline import job
 
     log_dir = tmp_path / "logs"
     for name in ("a-0", "b-0"):
@@ -364,7 +364,7 @@ def test_a_job_returns_before_its_removal_ends_when_the_caller_takes_it(spark, t
     """Given a ``Removal``, ``job.run`` returns with the replaced files still being removed (the
     command line writes its report meanwhile); ``wait`` ends it."""
     from kcompact import storage
-    from kcompact.compaction import job
+    from kcompact.compaction.pipeline import job
     from kcompact.operations.deleted import Removal
 
     part = dirty_partition(tmp_path / "logs" / "a-0")
@@ -389,7 +389,7 @@ def test_a_job_stopped_mid_commit_still_removes_what_it_committed(spark, tmp_pat
     """An error (or a Ctrl-C) between two partitions' commits: the first partition is committed,
     its replaced files go all the same; the second keeps its segments (and its ``.cleaned``
     files, for recovery to remove, as after any interrupted job)."""
-    from kcompact.compaction import committing, job
+    from kcompact.compaction.pipeline import committing, job
     from kcompact.operations.deleted import Removal
 
     log_dir = tmp_path / "logs"
@@ -419,7 +419,7 @@ def test_a_full_disk_at_the_checkpoint_frees_the_replaced_files_first(spark, tmp
     checkpoint (ENOSPC), the partition's replaced files go at once and the checkpoint is written."""
     import errno
 
-    from kcompact.compaction import job
+    from kcompact.compaction.pipeline import job
     from kcompact.operations import commit
 
     part = dirty_partition(tmp_path / "logs" / "a-0")
@@ -464,7 +464,7 @@ def test_io_error_during_commit_leaves_old_or_new_and_is_retried_next_run(spark,
     import errno
 
     from kcompact import storage
-    from kcompact.compaction import job
+    from kcompact.compaction.pipeline import job
 
     log_dir = tmp_path / "logs"
     dirty_partition(log_dir / "a-0")
@@ -505,7 +505,7 @@ def tiny_disk(tmp_path):
 def test_disk_full_while_writing_cleaned_segments(spark, tiny_disk):
     """Executors run out of space writing .cleaned files: the partition is reported and left as it
     was (no partial file), not marked uncleanable; once there is room, the next run cleans it."""
-    from kcompact.compaction import job
+    from kcompact.compaction.pipeline import job
 
     log_dir = tiny_disk / "logs"
     write_partition(log_dir / "big-0", [(0, [recs(0, [b"k%d" % i for i in range(30)], 1500)]),
@@ -531,7 +531,7 @@ def test_disk_full_while_writing_cleaned_segments(spark, tiny_disk):
 
 def test_lease_length_is_a_job_option(spark, tmp_path):
     """``--lease-ms`` on compact and run; the lease a job writes says how long it stands unrenewed."""
-    from kcompact.compaction import job
+    from kcompact.compaction.pipeline import job
     from kcompact.jobs.cli import build_parser
 
     for command in ("compact", "run"):

@@ -6,7 +6,7 @@ a commit runs the job's driver-side commit here, without Spark, on ``.cleaned`` 
 ``kcompact compact`` wrote (it was killed just before its first ``.swap`` rename): per
 partition, in the job's order, the job's own commit step (``operations.commit.commit_cleaned``:
 the swap of the segments below the cleaned range's end, then the cleaner checkpoint); then the
-removal of the ``.deleted`` files (``operations.deleted``), as ``compaction.job`` commits. The
+removal of the ``.deleted`` files (``operations.deleted``), as ``compaction.pipeline.job`` commits. The
 ``recover`` action runs the command line's own ``recover``.
 
     python tests/faults/fork_driver.py TASK.json

@@ -56,6 +56,6 @@ if os.environ.get("KCOMPACT_S3_FAULTS") and not os.environ.get("_KCOMPACT_S3_FAU
         setattr(storage, _name, _counted(_name, getattr(storage, _name)))
 
     if os.environ.get("KCOMPACT_S3_LEASE_MS"):
-        from kcompact.compaction.leases import LeaseKeeper
+        from kcompact.compaction.pipeline.leases import LeaseKeeper
 
         LeaseKeeper.__init__.__defaults__ = (None, int(os.environ["KCOMPACT_S3_LEASE_MS"]))

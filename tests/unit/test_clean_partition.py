@@ -1,4 +1,4 @@
-"""One partition cleaned by ``compaction.backward.clean_partition`` (no Spark): by one thread or
+"""One partition cleaned by ``compaction.cleaning.backward.clean_partition`` (no Spark): by one thread or
 several (key shards, ranges decoded ahead and rendered behind, a group written while the one
 before it is read) the same files, the records Kafka's rule keeps, and a failure that stops the
 partition at the failing group with nothing of it left behind."""
@@ -12,11 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from kcompact.compaction import backward, batch_plans, job, rewrite
-from kcompact.compaction.backward import clean_partition
-from kcompact.compaction.cleaner_config import CleanerConfig
-from kcompact.compaction.results import IO_ERROR, OUT_OF_MEMORY
-from kcompact.compaction.to_clean import PartitionToClean
+from kcompact.compaction.cleaning import backward, rewrite
+
+from kcompact.compaction.pipeline import batch_plans, job
+from kcompact.compaction.cleaning.backward import clean_partition
+from kcompact.compaction.rules.cleaner_config import CleanerConfig
+from kcompact.compaction.cleaning.results import IO_ERROR, OUT_OF_MEMORY
+from kcompact.compaction.pipeline.to_clean import PartitionToClean
 from kcompact.conf.resolve import Config
 from tests.support import kp_batches, kp_keyed, seg_path, write_partition
 
@@ -178,7 +180,7 @@ def test_a_failed_write_stops_the_partition_before_the_groups_below(tmp_path, sm
 
 def test_map_shards_split_keys_evenly_enough():
     """The shard of a key is bits of its hash the index does not place by: every shard gets keys."""
-    from kcompact.compaction.offset_map import shard_of
+    from kcompact.compaction.cleaning.offset_map import shard_of
 
     hashes = np.random.default_rng(1).integers(-(1 << 63), (1 << 63) - 1, 4096, dtype=np.int64)
     counts = np.bincount([shard_of(int(h), 4) for h in hashes], minlength=4)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kcompact.compaction.decisions import (
+from kcompact.compaction.rules.decisions import (
     COPY,
     DROP,
     EMPTY,
@@ -28,8 +28,8 @@ from kcompact.compaction.decisions import (
     retain_last_empty_at,
 )
 from kcompact.conf.releases import resolve
-from kcompact.compaction.model import BatchInfo, SegmentInfo, infos_at, table_of
-from kcompact.compaction.transactions import TransactionSweep, collect_aborted, last_of_active_producers
+from kcompact.compaction.rules.model import BatchInfo, SegmentInfo, infos_at, table_of
+from kcompact.compaction.rules.transactions import TransactionSweep, collect_aborted, last_of_active_producers
 from kcompact.readers.indexes import AbortedTxn, OffsetEntry
 from kcompact.readers.records import ABORT, COMMIT
 from tests.oracles import keep_record

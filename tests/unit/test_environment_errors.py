@@ -18,7 +18,7 @@ from botocore.exceptions import (ClientError, ConnectTimeoutError, EndpointConne
 from s3fs.errors import translate_boto_error
 
 from kcompact import storage
-from kcompact.compaction import routing, settings
+from kcompact.compaction.pipeline import routing, settings
 from kcompact.jobs import cli
 from kcompact.jobs.spark import Sizing
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from kcompact.compaction.report import PartitionReport, Report
+from kcompact.compaction.reports.report import PartitionReport, Report
 from kcompact.conf.policy import is_compacted, is_deleted
 from kcompact.logdir.failure import Failure, problem_kind
 from kcompact.operations.retention import PartitionRetention, RetentionReport

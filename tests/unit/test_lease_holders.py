@@ -14,7 +14,7 @@ import time
 
 import pyarrow as pa
 
-from kcompact.compaction.report import PartitionReport, Report
+from kcompact.compaction.reports.report import PartitionReport, Report
 from kcompact.jobs.cli import EXIT_OK, EXIT_PARTIAL, _exit_status
 from kcompact.logdir.failure import Failure
 from kcompact.operations import states

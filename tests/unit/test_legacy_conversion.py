@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from kcompact.compaction.decisions import COPY, REWRITE, BatchPlan, Outcome, batch_outcome
-from kcompact.compaction.model import BatchInfo
+from kcompact.compaction.rules.decisions import COPY, REWRITE, BatchPlan, Outcome, batch_outcome
+from kcompact.compaction.rules.model import BatchInfo
 from kcompact.readers import codecs
 from kcompact.readers.records import Record
 from kcompact.writers.cleaned import output_bytes

@@ -47,8 +47,8 @@ NOT_IN_LOG_DIRS = {
     "{}.{}.tmp": "that archive's temp file, beside it (jobs/cds.py)",
     "run.json": "the report of the run that trains the class-data archive, in a temp dir (jobs/cds.py)",
     "spark.executorEnv.{}": "a Spark configuration key",
-    "{}.{}f": "a number format (compaction/report.py)",
-    "{}.html": "the HTML report, beside the JSON report at the operator's path (compaction/report_html.py)",
+    "{}.{}f": "a number format (compaction/reports/report.py)",
+    "{}.html": "the HTML report, beside the JSON report at the operator's path (compaction/reports/report_html.py)",
 }
 # Modules that write nowhere near a log dir, whatever names they build.
 NOT_IN_LOG_DIRS_MODULES = {

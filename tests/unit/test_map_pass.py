@@ -1,4 +1,4 @@
-"""compaction.map_pass: the offset map's distributed form against a brute force over the same facts.
+"""compaction.cleaning.map_pass: the offset map's distributed form against a brute force over the same facts.
 
 A fact is (group, key, feeds, waits): the largest offset of a record of ``key`` in ``group`` that
 feeds the map, the smallest of one whose fate waits on the map. The map's offset of a key is the
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kcompact.compaction import map_pass
-from kcompact.compaction.offset_map import KeyTable
+from kcompact.compaction.cleaning import map_pass
+from kcompact.compaction.cleaning.offset_map import KeyTable
 from kcompact.readers import walk
 from tests.support import kp_batches, make_batches
 

@@ -1,4 +1,4 @@
-"""compaction.offset_map.KeyTable against a Python dict: exact (tag, key) -> largest offset."""
+"""compaction.cleaning.offset_map.KeyTable against a Python dict: exact (tag, key) -> largest offset."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kcompact.compaction.offset_map import EMPTY, KeyTable, record_hashes
+from kcompact.compaction.cleaning.offset_map import EMPTY, KeyTable, record_hashes
 
 
 def laid_out(keys: list[bytes | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -103,7 +103,7 @@ def test_message_format_settings_are_accepted_and_ignored_by_3_9(tmp_path, relea
 def test_the_release_and_why_in_the_plan_the_summary_and_the_report():
     import pyarrow as pa
 
-    from kcompact.compaction.report import PLAN_FACTS, Report
+    from kcompact.compaction.reports.report import PLAN_FACTS, Report
     from kcompact.planner.build import PLAN_SCHEMA
     from kcompact.planner.output import describe
 

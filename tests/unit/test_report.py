@@ -13,8 +13,8 @@ import json
 import pyarrow as pa
 import pytest
 
-from kcompact.compaction.report import METRICS, MIB, NO_BUFFER, NO_LAST_RUN, NO_PLAN, PartitionReport, Report, java_fixed
-from kcompact.compaction.report_html import write_report
+from kcompact.compaction.reports.report import METRICS, MIB, NO_BUFFER, NO_LAST_RUN, NO_PLAN, PartitionReport, Report, java_fixed
+from kcompact.compaction.reports.report_html import write_report
 from kcompact.planner.build import PLAN_SCHEMA
 
 NOW = 1_720_001_000_000

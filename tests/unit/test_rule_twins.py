@@ -9,12 +9,12 @@ and compressed wrappers) and says the two forms agree:
 
 - ``fate_codes`` (every record of a chunk at once) and Kafka's shouldRetainRecord record by record
   (``tests.reference.cleaner.LogFilter.should_retain_record``, and the oracle ``keep_record``);
-- ``compaction.rewrite._outcomes`` (v2 batches at once) and ``compaction.decisions.batch_outcome``
+- ``compaction.cleaning.rewrite._outcomes`` (v2 batches at once) and ``compaction.rules.decisions.batch_outcome``
   (one batch; the product runs it on legacy entries);
 - the rewrite's rendering of a chunk (``_outcomes``, one compiled splice of every rebuilt batch,
   compiled compression and framing) and the same batches one at a time (``batch_outcome``, then
   ``writers.cleaned.output_bytes``: ``writers.rebuild.rebuild`` / ``empty``);
-- ``compaction.partition_scan``'s batch table (columns from the chunk's header matrix) and
+- ``compaction.cleaning.partition_scan``'s batch table (columns from the chunk's header matrix) and
   ``BatchInfo.of`` per batch; ``BatchInfo._of_v2`` and the same values through ``Batch``'s properties.
 """
 
@@ -27,8 +27,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kcompact.compaction import partition_scan
-from kcompact.compaction.decisions import (
+from kcompact.compaction.cleaning import partition_scan
+from kcompact.compaction.rules.decisions import (
     DELETE,
     DISCARD,
     MARKER_FOR_EMPTY_TXN,
@@ -39,10 +39,10 @@ from kcompact.compaction.decisions import (
     batch_outcome,
     plan_partition,
 )
-from kcompact.compaction.model import BatchInfo, SegmentInfo, table_of
-from kcompact.compaction.offset_map import EMPTY as NOT_MAPPED
-from kcompact.compaction.results import KEPT_TOMBSTONE
-from kcompact.compaction.rewrite import (
+from kcompact.compaction.rules.model import BatchInfo, SegmentInfo, table_of
+from kcompact.compaction.cleaning.offset_map import EMPTY as NOT_MAPPED
+from kcompact.compaction.cleaning.results import KEPT_TOMBSTONE
+from kcompact.compaction.cleaning.rewrite import (
     COPY,
     DROP,
     EMPTY_HEADER,
@@ -187,7 +187,7 @@ def reference_filter(case: dict) -> LogFilter:
 
 def looked_up(chunk: walk.Chunk, records: Records, waits: np.ndarray, mapped: dict[bytes, int]) -> np.ndarray:
     """The map's offset of each waiting record's key (NOT_MAPPED for the others), as
-    ``compaction.rewrite.Lookup`` gives it, from the records' key columns."""
+    ``compaction.cleaning.rewrite.Lookup`` gives it, from the records' key columns."""
     bufs = records.bufs(chunk)
     out = np.full(len(records.offset), NOT_MAPPED, np.int64)
     for i in np.flatnonzero(waits).tolist():

@@ -121,8 +121,8 @@ def test_s3_small_chunks_and_byte_ranges(s3_input):
 def test_s3_errors_name_the_objects_url(s3):
     """s3fs names an object ``bucket/key`` or not at all (a GET of an archived object: a bare
     PermissionError); read through the seam, every error names its ``s3://`` URL, and so do the
-    errors a job's task reports (``compaction.results``, ``planner.scan``)."""
-    from kcompact.compaction.results import IO_ERROR, read_error, reason
+    errors a job's task reports (``compaction.cleaning.results``, ``planner.scan``)."""
+    from kcompact.compaction.cleaning.results import IO_ERROR, read_error, reason
 
     s3.pipe_file(f"{BUCKET}/named/x-0/00000000000000000000.log", b"x" * 100, StorageClass="GLACIER")
     archived, missing = (f"s3://{BUCKET}/named/x-0/00000000000000000{n}.log" for n in ("000", "123"))

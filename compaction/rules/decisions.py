@@ -5,9 +5,9 @@ the dirty range to learn which batches feed the offset map (not aborted, not con
 and where the map ends, once over every segment to be rewritten to decide, batch by
 batch, what may be dropped, what must stay even if emptied, and whether tombstones
 may still go. What is left per record (Kafka's shouldRetainRecord, decided for a chunk's
-records at once by ``compaction.rewrite.fate_codes``) needs only the offset map;
+records at once by ``compaction.cleaning.rewrite.fate_codes``) needs only the offset map;
 ``batch_outcome`` turns a batch's kept records into copy / rewrite / empty header / drop
-(``compaction.rewrite`` runs it on legacy entries, and its vectorised form on v2 batches).
+(``compaction.cleaning.rewrite`` runs it on legacy entries, and its vectorised form on v2 batches).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kcompact.compaction.model import BatchInfo, SegmentInfo, infos_at
-from kcompact.compaction.transactions import TransactionSweep, collect_aborted, last_of_active_producers
+from kcompact.compaction.rules.model import BatchInfo, SegmentInfo, infos_at
+from kcompact.compaction.rules.transactions import TransactionSweep, collect_aborted, last_of_active_producers
 from kcompact.conf.releases import Release
 from kcompact.readers.indexes import AbortedTxn
 from kcompact.writers.cleaned import COPY, DROP, EMPTY, REWRITE, Outcome
@@ -43,7 +43,7 @@ class BatchPlan:
 @dataclass(slots=True)
 class PartitionPlan:
     """Everything decided at batch level for one partition's cleaning round, per batch of its
-    batch table (``compaction.model.BATCH_TABLE``, file order)."""
+    batch table (``compaction.rules.model.BATCH_TABLE``, file order)."""
 
     first_dirty: int
     first_uncleanable: int

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from kcompact import storage
-from kcompact.compaction.leases import LeaseKeeper
-from kcompact.compaction.report import PartitionReport
+from kcompact.compaction.pipeline.leases import LeaseKeeper
+from kcompact.compaction.reports.report import PartitionReport
 from kcompact.logdir.failure import Failure
 from kcompact.logdir.listing import list_log_dir
 from kcompact.operations.recover import needs_recovery, recover_partition
@@ -20,7 +20,7 @@ from kcompact.readers import checkpoint
 from kcompact.readers.errors import FormatError
 
 if TYPE_CHECKING:
-    from kcompact.compaction.job_result import JobResult
+    from kcompact.compaction.pipeline.job_result import JobResult
 
 
 def take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult, progress,
@@ -87,7 +87,7 @@ def take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult, 
 def _lease_failure(exc: OSError, row: dict) -> str:
     """Why a partition's lease could not be written: on a full disk, the state file and the room
     its cleaning needs (``results.no_space``), else the error naming the state file."""
-    from kcompact.compaction.results import IO_ERROR, no_space
+    from kcompact.compaction.cleaning.results import IO_ERROR, no_space
     from kcompact.operations.states import state_path
 
     path = state_path(row["path"])

@@ -3,7 +3,7 @@
 Runs on an executor, one partition per call: lists the partition dir, reads every
 batch header (records are not decoded, control batches aside), the .txnindex files
 and the offset index of the first dirty segment, then applies
-``compaction.decisions.plan_partition``. Bad bytes end it with a ``FormatError``
+``compaction.rules.decisions.plan_partition``. Bad bytes end it with a ``FormatError``
 (file and position) that the job turns into an uncleanable partition.
 """
 
@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from kcompact import storage
-from kcompact.compaction.cleaner_config import CleanerConfig
-from kcompact.compaction.decisions import PartitionPlan, plan_partition
-from kcompact.compaction.model import BATCH_TABLE, BatchInfo, SegmentInfo, table_of
+from kcompact.compaction.rules.cleaner_config import CleanerConfig
+from kcompact.compaction.rules.decisions import PartitionPlan, plan_partition
+from kcompact.compaction.rules.model import BATCH_TABLE, BatchInfo, SegmentInfo, table_of
 from kcompact.readers import walk
 from kcompact.readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL
 from kcompact.readers.indexes import parse_offset_index, parse_txn_index
@@ -26,7 +26,7 @@ from kcompact.readers.segment import to_torn_tail
 
 def read_partition(path: str, topic: str, number: int, first_dirty: int, threads: int = 1,
                    listed: Partition | None = None) -> tuple[Partition, list[SegmentInfo], np.ndarray]:
-    """The partition's segments and its batch table (``compaction.model.BATCH_TABLE``): every
+    """The partition's segments and its batch table (``compaction.rules.model.BATCH_TABLE``): every
     batch header, a chunk of the file at a time (``readers.walk``, CRCs checked); a control
     batch's type and a legacy entry's inner messages decoded one by one (both are rare).
     ``threads``: segments read at once (the walk and the CRCs release the GIL); the first bad

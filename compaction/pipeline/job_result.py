@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kcompact.compaction.committing import ABORTED, COMMITTED, NOT_WRITTEN, UNFINISHED, Outcome
-from kcompact.compaction.report import PartitionReport, Report, group_outcomes
+from kcompact.compaction.pipeline.committing import ABORTED, COMMITTED, NOT_WRITTEN, UNFINISHED, Outcome
+from kcompact.compaction.reports.report import PartitionReport, Report, group_outcomes
 from kcompact.logdir.failure import Failure
 from kcompact.logdir.listing import Partition
 

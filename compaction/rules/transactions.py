@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kcompact.compaction.model import BatchInfo, SegmentInfo
+from kcompact.compaction.rules.model import BatchInfo, SegmentInfo
 from kcompact.readers.indexes import AbortedTxn
 from kcompact.readers.records import ABORT, COMMIT
 
@@ -94,7 +94,7 @@ class TransactionSweep:
 
 
 def last_of_active_producers(t: np.ndarray, now: int, expiration_ms: int) -> np.ndarray:
-    """Per batch of the batch table ``t`` (``compaction.model.BATCH_TABLE``, log order): it holds
+    """Per batch of the batch table ``t`` (``compaction.rules.model.BATCH_TABLE``, log order): it holds
     the last state of a producer still active at the log end, so the cleaner keeps it even when
     emptied (Kafka's lastRecordsOfActiveProducers, then isBatchLastRecordOfProducer).
 

@@ -1,9 +1,9 @@
 """One partition cleaned in a single pass from its last record back, its offset map made on the way.
 
-A partition read whole by one task (``compaction.whole``) is read from its last batch back: every
+A partition read whole by one task (``compaction.pipeline.whole``) is read from its last batch back: every
 record that can supersede a record comes after it, so the map made on the way (``KeyTable.backward``)
 gives each record its fate as it is read, and no batch is decoded twice. The chunk-level steps
-(locating records, fates, what each batch becomes) are ``compaction.rewrite``'s; here are the
+(locating records, fates, what each batch becomes) are ``compaction.cleaning.rewrite``'s; here are the
 order of the pass, its threads (key shards, ranges decoded ahead and rendered behind, a group
 written while the one before it is read), and the bound on the output it holds in memory.
 """
@@ -22,10 +22,10 @@ import numpy as np
 from numba import njit
 
 from kcompact import storage
-from kcompact.compaction.offset_map import EMPTY as NOT_MAPPED
-from kcompact.compaction.offset_map import KeyTable, record_hashes
-from kcompact.compaction.results import ABORTED_BY_OPERATOR, REASON_OF_CODE, task_failure
-from kcompact.compaction.rewrite import (
+from kcompact.compaction.cleaning.offset_map import EMPTY as NOT_MAPPED
+from kcompact.compaction.cleaning.offset_map import KeyTable, record_hashes
+from kcompact.compaction.cleaning.results import ABORTED_BY_OPERATOR, REASON_OF_CODE, task_failure
+from kcompact.compaction.cleaning.rewrite import (
     Decoded,
     GroupJob,
     GroupPlans,

@@ -1,13 +1,13 @@
 """Which path a partition takes, by the memory of a Python worker: read whole by one task, or shared.
 
 How a partition too big for one worker's memory is routed: to the shared path
-(``compaction.shared``). There many tasks read its byte ranges and ship (segment group, key)
+(``compaction.pipeline.shared``). There many tasks read its byte ranges and ship (segment group, key)
 facts by key hash; a task per hash bucket holds only its bucket's share of the offset map, with
 as many buckets as keep each share within a task's map memory. So no task ever holds the whole
 map, and a key set may exceed any one worker's memory.
 
 The rule (``reads_whole``), per partition:
-- one of at most ``WHOLE_BYTES`` is read whole (``compaction.whole``): one task reads it once,
+- one of at most ``WHOLE_BYTES`` is read whole (``compaction.pipeline.whole``): one task reads it once,
   from its end back, and makes its map on the way;
 - a larger one is read whole too when its map fits a task's map memory (``map_memory``: a key
   costs ``MAP_BYTES_PER_KEY``, a partition has at most as many keys as records feeding its map)
@@ -22,11 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kcompact.compaction.backward import OUTPUT_MEMORY
-from kcompact.compaction.offset_map import KeyTable
+from kcompact.compaction.cleaning.backward import OUTPUT_MEMORY
+from kcompact.compaction.cleaning.offset_map import KeyTable
 
 if TYPE_CHECKING:
-    from kcompact.compaction.settings import JobSettings
+    from kcompact.compaction.pipeline.settings import JobSettings
 
 WHOLE_BYTES = 256 << 20  # a partition of at most this is read by one task, which makes its map too
 # A task's map memory: the Spark setting MAP_MEMORY, by default a quarter of the Python worker's

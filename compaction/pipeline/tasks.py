@@ -4,7 +4,7 @@ A Python task costs Spark a fixed amount of work, so a task takes a share of the
 one partition, split or group: one task per core, each of at most ``TASK_BYTES`` (a failed task's
 share is read again), shares balanced by bytes, largest first. The shared path's tasks take
 ``SHARED_TASK_BYTES``, two per core: a map task's key table is sized for the records it reads, and
-a capped worker holds it only for shares that small (``compaction.routing``). Rows meet in the
+a capped worker holds it only for shares that small (``compaction.pipeline.routing``). Rows meet in the
 task meant for them by slots (``slots``), so every shuffle has its partition count set.
 """
 

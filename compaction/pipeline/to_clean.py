@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kcompact.compaction.cleaner_config import CleanerConfig
-from kcompact.compaction.decisions import retain_last_empty_at
+from kcompact.compaction.rules.cleaner_config import CleanerConfig
+from kcompact.compaction.rules.decisions import retain_last_empty_at
 from kcompact.conf import releases
 from kcompact.logdir.listing import Partition
 

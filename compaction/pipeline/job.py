@@ -1,13 +1,13 @@
 """The compaction job: every selected partition of a plan cleaned as Kafka's cleaner would.
 
-This module orchestrates: it takes the partitions (locks, leases, recovery: ``compaction.taking``),
+This module orchestrates: it takes the partitions (locks, leases, recovery: ``compaction.pipeline.taking``),
 resets checkpoints, runs the stages (Spark jobs named by job groups), reports, and gives the leases back. Stages:
-1. batch plans: what Kafka's cleaner decides per batch from its header (``compaction.batch_plans``);
+1. batch plans: what Kafka's cleaner decides per batch from its header (``compaction.pipeline.batch_plans``);
 2. offset map, 3. keep flags, 4. rewrite, one Spark job (nothing cached, no row per record or key
-   shuffled): each partition by the path ``compaction.routing`` chooses, read whole by one task
-   (``compaction.whole``) or, too big for one worker's memory, shared by many (``compaction.shared``);
-   each group's ``.cleaned`` files by ``compaction.rewrite``; tasks cut by ``compaction.tasks``;
-5. commit, on the driver alone (``compaction.committing``): per partition, every group swapped in or
+   shuffled): each partition by the path ``compaction.pipeline.routing`` chooses, read whole by one task
+   (``compaction.pipeline.whole``) or, too big for one worker's memory, shared by many (``compaction.pipeline.shared``);
+   each group's ``.cleaned`` files by ``compaction.cleaning.rewrite``; tasks cut by ``compaction.pipeline.tasks``;
+5. commit, on the driver alone (``compaction.pipeline.committing``): per partition, every group swapped in or
    none (``operations.commit``).
 A dry run counts and writes nothing.
 """
@@ -21,23 +21,23 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from kcompact.compaction import shared, whole
-from kcompact.compaction.batch_plans import BATCH_PLAN, batch_plans
-from kcompact.compaction.checkpoint_resets import reset_checkpoints
-from kcompact.compaction.cleaner_config import CleanerConfig
-from kcompact.compaction.decisions import DISCARD, PLAN_FLAGS
-from kcompact.compaction.leases import LeaseKeeper
-from kcompact.compaction.map_pass import Planned
-from kcompact.compaction.committing import Outcome, commit_partitions
-from kcompact.compaction.job_result import JobResult
-from kcompact.compaction.report import PartitionReport, Report
-from kcompact.compaction.results import fate_counts
-from kcompact.compaction.rewrite import GroupJob, GroupPlans
-from kcompact.compaction.routing import route
-from kcompact.compaction.settings import JobSettings
-from kcompact.compaction.tasks import JOB_CONF, sql_conf
-from kcompact.compaction.taking import take_partitions
-from kcompact.compaction.to_clean import PartitionToClean, to_clean
+from kcompact.compaction.pipeline import shared, whole
+from kcompact.compaction.pipeline.batch_plans import BATCH_PLAN, batch_plans
+from kcompact.compaction.pipeline.checkpoint_resets import reset_checkpoints
+from kcompact.compaction.rules.cleaner_config import CleanerConfig
+from kcompact.compaction.rules.decisions import DISCARD, PLAN_FLAGS
+from kcompact.compaction.pipeline.leases import LeaseKeeper
+from kcompact.compaction.cleaning.map_pass import Planned
+from kcompact.compaction.pipeline.committing import Outcome, commit_partitions
+from kcompact.compaction.pipeline.job_result import JobResult
+from kcompact.compaction.reports.report import PartitionReport, Report
+from kcompact.compaction.cleaning.results import fate_counts
+from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans
+from kcompact.compaction.pipeline.routing import route
+from kcompact.compaction.pipeline.settings import JobSettings
+from kcompact.compaction.pipeline.tasks import JOB_CONF, sql_conf
+from kcompact.compaction.pipeline.taking import take_partitions
+from kcompact.compaction.pipeline.to_clean import PartitionToClean, to_clean
 from kcompact.conf.policy import is_compacted
 from kcompact.operations import states
 from kcompact.operations.checkpoints import update_cleaner_offsets
@@ -272,7 +272,7 @@ def _group_jobs(rows: list[dict], batches: Batches, now: int, owner: str,
 def _clean_groups(spark, settings: JobSettings, rows: list[dict], batches: Batches,
                   jobs: dict[int, tuple[GroupJob, GroupPlans]], dry_run: bool, owner: str) -> list[dict]:
     """Stages 2-4, one Spark job: a result row per segment group (``RESULT_SCHEMA``), each partition
-    by the path ``compaction.routing`` chooses: read whole by one task that makes its map and
+    by the path ``compaction.pipeline.routing`` chooses: read whole by one task that makes its map and
     rewrites its groups, or its map made by many tasks and a shuffle of blobs, and its groups
     rewritten by tasks of their own."""
     sizes = [int(batches.sizes[batches.starts[pid]:batches.starts[pid + 1]].sum()) for pid in range(len(rows))]

@@ -1,9 +1,9 @@
 """The whole path: partitions that fit one worker, each read by one task that makes its map too.
 
 Each task takes a share of the partitions, balanced by bytes; a partition is read once, from its
-end back, its map made on the way (``compaction.backward.clean_partition``). When a job has fewer
+end back, its map made on the way (``compaction.cleaning.backward.clean_partition``). When a job has fewer
 tasks than cores (one large partition), each task uses the idle cores as threads. Which
-partitions come here: ``compaction.routing``.
+partitions come here: ``compaction.pipeline.routing``.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from kcompact.compaction.backward import clean_partition
-from kcompact.compaction.results import RESULT_SCHEMA
-from kcompact.compaction.rewrite import GroupJob, GroupPlans
-from kcompact.compaction.settings import JobSettings
-from kcompact.compaction.tasks import bins, ranged, task_count
+from kcompact.compaction.cleaning.backward import clean_partition
+from kcompact.compaction.cleaning.results import RESULT_SCHEMA
+from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans
+from kcompact.compaction.pipeline.settings import JobSettings
+from kcompact.compaction.pipeline.tasks import bins, ranged, task_count
 from kcompact.operations import states
 
 

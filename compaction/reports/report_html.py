@@ -1,6 +1,6 @@
 """Every job's report as one self-contained HTML page: tables and plots, nothing fetched.
 
-``render(doc)`` takes a report's JSON document (``compaction.report.Report.to_json()``,
+``render(doc)`` takes a report's JSON document (``compaction.reports.report.Report.to_json()``,
 ``operations.retention.RetentionReport.to_json()`` or ``kcompact.NightlyReport.to_json()``), so the
 page shows exactly the numbers the JSON file holds. Every table cell carries the place of its
 value in that document as a JSON pointer (``data-path``) and the value itself as JSON
@@ -23,7 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from kcompact import storage
-from kcompact.compaction.report import METRICS, REASONS
+from kcompact.compaction.reports.report import METRICS, REASONS
 from kcompact.conf.units import MB
 from kcompact.operations.states import utc
 

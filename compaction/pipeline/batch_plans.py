@@ -2,8 +2,8 @@
 before it looks at records.
 
 Tasks read batch headers, partition by partition, a chunk of a segment at a time
-(``readers.walk``, through ``compaction.partition_scan``), and decide over columns of headers
-(``compaction.decisions``). A partition's plans travel back to the driver as one blob of
+(``readers.walk``, through ``compaction.cleaning.partition_scan``), and decide over columns of headers
+(``compaction.rules.decisions``). A partition's plans travel back to the driver as one blob of
 ``BATCH_PLAN`` records, with its segment groups and the aborted transactions each must list.
 """
 
@@ -16,13 +16,13 @@ import numpy as np
 import pyarrow as pa
 
 from kcompact import storage
-from kcompact.compaction import partition_scan
-from kcompact.compaction.cleaner_config import CLEANER_CONFIG
-from kcompact.compaction.decisions import PLAN_FLAGS
-from kcompact.compaction.results import read_error, read_failure_of
-from kcompact.compaction.settings import JobSettings
-from kcompact.compaction.tasks import bins, ranged, task_count
-from kcompact.compaction.to_clean import PartitionToClean
+from kcompact.compaction.cleaning import partition_scan
+from kcompact.compaction.rules.cleaner_config import CLEANER_CONFIG
+from kcompact.compaction.rules.decisions import PLAN_FLAGS
+from kcompact.compaction.cleaning.results import read_error, read_failure_of
+from kcompact.compaction.pipeline.settings import JobSettings
+from kcompact.compaction.pipeline.tasks import bins, ranged, task_count
+from kcompact.compaction.pipeline.to_clean import PartitionToClean
 from kcompact.readers.errors import FormatError
 
 # A partition's batch plans travel from its stage 1 task as one blob of these records: a nested

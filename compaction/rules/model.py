@@ -55,7 +55,7 @@ class BatchInfo:
     def _of_v2(cls, batch: Batch, segment: int) -> BatchInfo:
         """``of`` for a v2 batch, from the header fields directly (the properties' v2 branches):
         the cleaner builds one per batch, twice. The same values as ``_of_properties`` (a property
-        test holds them together, as it holds ``compaction.partition_scan``'s batch table to ``of``)."""
+        test holds them together, as it holds ``compaction.cleaning.partition_scan``'s batch table to ``of``)."""
         attributes = batch.attributes
         control = bool(attributes & ATTR_CONTROL)
         return cls(

@@ -1,7 +1,7 @@
 """The offset map, from the records themselves: Kafka's buildOffsetMap, and its distributed form.
 
 A partition read whole by one task makes its map while it is rewritten, from its end back
-(``compaction.backward.clean_partition``). A partition larger than a task is read by many tasks,
+(``compaction.cleaning.backward.clean_partition``). A partition larger than a task is read by many tasks,
 split by byte ranges (``read_keys``): each keeps, per (segment group, key), the largest offset of
 a record that feeds the map and the smallest of one whose fate waits on it, and ships them in
 blobs by the key's hash bucket (``packed``). The task of a bucket (``reduce_bucket``) joins every
@@ -20,14 +20,14 @@ import numpy as np
 from numba import njit
 
 from kcompact import storage
-from kcompact.compaction.offset_map import Entries, KeyTable, gathered, key_hashes
-from kcompact.compaction.rewrite import Records, feeding, undecided
+from kcompact.compaction.cleaning.offset_map import Entries, KeyTable, gathered, key_hashes
+from kcompact.compaction.cleaning.rewrite import Records, feeding, undecided
 from kcompact.readers import walk
 
 NO_OFFSET, NO_WAIT = -1, np.iinfo(np.int64).max  # a key that feeds nothing / that nothing waits on
 T = TypeVar("T")
 BLOB_BYTES = 8 << 20  # largest blob a task ships
-TABLE_BYTES = 256 << 20  # the largest table a map task fills before it ships it (at most: see compaction.shared)
+TABLE_BYTES = 256 << 20  # the largest table a map task fills before it ships it (at most: see compaction.pipeline.shared)
 
 
 @dataclass(frozen=True, slots=True)

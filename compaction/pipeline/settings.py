@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kcompact.compaction.routing import (
+from kcompact.compaction.pipeline.routing import (
     DEFAULT_MAP_MEMORY,
     MAP_MEMORY,
     MIN_WORKER_MEMORY,

@@ -1,10 +1,10 @@
 """The shared path: partitions too big for one worker's memory, their offset map made by many tasks.
 
 Tasks of about equal bytes read the partitions' byte ranges (``logdir.splits``) and ship
-(segment group, key) facts in blobs by key hash (``compaction.map_pass``); a task per hash bucket
+(segment group, key) facts in blobs by key hash (``compaction.cleaning.map_pass``); a task per hash bucket
 makes the map's offsets for its bucket and sends each group's rewrite task only the keys that
 supersede one of its records. No task holds a whole map, and no row per record or per key crosses
-a shuffle: blobs of megabytes do. Which partitions come here: ``compaction.routing``.
+a shuffle: blobs of megabytes do. Which partitions come here: ``compaction.pipeline.routing``.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from kcompact.compaction.map_pass import TABLE_BYTES, Planned, bucket_of, concat, packed, read_keys, reduce_bucket, unpack
-from kcompact.compaction.offset_map import Entries, KeyTable
-from kcompact.compaction.results import ABORTED_BY_OPERATOR, REASON_OF_CODE, RESULT_SCHEMA
-from kcompact.compaction.rewrite import GroupJob, GroupPlans, Lookup, count_group, rewrite_group
-from kcompact.compaction.routing import MIN_BUCKET_BYTES
-from kcompact.compaction.tasks import SHARED_TASK_BYTES, bins, ranged, slots, task_count
+from kcompact.compaction.cleaning.map_pass import TABLE_BYTES, Planned, bucket_of, concat, packed, read_keys, reduce_bucket, unpack
+from kcompact.compaction.cleaning.offset_map import Entries, KeyTable
+from kcompact.compaction.cleaning.results import ABORTED_BY_OPERATOR, REASON_OF_CODE, RESULT_SCHEMA
+from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans, Lookup, count_group, rewrite_group
+from kcompact.compaction.pipeline.routing import MIN_BUCKET_BYTES
+from kcompact.compaction.pipeline.tasks import SHARED_TASK_BYTES, bins, ranged, slots, task_count
 from kcompact.logdir.failure import Failure
 from kcompact.logdir.listing import scan_partition
 from kcompact.logdir.splits import OffsetRange, partition_ranges

@@ -10,7 +10,7 @@ looked up by one compiled call), each batch its outcome by filterTo's rules, and
 copied, rebuilt (a compiled splice of its kept records), emptied or dropped. The ``.cleaned``
 files are written by ``operations.cleaned``. Nothing is renamed here: the driver alone commits.
 A partition read whole makes its map while it reads its groups from the end back
-(``compaction.backward``), with the same per-chunk steps.
+(``compaction.cleaning.backward``), with the same per-chunk steps.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kcompact import storage
-from kcompact.compaction.decisions import (
+from kcompact.compaction.rules.decisions import (
     DELETE,
     DISCARD,
     MARKER_FOR_EMPTY_TXN,
@@ -32,10 +32,10 @@ from kcompact.compaction.decisions import (
     BatchPlan,
     batch_outcome,
 )
-from kcompact.compaction.model import BatchInfo
-from kcompact.compaction.offset_map import EMPTY as NOT_MAPPED
-from kcompact.compaction.offset_map import KeyTable
-from kcompact.compaction.results import (
+from kcompact.compaction.rules.model import BatchInfo
+from kcompact.compaction.cleaning.offset_map import EMPTY as NOT_MAPPED
+from kcompact.compaction.cleaning.offset_map import KeyTable
+from kcompact.compaction.cleaning.results import (
     ABORTED,
     KEPT,
     KEPT_TOMBSTONE,
@@ -159,7 +159,7 @@ def fate_codes(discard: np.ndarray, retain_deletes: np.ndarray, control: np.ndar
 
 def _outcomes(count: np.ndarray, kept: np.ndarray, kept_tombstone: np.ndarray, has_horizon: np.ndarray,
               flags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``compaction.decisions.batch_outcome`` of v2 batches, vectorised: (what becomes of each,
+    """``compaction.rules.decisions.batch_outcome`` of v2 batches, vectorised: (what becomes of each,
     whether a delete horizon is stamped)."""
     stamp = (kept_tombstone | flags[:, MARKER_FOR_EMPTY_TXN]) & ~has_horizon
     what = np.where(kept > 0, np.where((kept == count) & ~stamp, COPY, REBUILD),
@@ -240,7 +240,7 @@ class Decoded:
 class Rewriter:
     """A group's batches, chunk by chunk: fates, counts, and (when ``render``) what they become.
     The map's offsets come from ``lookup`` (a map made before, ``outputs``), or are made while
-    the partition is read from its end (``compaction.backward``)."""
+    the partition is read from its end (``compaction.cleaning.backward``)."""
 
     def __init__(self, job: GroupJob, plans: GroupPlans, render: bool, lookup: Lookup | None = None):
         self.job, self.plans, self.lookup, self.render = job, plans, lookup, render
@@ -391,7 +391,7 @@ class Rewriter:
     def _legacy(self, chunk: walk.Chunk, flags: np.ndarray, records: Records,
                 codes: np.ndarray) -> Iterator[tuple[int, Output]]:
         """What each legacy (magic 0/1) entry of the chunk becomes, from its records' fates, by the
-        rules of ``compaction.decisions.batch_outcome`` and ``writers.cleaned``."""
+        rules of ``compaction.rules.decisions.batch_outcome`` and ``writers.cleaned``."""
         job = self.job
         for k in records.legacy:
             codes_k = codes[records.entry == k]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kcompact import storage
-from kcompact.compaction.results import IO_ERROR
+from kcompact.compaction.cleaning.results import IO_ERROR
 from kcompact.logdir.failure import Failure
 from kcompact.logdir.listing import Listing, list_log_dir, scan_partition
 from kcompact.operations import commit, critical, s3commit
