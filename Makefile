@@ -12,7 +12,7 @@ export PYSPARK_DRIVER_PYTHON := $(BIN)/python
 DEMO_DIR := demo-logs
 BENCH_DIR := bench-data
 
-.PHONY: install demo test test-fast test-deep dist bench-format bench-plan bench-rebuild bench-compact bench-s3 bench-read clean
+.PHONY: install demo lint test test-fast test-deep dist bench-format bench-plan bench-rebuild bench-compact bench-s3 bench-read clean
 
 install: $(STAMP) $(KERNELS)
 
@@ -35,13 +35,14 @@ demo: $(STAMP) $(KERNELS)
 	du -sh --apparent-size $(DEMO_DIR)
 	$(BIN)/kcompact verify $(DEMO_DIR)
 
-test: $(STAMP) $(KERNELS)
+lint: $(STAMP)
 	$(BIN)/ruff check .
+
+test: lint $(KERNELS)
 	$(BIN)/pytest -q
 
 # The unit tier alone, its tests marked slow left out (tests/unit: no Spark, no whole command; under 2 minutes).
-test-fast: $(STAMP) $(KERNELS)
-	$(BIN)/ruff check .
+test-fast: lint $(KERNELS)
 	$(BIN)/pytest -q -m "not slow" tests/unit
 
 # The property tests against the reference model of Kafka's cleaner, with many more generated

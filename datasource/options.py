@@ -42,7 +42,9 @@ class Selection:
 
     def sentinels(self) -> bool:
         """Whether a bound needs the partition's earliest or latest offset."""
-        return any(v is not None and v < 0 for b in self.starts + self.ends for v in (b.default, *dict(b.overrides).values()))
+        return any(
+            v is not None and v < 0 for b in self.starts + self.ends for v in (b.default, *dict(b.overrides).values())
+        )
 
     def with_topics(self, topics: frozenset[str]) -> Selection:
         return replace(self, topics=topics if self.topics is None else self.topics & topics)
@@ -97,7 +99,9 @@ class Settings:
         paths = [p for p in [options.get("path", "")] + options.get("paths", "").split(",") if p.strip()]
         dirs = _partition_dirs(options.get("partitionDirs"))
         if not paths and not dirs:
-            raise ValueError("kafka-log needs a path: load(path), option('paths', 'a,b') or option('partitionDirs', ...)")
+            raise ValueError(
+                "kafka-log needs a path: load(path), option('paths', 'a,b') or option('partitionDirs', ...)"
+            )
         mode = options.get("mode", "records").lower()
         if mode not in MODES:
             raise ValueError(f"kafka-log mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -156,8 +160,12 @@ def _selection(options: dict[str, str]) -> Selection:
     partitions += given("assign", spark.assigned)
     if "assign" in options and topics is None:
         topics = frozenset(topic for topic, _ in partitions[-1])
-    starts = given("startingOffset", _offset_bound) + given("startingOffsets", lambda t: spark.spark_offsets("startingOffsets", t))
-    ends = given("endingOffset", _offset_bound) + given("endingOffsets", lambda t: spark.spark_offsets("endingOffsets", t))
+    starts = given("startingOffset", _offset_bound) + given(
+        "startingOffsets", lambda t: spark.spark_offsets("startingOffsets", t)
+    )
+    ends = given("endingOffset", _offset_bound) + given(
+        "endingOffsets", lambda t: spark.spark_offsets("endingOffsets", t)
+    )
     return Selection(topics, partitions, starts, ends)
 
 

@@ -70,7 +70,9 @@ SCHEMAS = {
         ("leaderEpoch", IntegerType()), ("crcValid", BooleanType()),
     ),
 }
-SCHEMAS["table"] = StructType(SCHEMAS["records"].fields[:8])  # key, value, topic, partition, offset, timestamp(Type), headers
+SCHEMAS["table"] = StructType(
+    SCHEMAS["records"].fields[:8]
+)  # key, value, topic, partition, offset, timestamp(Type), headers
 # What Spark checks each yielded batch against: its own Arrow form of the schema.
 ARROW_SCHEMAS = {mode: to_arrow_schema(schema, timezone="UTC") for mode, schema in SCHEMAS.items()}
 

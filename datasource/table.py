@@ -67,6 +67,8 @@ def _latest(live: pa.Table | None, pending: list[pa.RecordBatch]) -> pa.Table | 
         return None
     table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
     order = pa.array(np.arange(table.num_rows, dtype=np.int64))
-    last = pa.table({"key": table.column("key"), "i": order}).group_by("key", use_threads=False).aggregate([("i", "max")])
+    last = (
+        pa.table({"key": table.column("key"), "i": order}).group_by("key", use_threads=False).aggregate([("i", "max")])
+    )
     keep = last.column("i_max")
     return table.take(pc.take(keep, pc.sort_indices(keep)))

@@ -47,7 +47,7 @@ import logging
 import os
 import re
 import shlex
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG, Param, RetryDecision, RetryPolicy, Variable
@@ -129,18 +129,33 @@ with DAG(
     catchup=False,  # each run works on the log dirs as they are now; missed nights add nothing
     max_active_runs=1,  # two runs on the same log dirs would refuse each other's
     params={
-        "log_dirs": Param(None, type=["null", "array"], items={"type": "string"},
-                          description="log dirs (local or s3://); default: the kcompact_log_dirs Variable"),
-        "report_dir": Param(None, type=["null", "string"],
-                            description="the report goes to REPORT_DIR/<interval end>/run.json (and run.html); "
-                                        "default: the kcompact_report_dir Variable, else $AIRFLOW_HOME/kcompact-reports"),
-        "extra_args": Param(None, type=["null", "array"], items={"type": "string"},
-                            description="more arguments for kcompact run (--config, --topic-config, --broker-config, "
-                                        "--max-partitions...); default: the kcompact_extra_args Variable"),
+        "log_dirs": Param(
+            None,
+            type=["null", "array"],
+            items={"type": "string"},
+            description="log dirs (local or s3://); default: the kcompact_log_dirs Variable",
+        ),
+        "report_dir": Param(
+            None,
+            type=["null", "string"],
+            description="the report goes to REPORT_DIR/<interval end>/run.json (and run.html); "
+            "default: the kcompact_report_dir Variable, else $AIRFLOW_HOME/kcompact-reports",
+        ),
+        "extra_args": Param(
+            None,
+            type=["null", "array"],
+            items={"type": "string"},
+            description="more arguments for kcompact run (--config, --topic-config, --broker-config, "
+            "--max-partitions...); default: the kcompact_extra_args Variable",
+        ),
     },
     user_defined_macros={"step_script": step_script},
-    default_args={"retries": 2, "retry_delay": timedelta(minutes=5), "retry_policy": ExitCodePolicy(),
-                  "execution_timeout": TIMEOUT},
+    default_args={
+        "retries": 2,
+        "retry_delay": timedelta(minutes=5),
+        "retry_policy": ExitCodePolicy(),
+        "execution_timeout": TIMEOUT,
+    },
     tags=["kcompact", "kafka"],
 ) as dag:
     BashOperator(

@@ -11,7 +11,8 @@ from kcompact.jobs.checks import BadArgument
 
 
 def version() -> str:
-    from importlib.metadata import PackageNotFoundError, version as installed
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
 
     try:
         return installed("kcompact")
@@ -41,8 +42,11 @@ def add_spark_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("embedded Spark (ignored under spark-submit, which sizes Spark itself)")
     g.add_argument("--cores", type=checks.positive(), metavar="N",
                    help="local[N]: cores for Spark (default: all; env KCOMPACT_CORES)")
-    g.add_argument("--driver-memory", metavar="SIZE",
-                   help="the JVM's heap, as spark.driver.memory: 2g, 512m (default: Spark's 1g; env KCOMPACT_DRIVER_MEMORY)")
+    g.add_argument(
+        "--driver-memory",
+        metavar="SIZE",
+        help="the JVM's heap, as spark.driver.memory: 2g, 512m (default: Spark's 1g; env KCOMPACT_DRIVER_MEMORY)",
+    )
     g.add_argument("--spark-conf", action="append", default=[], type=_spark_conf, metavar="KEY=VALUE",
                    help="any Spark setting, repeatable (env KCOMPACT_SPARK_CONF: space-separated KEY=VALUE)")
     g.add_argument("--spark-ui", action="store_true", help="start Spark's web UI (default: off)")
@@ -61,7 +65,9 @@ def _output_options() -> argparse.ArgumentParser:
     """--quiet and --verbose, taken by every subcommand."""
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_mutually_exclusive_group()
-    g.add_argument("-q", "--quiet", action="store_true", help="no progress lines: the summary, warnings and errors only")
+    g.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress lines: the summary, warnings and errors only"
+    )
     g.add_argument("-v", "--verbose", action="store_true",
                    help="Spark's own log on the console too (by default it goes to a file, see the README)")
     return p
@@ -98,19 +104,29 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = _output_options()
 
-    p = sub.add_parser("dump", help="print batches (and records) of a segment, partition dir or log dir", parents=[common])
+    p = sub.add_parser(
+        "dump", help="print batches (and records) of a segment, partition dir or log dir", parents=[common]
+    )
     p.add_argument("path", help=".log/.index/.timeindex/.txnindex file, partition dir or log dir (local or s3://)")
     p.add_argument("--print-data", action="store_true", help="print every record too")
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
 
-    p = sub.add_parser("verify", help="check CRCs, offsets, names, indexes and checkpoints of a log dir", parents=[common])
+    p = sub.add_parser(
+        "verify", help="check CRCs, offsets, names, indexes and checkpoints of a log dir", parents=[common]
+    )
     p.add_argument("logdir")
     p.add_argument("--strict", action="store_true", help="exit 1 on notes too (states Kafka accepts and repairs)")
 
     p = _job_parser(sub, "plan", "Kafka's choice of what to clean, for every partition of the log dirs", common)
-    p.add_argument("--top", type=checks.positive(), metavar="N", help="select at most N partitions (highest ratio first)")
-    p.add_argument("--max-bytes", type=checks.positive(), metavar="N",
-                   help="select partitions in rank order while their dirty bytes fit in N (a larger one is passed over)")
+    p.add_argument(
+        "--top", type=checks.positive(), metavar="N", help="select at most N partitions (highest ratio first)"
+    )
+    p.add_argument(
+        "--max-bytes",
+        type=checks.positive(),
+        metavar="N",
+        help="select partitions in rank order while their dirty bytes fit in N (a larger one is passed over)",
+    )
     p.add_argument("--output", metavar="FILE", help="write the plan as plan.parquet or plan.json")
     p.add_argument("--plot", metavar="PNG", help="draw the ratio distribution and the top partitions")
 

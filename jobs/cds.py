@@ -47,7 +47,9 @@ def build() -> int:
         env = os.environ | {"KCOMPACT_CDS": "off", "JDK_JAVA_OPTIONS": f"-XX:ArchiveClassesAtExit={partial}"}
         steps = [["gen", "--out", logs, "--seed", "1"], ["run", logs, "--report", os.path.join(work, "run.json")]]
         for step in steps:
-            done = subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", *step], env=env, capture_output=True, text=True)
+            done = subprocess.run(
+                [sys.executable, "-m", "kcompact.jobs.cli", *step], env=env, capture_output=True, text=True
+            )
             if done.returncode != 0:
                 partial.unlink(missing_ok=True)
                 tail = (done.stderr or done.stdout).strip().splitlines()[-3:]

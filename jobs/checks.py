@@ -15,8 +15,8 @@ import tempfile
 from datetime import UTC, datetime
 
 from kcompact import storage
-from kcompact.operations.states import utc
 from kcompact.logdir.listing import CHECKPOINTS, held_partitions, not_a_log_dir, parse_partition_dir
+from kcompact.operations.states import utc
 
 # Plausible epoch milliseconds: a --now outside these years is seconds, microseconds or a typo,
 # and retention with such a clock deletes every closed segment (or none).
@@ -127,10 +127,12 @@ def distinct_partitions(paths: list[str]) -> None:
         for topic, number in sorted(held_partitions(path)):
             first = where.setdefault((topic, number), path)
             if first != path:
-                raise BadArgument(f"{topic}-{number} is in two log dirs, {first} and {path}: one broker never holds "
-                                  "a partition twice (a Kafka broker refuses to start with one); remove the stale copy, "
-                                  "or, if the log dirs are not one broker's (copies, snapshots), give "
-                                  "--allow-duplicate-partitions")
+                raise BadArgument(
+                    f"{topic}-{number} is in two log dirs, {first} and {path}: one broker never holds "
+                    "a partition twice (a Kafka broker refuses to start with one); remove the stale copy, "
+                    "or, if the log dirs are not one broker's (copies, snapshots), give "
+                    "--allow-duplicate-partitions"
+                )
 
 
 def dump_path(path: str) -> None:

@@ -194,8 +194,8 @@ def _child(work: Path, out: Path) -> int:
         print(f"kcompact: no shipped kernels built: the workload of jobs/kernels.py compiled no entry for "
               f"{', '.join(missing)}", file=sys.stderr)
         return 1
-    from llvmlite import binding
     import numba
+    from llvmlite import binding
 
     manifest = {"cpu_name": os.environ["NUMBA_CPU_NAME"], "cpu_features": os.environ["NUMBA_CPU_FEATURES"],
                 "triple": binding.get_process_triple(), "numba": numba.__version__,
@@ -219,7 +219,9 @@ def build(out: Path) -> int:
         env = {k: v for k, v in os.environ.items() if k not in (kernel_cache.CHOICE_ENV, "NUMBA_CACHE_DIR")}
         env |= {kernel_cache.BUILD_ENV: str(Path(work, "parts")), "NUMBA_CPU_NAME": cpu_name,
                 "NUMBA_CPU_FEATURES": cpu_features}
-        done = subprocess.run([sys.executable, "-m", "kcompact.jobs.kernels", "--child", work, "--out", str(out)], env=env)
+        done = subprocess.run(
+            [sys.executable, "-m", "kcompact.jobs.kernels", "--child", work, "--out", str(out)], env=env
+        )
     return done.returncode
 
 

@@ -97,7 +97,9 @@ def parse_conf(item: str) -> tuple[str, str]:
 
 def log_path() -> str:
     """Where the embedded JVM writes its output unless verbose: one file per kcompact process."""
-    return os.environ.get("KCOMPACT_SPARK_LOG") or os.path.join(tempfile.gettempdir(), f"kcompact-spark-{os.getpid()}.log")
+    return os.environ.get("KCOMPACT_SPARK_LOG") or os.path.join(
+        tempfile.gettempdir(), f"kcompact-spark-{os.getpid()}.log"
+    )
 
 
 def session(app_name: str, sizing: Sizing | None = None):

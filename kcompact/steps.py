@@ -190,14 +190,27 @@ def plan(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None
                           retention_only=retention_only)
 
 
-def compact(spark: SparkSession, log_dirs: Sequence[str] | None = None, *, plan: Plan | None = None,
-            now: int | None = None, dry_run: bool = False, max_partitions: int | None = None,
-            lease_ms: int = LEASE_MS, config: Config | None = None, config_files: Sequence[str] = (),
-            topic_config: TopicConfig | None = None, broker_config: BrokerConfig | None = None,
-            kafka_version: str | None = None, recover_first: bool = True, progress: Say = print, summary: Say | None = None,
-            ready: float | None = None,
-            watch: Callable[..., contextlib.AbstractContextManager] = lambda *_: contextlib.nullcontext(),
-            removal: Removal | None = None) -> tuple[Report, Plan]:
+def compact(
+    spark: SparkSession,
+    log_dirs: Sequence[str] | None = None,
+    *,
+    plan: Plan | None = None,
+    now: int | None = None,
+    dry_run: bool = False,
+    max_partitions: int | None = None,
+    lease_ms: int = LEASE_MS,
+    config: Config | None = None,
+    config_files: Sequence[str] = (),
+    topic_config: TopicConfig | None = None,
+    broker_config: BrokerConfig | None = None,
+    kafka_version: str | None = None,
+    recover_first: bool = True,
+    progress: Say = print,
+    summary: Say | None = None,
+    ready: float | None = None,
+    watch: Callable[..., contextlib.AbstractContextManager] = lambda *_: contextlib.nullcontext(),
+    removal: Removal | None = None,
+) -> tuple[Report, Plan]:
     """Plan (unless given the ``plan``, whose log dirs are the default ``log_dirs``) and clean every
     selected partition, as Kafka's cleaner would; the only function that compacts. Each log dir's
     last-run stamp is read before and written after (when it began choosing: what Kafka's
@@ -289,8 +302,14 @@ def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None,
     now = wall_ms() if now is None else now
     log_dirs = list(log_dirs)
     summary = summary or progress
-    conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
-                         broker_config=broker_config, kafka_version=kafka_version)  # one configuration and one clock for every step
+    conf = configuration(
+        log_dirs,
+        config=config,
+        config_files=config_files,
+        topic_config=topic_config,
+        broker_config=broker_config,
+        kafka_version=kafka_version,
+    )  # one configuration and one clock for every step
     with _held(log_dirs, dry_run), _step(spark, "run"):
         recovery = None  # 0. recovery, before anything reads the log dirs
         if not dry_run:

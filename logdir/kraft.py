@@ -15,14 +15,13 @@ import re
 from dataclasses import dataclass, field
 
 from kcompact import storage
-from kcompact.storage import FileInfo
+from kcompact.logdir.listing import METADATA_DIR
 from kcompact.readers import metadata
 from kcompact.readers.batch import Batch
 from kcompact.readers.errors import FormatError
-from kcompact.logdir.listing import METADATA_DIR
 from kcompact.readers.records import Record
 from kcompact.readers.segment import iter_batches
-
+from kcompact.storage import FileInfo
 
 _SEGMENT = re.compile(r"^(\d{20})\.log$")
 _SNAPSHOT = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
@@ -108,7 +107,9 @@ def _decode(batch: Batch, record: Record) -> metadata.MetadataRecord:
     try:
         return metadata.decode(record.value)
     except metadata.MetadataError as exc:
-        raise FormatError(batch.path, batch.position, f"{where}: byte {exc.position} of its value: {exc.what}") from None
+        raise FormatError(
+            batch.path, batch.position, f"{where}: byte {exc.position} of its value: {exc.what}"
+        ) from None
 
 
 def _replay(state: MetadataConfigs, info: FileInfo, start: int) -> None:

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 
 from kcompact import storage
-from kcompact.readers import checkpoint
 from kcompact.logdir.commits import CommitRecord, follow, latest_generations
+from kcompact.readers import checkpoint
 from kcompact.readers.errors import Problem
 from kcompact.storage import FileInfo
 
@@ -130,7 +130,9 @@ def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] 
     for base in sorted(by_base):
         seg = by_base[base]
         if seg.log is None:
-            part.problems.append(Problem(path, None, f"index files for base offset {base} but no {segment_name(base, 'log')}"))
+            part.problems.append(
+                Problem(path, None, f"index files for base offset {base} but no {segment_name(base, 'log')}")
+            )
             continue
         part.segments.append(seg)
     return part

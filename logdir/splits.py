@@ -66,7 +66,9 @@ class ByteRange:
     file_size: int | None = None  # the segment file's, as listed (an object store is not asked)
 
 
-def partition_ranges(part: Partition, offsets: OffsetRange, max_bytes: int = DEFAULT_MAX_SPLIT_BYTES) -> list[ByteRange]:
+def partition_ranges(
+    part: Partition, offsets: OffsetRange, max_bytes: int = DEFAULT_MAX_SPLIT_BYTES
+) -> list[ByteRange]:
     """Byte ranges of the segments that can hold offsets in range (a segment's offsets lie below the next base)."""
     bases = [seg.base_offset for seg in part.segments]
     ranges = []

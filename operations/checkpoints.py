@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kcompact import storage
-from kcompact.readers import checkpoint
 from kcompact.logdir.listing import held_partitions
+from kcompact.readers import checkpoint
 from kcompact.writers.checkpoint import render_checkpoint
 
 CAS_ATTEMPTS = 100  # compare-and-swap rounds on a checkpoint before giving up (transient)

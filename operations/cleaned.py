@@ -19,8 +19,8 @@ import numpy as np
 
 from kcompact import storage
 from kcompact.logdir.commits import staged_name
-from kcompact.readers.indexes import AbortedTxn
 from kcompact.logdir.listing import segment_name
+from kcompact.readers.indexes import AbortedTxn
 from kcompact.writers.chunks import BufferSizes, ReadChunks
 from kcompact.writers.segment import SegmentWriter
 
@@ -71,7 +71,8 @@ def write_group(partition_dir: str, base_offset: int, outputs: Iterable[ChunkOut
                 owner: str | None = None, direct: bool = True, index_per_batch: bool = True) -> WrittenGroup:
     """Write the group's kept batches, in order, as ``.cleaned`` (or staged) files; returns what was
     written, with the index entries of the chosen release's rule (``index_per_batch``: KAFKA-806's,
-    ``conf.releases.Release.index_per_batch``; else a read chunk per append, ``writers.chunks``). The .log is streamed (a group may be
+    ``conf.releases.Release.index_per_batch``; else a read chunk per append, ``writers.chunks``). The .log is
+    streamed (a group may be
     as large as segment.bytes); indexes are small, at most ``max_index_bytes`` (segment.index.bytes:
     a cleaned segment whose index would outgrow it fails, as Kafka's cleaner fails on a full
     index). The index files are written (and fsynced) while the .log is fsynced: each fsync waits

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Sequence
 
 from kcompact import storage
+
+
 class Removal:
     """``start`` once with the paths; ``wait`` returns what could not be removed (a file someone
     removed first is gone, as wanted)."""

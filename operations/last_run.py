@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from kcompact import storage
+
 FILE = "kcompact-last-run.json"
 
 

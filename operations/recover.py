@@ -39,19 +39,21 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 from kcompact import storage
-from kcompact.readers import indexes
 from kcompact.logdir import commits
-from kcompact.readers.errors import FormatError
 from kcompact.logdir.listing import Partition, segment_name
-from kcompact.storage import FileInfo
-from kcompact.readers.segment import iter_batches, torn_tail
 from kcompact.operations import s3commit
+from kcompact.readers import indexes
+from kcompact.readers.errors import FormatError
+from kcompact.readers.segment import iter_batches, torn_tail
+from kcompact.storage import FileInfo
 from kcompact.writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentWriter
 
 SWAP, CLEANED, DELETED = ".swap", ".cleaned", ".deleted"
 # What ``storage.write_atomic`` may leave at a log dir's root after a crash: our checkpoints'
 # and cleaning states' temp files.
-_ROOT_TEMP = re.compile(r"^(cleaner-offset-checkpoint|log-start-offset-checkpoint|kcompact-state\..+\.json|kcompact-last-run\.json)\.tmp$")
+_ROOT_TEMP = re.compile(
+    r"^(cleaner-offset-checkpoint|log-start-offset-checkpoint|kcompact-state\..+\.json|kcompact-last-run\.json)\.tmp$"
+)
 _OFFSET_PREFIX = re.compile(r"^(\d+)\.")
 
 
@@ -228,7 +230,9 @@ def _truncate_torn_tail(partition_dir: str, base: int, out: PartitionRecovery) -
         kept = [t for t in indexes.parse_txn_index(txn_path, data) if t.last_offset < log_end]
         if len(kept) * indexes.TXN_ENTRY.size != len(data):
             storage.write_atomic(txn_path, data[:len(kept) * indexes.TXN_ENTRY.size])
-            out.truncated.append(f"{segment_name(base, 'txnindex')}: aborted transactions past offset {log_end} dropped")
+            out.truncated.append(
+                f"{segment_name(base, 'txnindex')}: aborted transactions past offset {log_end} dropped"
+            )
     return base
 
 
@@ -347,8 +351,8 @@ def recover_log_dirs(paths: Iterable[str], progress=print, torn_tails: bool = Fa
 
 def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress, torn_tails: bool,
                      indexes: bool) -> None:
-    from kcompact.operations import states
     from kcompact.logdir.listing import list_log_dir, scan_log_dir
+    from kcompact.operations import states
 
     locked = storage.is_local_path(log_dir)  # object stores have no .lock
     listing = list_log_dir(log_dir)

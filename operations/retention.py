@@ -44,10 +44,10 @@ import pyarrow as pa
 from kcompact import storage
 from kcompact.conf.units import MB, UNIT_NOTE
 from kcompact.logdir.failure import Failure, outcome_counts
+from kcompact.logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
 from kcompact.operations import commit, s3commit, states
 from kcompact.operations.checkpoints import move_log_starts
 from kcompact.readers.errors import FormatError
-from kcompact.logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
 
 
 class Changed(Exception):
@@ -96,7 +96,9 @@ class PartitionRetention:
 
     def summary(self, dry_run: bool) -> str:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in self.reasons.items())
-        what = f"{len(self.segments)} segment{'' if len(self.segments) == 1 else 's'} ({self.bytes_deleted / MB:.2f} MB)"
+        what = (
+            f"{len(self.segments)} segment{'' if len(self.segments) == 1 else 's'} ({self.bytes_deleted / MB:.2f} MB)"
+        )
         if self.error:
             return f"{self.name}: NOT deleted ({what} due): {self.error}"
         if self.skipped:

@@ -19,7 +19,8 @@ commit record decides instead, created by one conditional PUT that exactly one w
    of a wave of commits together (``finish``): each step for all of them, deletes batched, one
    checkpoint write for the log dir. Whether the copies are
    done is read from the record, never guessed from which staged files exist.
-4. Readers follow the latest record (``logdir.listing.scan_partition``, through ``logdir.commits``): the partition's files
+4. Readers follow the latest record (``logdir.listing.scan_partition``, through ``logdir.commits``): the
+partition's files
    are the listed ones minus staged names and minus the record's replaced names, plus each final
    name read from its staged file while that exists, else from the final object. Staged files
    are deleted only once every copy is done, so from the moment the record exists readers see
@@ -53,8 +54,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from kcompact import storage
-from kcompact.logdir.listing import held_partitions
-from kcompact.operations.checkpoints import move_log_starts, update_cleaner_offsets
 from kcompact.logdir.commits import (
     CommitRecord,
     latest_generations,
@@ -62,8 +61,9 @@ from kcompact.logdir.commits import (
     record_path,
     split_partition_dir,
 )
+from kcompact.logdir.listing import held_partitions
+from kcompact.operations.checkpoints import move_log_starts, update_cleaner_offsets
 from kcompact.storage import FileInfo
-
 
 
 class CommitLost(Exception):
@@ -94,11 +94,16 @@ def retention_record(topic: str, partition: int, generation: int, owner: str, de
 # -- commit and apply ----------------------------------------------------------------------------
 def _copy(partition_dir: str, staged: dict[str, str]) -> None:
     """Server-side copies of the staged objects to their final names."""
-    pairs = [(storage.join(partition_dir, name), storage.join(partition_dir, final)) for name, final in sorted(staged.items())]
+    pairs = [
+        (storage.join(partition_dir, name), storage.join(partition_dir, final))
+        for name, final in sorted(staged.items())
+    ]
     try:
         storage.copy_many(pairs)
     except FileNotFoundError as exc:
-        raise OSError(f"{partition_dir}: a staged file is missing ({exc}); its commit record cannot be applied") from None
+        raise OSError(
+            f"{partition_dir}: a staged file is missing ({exc}); its commit record cannot be applied"
+        ) from None
 
 
 def move_checkpoints(log_dir: str, records: list[CommitRecord]) -> None:

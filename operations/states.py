@@ -132,7 +132,9 @@ class CleaningState:
         return {"owner": self.owner, "host": self.host, "pid": self.pid, "until": until}
 
     def to_json(self) -> bytes:
-        return json.dumps({k: v for k, v in asdict(self).items() if (v is not None and v != 0) or k == "state"}).encode()
+        return json.dumps(
+            {k: v for k, v in asdict(self).items() if (v is not None and v != 0) or k == "state"}
+        ).encode()
 
 
 class Refusal(str):

@@ -21,19 +21,19 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from kcompact import storage
-from kcompact.operations import states
 from kcompact.conf import releases, resolve
-from kcompact.logdir import kraft
-from kcompact.logdir.failure import Failure
 from kcompact.conf.policy import is_compacted, is_deleted
 from kcompact.conf.resolve import Config, TopicConfig
+from kcompact.logdir import kraft
+from kcompact.logdir.failure import Failure
+from kcompact.logdir.listing import METADATA_TOPIC, is_live_partition_dir, list_log_dir, parse_partition_dir
+from kcompact.operations import states
 from kcompact.planner import retention, rules, scan
 from kcompact.planner.plan import Plan
 from kcompact.readers import checkpoint
-from kcompact.session import kinds
 from kcompact.readers.errors import FormatError
+from kcompact.session import kinds
 from kcompact.storage import FileInfo
-from kcompact.logdir.listing import METADATA_TOPIC, is_live_partition_dir, list_log_dir, parse_partition_dir
 
 SEGMENT_TYPE = pa.struct([
     ("base_offset", pa.int64()), ("size", pa.int64()), ("mtime_ms", pa.int64()),
@@ -132,8 +132,14 @@ def tasks_for(log_dir: str, config: Config) -> list[Task]:
             "files": tuple(listing.files.get(sub.rstrip("/"), ())),
             "generations": (listing.before.get((topic, number), 0), listing.after.get((topic, number), 0))}
         hw = watermarks.get((topic, number))
-        no_hw = None if hw is not None or choice.release.keep_last_empty != "high_watermark" else (
-            f"{storage.join(log_dir, checkpoint.REPLICATION_OFFSET)} {'has no entry for it' if hw_file else 'is missing'}")
+        no_hw = (
+            None
+            if hw is not None or choice.release.keep_last_empty != "high_watermark"
+            else (
+                f"{storage.join(log_dir, checkpoint.REPLICATION_OFFSET)} "
+                f"{'has no entry for it' if hw_file else 'is missing'}"
+            )
+        )
         out.append(Task(topic, number, log_dir, sub, cleaner.get((topic, number)), log_start.get((topic, number)),
                         json.dumps({k: getattr(state, k) for k in state.__slots__}), configs[topic], root_problem,
                         **listed, **release, high_watermark=hw, high_watermark_problem=no_hw))
@@ -237,8 +243,10 @@ def plan_task(task: Task, now: int, retention_only: bool = False) -> dict:
         if decision.total_bytes == 0:
             row["skip_reason"] = "empty"
         elif not decision.cleanable:
-            row["skip_reason"] = (f"below ratio: {rules.ratio_text(decision.cleanable_ratio, values['min.cleanable.dirty.ratio'])} <= "
-                                  f"min.cleanable.dirty.ratio {values['min.cleanable.dirty.ratio']}")
+            row["skip_reason"] = (
+                f"below ratio: {rules.ratio_text(decision.cleanable_ratio, values['min.cleanable.dirty.ratio'])} <= "
+                f"min.cleanable.dirty.ratio {values['min.cleanable.dirty.ratio']}"
+            )
     return row
 
 
@@ -323,7 +331,11 @@ def _planned(spark, tasks: list[Task], now: int, retention_only: bool) -> pa.Tab
         for rb in ids:
             for share in rb.column(0).to_pylist():
                 mine = tasks[share::n]
-                rows = storage.map_in_flight(lambda t: plan_task(t, now, retention_only), mine, mine[0].path) if mine else []
+                rows = (
+                    storage.map_in_flight(lambda t: plan_task(t, now, retention_only), mine, mine[0].path)
+                    if mine
+                    else []
+                )
                 yield pa.RecordBatch.from_pylist(rows, schema=PLAN_SCHEMA)
 
     return spark.range(0, n, 1, n).mapInArrow(run, from_arrow_schema(PLAN_SCHEMA)).toArrow()

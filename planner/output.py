@@ -45,7 +45,9 @@ RETENTION_COLUMNS = ("partition", "segments", "MB", "log start", "reasons")
 def describe_retention(table: pa.Table) -> str:
     """What retention deletes: one line per partition with segments to delete (or a retention
     skip for bad input, or for a cleaning state that holds back segments due), then a total."""
-    rows = [r for r in table.to_pylist() if r.get("retention_deletes") or r.get("retention_skip_kind") == Failure.BAD_INPUT]
+    rows = [
+        r for r in table.to_pylist() if r.get("retention_deletes") or r.get("retention_skip_kind") == Failure.BAD_INPUT
+    ]
     lines = [_retention_line(r) for r in rows]
     widths = [max(len(c), *(len(r[i]) for r in lines)) if lines else len(c) for i, c in enumerate(RETENTION_COLUMNS)]
     out = ["retention:", "  ".join(c.ljust(w) for c, w in zip(RETENTION_COLUMNS, widths)).rstrip()]

@@ -116,7 +116,13 @@ def _top_bytes(ax, rows: list[dict]) -> None:
     ax.set_yticks(range(len(top)), [_label(r) for r in top], fontsize=9)
     for i, (row, size) in enumerate(zip(top, sizes)):
         note = f" #{row['rank']} selected" if row["selected"] else " skipped"
-        ax.text(size, i, f" {_mb(size)} MB, ratio {ratio_text(row['cleanable_ratio'], row['min_cleanable_ratio'])},{note}", va="center", fontsize=8)
+        ax.text(
+            size,
+            i,
+            f" {_mb(size)} MB, ratio {ratio_text(row['cleanable_ratio'], row['min_cleanable_ratio'])},{note}",
+            va="center",
+            fontsize=8,
+        )
     ax.set_xlim(0, max(sizes, default=0) * 1.6 or 1)  # room for the notes right of the bars
     ax.set_title(f"Top {len(top)} partitions by cleanable bytes (green: selected)")
     ax.set_xlabel("cleanable bytes (MB = 2^20 bytes)")

@@ -173,7 +173,9 @@ class Candidate:
     partition: int
 
 
-def rank(candidates: Sequence[Candidate], top: int | None = None, max_bytes: int | None = None) -> dict[str, tuple[int, str | None]]:
+def rank(
+    candidates: Sequence[Candidate], top: int | None = None, max_bytes: int | None = None
+) -> dict[str, tuple[int, str | None]]:
     """Rank by cleanable ratio, highest first (Kafka cleans the filthiest log first), then fill the
     run's budgets greedily in rank order, as Kafka cleans the filthiest log it can: a partition is
     selected while fewer than ``top`` are and its cleanable bytes fit in what ``max_bytes`` leaves;

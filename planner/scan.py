@@ -6,7 +6,8 @@ none: Kafka replays the same way); the first batch of each dirty non-active
 segment (max.compaction.lag.ms); the last time-index entry of dirty non-active
 segments when min.compaction.lag.ms is set, and of every non-active segment when
 retention.ms applies. Anything malformed, and any file that cannot be read
-(``UNREADABLE``), becomes a problem on the partition's row, never an exception. Problems that make the segment list or the log start
+(``UNREADABLE``), becomes a problem on the partition's row, never an exception. Problems that make the
+segment list or the log start
 unreliable also stop retention (``retention_blockers``); a missing index file or
 an unreadable batch does not (retention reads neither).
 """
@@ -21,15 +22,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kcompact import storage
-from kcompact.storage import FileInfo
+from kcompact.logdir.failure import Failure, problem_kind
+from kcompact.logdir.listing import Partition, Segment, scan_partition
+from kcompact.planner.rules import SegmentFacts, dirty_non_active, first_dirty_offset
 from kcompact.readers import snapshot, walk
 from kcompact.readers.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from kcompact.readers.errors import FormatError
 from kcompact.readers.indexes import TIME_ENTRY, parse_time_index
-from kcompact.logdir.failure import Failure, problem_kind
-from kcompact.logdir.listing import Partition, Segment, scan_partition
 from kcompact.readers.segment import DEFAULT_CHUNK, iter_batches, to_torn_tail
-from kcompact.planner.rules import SegmentFacts, dirty_non_active, first_dirty_offset
+from kcompact.storage import FileInfo
 
 _SNAPSHOT = re.compile(r"^(\d{20})\.snapshot$")
 # a problem the planner met reading a file rather than in its bytes (its mode, an object store's
@@ -74,7 +75,8 @@ def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_st
     segment's when the log start checkpoint lies in it (is it beyond the log end?).
     ``retention_timestamps``: read the last time-index entry of every non-active segment (retention.ms).
     ``first_batches``: read the first batch of each dirty non-active segment (max.compaction.lag.ms;
-    ``rules.first_batches_matter``). ``files``, ``generations``: the partition dir as the driver listed it (object stores), when it did."""
+    ``rules.first_batches_matter``). ``files``, ``generations``: the partition dir as the driver listed it
+    (object stores), when it did."""
     try:
         if files is None:
             files, _ = storage.list_dir(path)
@@ -90,7 +92,9 @@ def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_st
     for p in part.problems:
         facts.add(str(p), problem_kind(p.path, p.position), retention=True)
     for info in part.leftovers:
-        facts.add(f"{info.path}: leftover of an interrupted swap (run kcompact recover)", Failure.BAD_INPUT, retention=True)
+        facts.add(
+            f"{info.path}: leftover of an interrupted swap (run kcompact recover)", Failure.BAD_INPUT, retention=True
+        )
     for missing in _missing_indexes(part):
         facts.add(missing, Failure.BAD_INPUT)
     if not part.segments:
@@ -102,7 +106,9 @@ def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_st
     dirty: set[int] = set()
     log_end_known = False
     if replay:
-        snapshots = sorted((int(m[1]), info.path) for info in files if (m := _SNAPSHOT.match(posixpath.basename(info.path))))
+        snapshots = sorted(
+            (int(m[1]), info.path) for info in files if (m := _SNAPSHOT.match(posixpath.basename(info.path)))
+        )
         try:
             first_stamps = _replay(facts, snapshots)
             log_end_known = True

@@ -237,12 +237,16 @@ def _legacy_records(batch: Batch) -> tuple[list[Record], bool]:
     try:
         inner = codecs.decompress_legacy(batch.magic, batch.codec, value)
     except codecs.CodecError as exc:
-        raise FormatError(batch.path, batch.position, f"legacy wrapper at offset {batch.base_offset_field}: {exc}") from None
+        raise FormatError(
+            batch.path, batch.position, f"legacy wrapper at offset {batch.base_offset_field}: {exc}"
+        ) from None
     entries = []
     pos = 0
     while pos < len(inner):
         if pos + LOG_OVERHEAD + 5 > len(inner):
-            raise FormatError(batch.path, batch.position, f"legacy wrapper: inner message cut short at inner byte {pos}")
+            raise FormatError(
+                batch.path, batch.position, f"legacy wrapper: inner message cut short at inner byte {pos}"
+            )
         offset, size, _, magic = ENTRY_PREFIX.unpack_from(inner, pos)
         end = pos + LOG_OVERHEAD + size
         if magic not in (0, 1) or size < LEGACY_MIN_SIZE[magic] or end > len(inner):

@@ -62,8 +62,14 @@ if LZ4_LIBRARY is not None:
     bind({f"kcompact_{name}": ctypes.cast(getattr(LZ4_LIBRARY, name), ctypes.c_void_p).value
            for name in ("LZ4F_decompress", "LZ4F_isError", "LZ4F_resetDecompressionContext")})
 if ZSTD_LIBRARY is not None:
-    bind({f"kcompact_{name}": int(ZSTD_LIBRARY.ffi.cast("uintptr_t", ZSTD_LIBRARY.ffi.addressof(ZSTD_LIBRARY.lib, name)))
-           for name in ("ZSTD_decompressDCtx", "ZSTD_isError")})
+    bind(
+        {
+            f"kcompact_{name}": int(
+                ZSTD_LIBRARY.ffi.cast("uintptr_t", ZSTD_LIBRARY.ffi.addressof(ZSTD_LIBRARY.lib, name))
+            )
+            for name in ("ZSTD_decompressDCtx", "ZSTD_isError")
+        }
+    )
 # The codecs the compiled call decodes, as a bit mask over codec ids.
 NATIVE = (1 << codecs.LZ4 if LZ4_LIBRARY is not None else 0) | (1 << codecs.ZSTD if ZSTD_LIBRARY is not None else 0)
 
@@ -140,7 +146,9 @@ def _decompressors() -> tuple[int, int]:
     lz4 = ctypes.c_void_p()
     if LZ4_LIBRARY is not None and LZ4_LIBRARY.LZ4F_createDecompressionContext(ctypes.byref(lz4), _LZ4F_VERSION) != 0:
         raise MemoryError("lz4: no decompression context") from None
-    zstd = int(ZSTD_LIBRARY.ffi.cast("uintptr_t", ZSTD_LIBRARY.lib.ZSTD_createDCtx())) if ZSTD_LIBRARY is not None else 0
+    zstd = (
+        int(ZSTD_LIBRARY.ffi.cast("uintptr_t", ZSTD_LIBRARY.lib.ZSTD_createDCtx())) if ZSTD_LIBRARY is not None else 0
+    )
     return lz4.value or 0, zstd
 
 
@@ -160,7 +168,8 @@ def decompress_many(src: np.ndarray, codec: np.ndarray, starts: np.ndarray, ends
 
 def sections(out: np.ndarray, n: int, limit: int, python: Callable[[int], bytes],
               compiled: Callable) -> tuple[np.ndarray, np.ndarray]:
-    """What decompression and ``writers.compiled_codecs``'s compression share: ``compiled(out, pos, i, out_end)`` goes on from section i; when
+    """What decompression and ``writers.compiled_codecs``'s compression share: ``compiled(out, pos, i,
+    out_end)`` goes on from section i; when
     ``out`` is full it is doubled (up to ``limit``: past it the section is the caller's), and a
     section it leaves is made by ``python(i)`` and put in its place. (``out`` up to its end, where
     each section ends.)"""

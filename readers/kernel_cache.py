@@ -3,7 +3,8 @@
 Why: numba compiles each ``@njit(cache=True)`` kernel at its first call and keeps the result in
 its cache (``__pycache__`` beside the source, ``NUMBA_CACHE_DIR``, or the user's cache dir for a
 zip). A process whose cache is empty compiles every kernel it calls again: seconds of CPU in
-each executor's first tasks, more than the tiny job itself (docs/benchmarks.md). Ephemeral clusters (Kubernetes pods, fresh YARN containers, a
+each executor's first tasks, more than the tiny job itself (docs/benchmarks.md). Ephemeral clusters
+(Kubernetes pods, fresh YARN containers, a
 ``--py-files`` zip, a read-only site-packages) start every run with an empty cache, so every run
 paid it on every executor.
 

@@ -104,18 +104,18 @@ class _ConnectStatus:
             else:
                 self._stages[job] = list(stages or [])
 
-    def getActiveJobsIds(self) -> list[int]:  # noqa: N802 - the status tracker's names
+    def getActiveJobsIds(self) -> list[int]:  # the status tracker's names
         with self._lock:
             return list(self._stages)
 
-    def getJobInfo(self, job: int):  # noqa: N802
+    def getJobInfo(self, job: int):
         with self._lock:
             stages = self._stages.get(job)
         if stages is None:
             return None
         return SimpleNamespace(jobId=job, stageIds=[(job, i) for i in range(len(stages))])
 
-    def getStageInfo(self, key: tuple[int, int]):  # noqa: N802
+    def getStageInfo(self, key: tuple[int, int]):
         job, i = key
         with self._lock:
             stages = self._stages.get(job) or []

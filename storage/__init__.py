@@ -24,21 +24,58 @@ from typing import BinaryIO
 # fsspec warns on its import of an FSSPEC_<PROTOCOL> variable it ignores: the command line says
 # what is wrong with it in its own line (failures.environment_problem), before any work
 warnings.filterwarnings("ignore", message="Ignoring environment variable FSSPEC_", category=UserWarning)
-import fsspec  # noqa: E402
+import fsspec
 
+from kcompact.storage import objects, ownership
 from kcompact.storage.cas import read_versioned, remove_if, write_if, write_if_many
 from kcompact.storage.direct import DIRECT_BLOCK, DIRECT_BUFFER, DirectFile
 from kcompact.storage.failures import describe_failure, environment_problem
 from kcompact.storage.lock import BROKER_LOCK, LogDirBusy, LogDirLock
-from kcompact.storage import objects, ownership
 from kcompact.storage.paths import FileInfo, is_local, is_local_path, join, resolve, url
 
 __all__ = [
-    "BROKER_LOCK", "DIRECT_BLOCK", "DIRECT_BUFFER", "TMP", "DirectFile", "FileInfo", "LogDirBusy", "LogDirLock",
-    "copy", "copy_many", "create_durable", "describe_error", "describe_failure", "environment_problem", "exists", "fsync_dir", "info", "is_local",
-    "is_local_path", "join", "kind", "list_dir", "list_tree", "map_in_flight", "makedirs", "open_read", "read_bytes", "read_range", "read_versioned",
-    "remove", "remove_if", "remove_many", "remove_tree", "rename", "resolve", "set_mtime", "truncate", "url", "write_atomic", "write_durable",
-    "write_if", "write_if_many",
+    "BROKER_LOCK",
+    "DIRECT_BLOCK",
+    "DIRECT_BUFFER",
+    "TMP",
+    "DirectFile",
+    "FileInfo",
+    "LogDirBusy",
+    "LogDirLock",
+    "copy",
+    "copy_many",
+    "create_durable",
+    "describe_error",
+    "describe_failure",
+    "environment_problem",
+    "exists",
+    "fsync_dir",
+    "info",
+    "is_local",
+    "is_local_path",
+    "join",
+    "kind",
+    "list_dir",
+    "list_tree",
+    "map_in_flight",
+    "makedirs",
+    "open_read",
+    "read_bytes",
+    "read_range",
+    "read_versioned",
+    "remove",
+    "remove_if",
+    "remove_many",
+    "remove_tree",
+    "rename",
+    "resolve",
+    "set_mtime",
+    "truncate",
+    "url",
+    "write_atomic",
+    "write_durable",
+    "write_if",
+    "write_if_many",
 ]
 
 

@@ -50,7 +50,11 @@ def _local_version(fs_path: str) -> str | None:
 def _precondition_failed(exc: OSError) -> bool:
     """s3fs raises HTTP 412 as a plain EINVAL OSError; the botocore error is its cause."""
     cause = getattr(exc.__cause__, "response", None) or {}
-    return exc.errno == errno.EINVAL and cause.get("Error", {}).get("Code") in ("PreconditionFailed", "412", "ConditionalRequestConflict")
+    return exc.errno == errno.EINVAL and cause.get("Error", {}).get("Code") in (
+        "PreconditionFailed",
+        "412",
+        "ConditionalRequestConflict",
+    )
 
 
 def read_versioned(path: str) -> tuple[bytes, str] | None:
@@ -79,7 +83,9 @@ def write_if(path: str, data: bytes, version: str | None) -> str | None:
             storage.write_atomic(path, data)  # through the package, where the crash tests wrap it
             return hashlib.md5(data).hexdigest()
     try:
-        return objects.put(fs, fs_path, data, **({"IfNoneMatch": "*"} if version is None else {"IfMatch": f'"{version}"'}))
+        return objects.put(
+            fs, fs_path, data, **({"IfNoneMatch": "*"} if version is None else {"IfMatch": f'"{version}"'})
+        )
     except OSError as exc:
         if not (_precondition_failed(exc) or isinstance(exc, (FileExistsError, FileNotFoundError))):
             raise

@@ -8,7 +8,6 @@ import mmap
 import os
 import queue
 
-
 DIRECT_BLOCK = 4096  # the most O_DIRECT asks of buffer addresses, write sizes and file offsets
 DIRECT_BUFFER = 4 << 20
 _DIRECT_BUFFERS: queue.SimpleQueue = queue.SimpleQueue()  # reused: a fresh page costs a fault

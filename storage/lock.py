@@ -12,7 +12,6 @@ import threading
 from kcompact.storage import ownership
 from kcompact.storage.paths import is_local, resolve
 
-
 BROKER_LOCK = ".lock"
 
 

@@ -62,7 +62,9 @@ def encode_like(batch: Batch, records: Sequence[Record], delete_horizon_ms: int 
         last_offset_delta=batch.last_offset_delta,
     )
     if not records:
-        return encode_batch((), codec=codecs.NONE, first_timestamp=NO_TIMESTAMP, max_timestamp=batch.max_timestamp, **fields)
+        return encode_batch(
+            (), codec=codecs.NONE, first_timestamp=NO_TIMESTAMP, max_timestamp=batch.max_timestamp, **fields
+        )
     if delete_horizon_ms is None and batch.has_delete_horizon:
         delete_horizon_ms = batch.delete_horizon_ms
     append_time = batch.max_timestamp if batch.timestamp_type == LOG_APPEND_TIME else None

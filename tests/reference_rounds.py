@@ -23,14 +23,14 @@ from pathlib import Path
 from kcompact.conf import releases
 from kcompact.conf.releases import Release
 from kcompact.jobs.cli import main
+from kcompact.logdir.listing import CHECKPOINTS, METADATA_DIR
 from kcompact.operations import states
 from kcompact.readers import checkpoint
-from kcompact.logdir.listing import CHECKPOINTS, METADATA_DIR
 from kcompact.readers.segment import iter_batches
-from tests.reference.config import Config
-from tests.reference.manager import Broker, RoundResult
 from kcompact.tools import generator
 from kcompact.writers.checkpoint import render_checkpoint
+from tests.reference.config import Config
+from tests.reference.manager import Broker, RoundResult
 
 KAFKA_FILE = re.compile(r"^\d{20}\.(log|index|timeindex|txnindex|snapshot)$")
 MTIME_KINDS = (".log", ".index", ".timeindex")

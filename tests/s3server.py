@@ -20,6 +20,7 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 from moto.server import MotoRequestHandler
 from werkzeug.serving import make_server
 
+
 class _Quiet(MotoRequestHandler):
     def log_request(self, *args) -> None:  # one line per request would bury a test's output
         pass
@@ -99,8 +100,12 @@ class CountingS3:
                     "bytes_in": self.bytes_in, "bytes_out": self.bytes_out}
 
     def _serve(self, environ, start_response):
-        headers = {key[5:].replace("_", "-").lower(): value for key, value in environ.items() if key.startswith("HTTP_")}
-        op = operation(environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""), headers)
+        headers = {
+            key[5:].replace("_", "-").lower(): value for key, value in environ.items() if key.startswith("HTTP_")
+        }
+        op = operation(
+            environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""), headers
+        )
         if self.latency_s:
             time.sleep(self.latency_s)
         with self._lock:

@@ -186,7 +186,9 @@ def make_batches(first: int, n_batches: int, per_batch: int = 5, codecs: tuple[i
     out = []
     for b in range(n_batches):
         base = first + b * per_batch
-        records = [Record(o, TS0 + 10 * o, b"key-%d" % (o % 7), b"value %d " % o * 6) for o in range(base, base + per_batch)]
+        records = [
+            Record(o, TS0 + 10 * o, b"key-%d" % (o % 7), b"value %d " % o * 6) for o in range(base, base + per_batch)
+        ]
         out.append(kp_build(records, codec=codecs[b % len(codecs)], base_offset=base, **kw))
     return out
 

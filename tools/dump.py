@@ -15,10 +15,6 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from kcompact import storage
-from kcompact.readers import codecs
-from kcompact.readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Batch
-from kcompact.readers.errors import FormatError, Problem
-from kcompact.readers.indexes import parse_offset_index, parse_time_index, parse_txn_index
 from kcompact.logdir.listing import (
     LEFTOVER_SUFFIXES,
     SEGMENT_KINDS,
@@ -27,6 +23,10 @@ from kcompact.logdir.listing import (
     scan_log_dir,
     scan_partition,
 )
+from kcompact.readers import codecs
+from kcompact.readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Batch
+from kcompact.readers.errors import FormatError, Problem
+from kcompact.readers.indexes import parse_offset_index, parse_time_index, parse_txn_index
 from kcompact.readers.records import CONTROL_TYPES, Record, control_coordinator_epoch, control_type
 from kcompact.readers.segment import iter_batches, problems
 from kcompact.tools.verify import unreadable

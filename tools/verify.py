@@ -28,6 +28,7 @@ from functools import partial
 from typing import TextIO
 
 from kcompact import storage
+from kcompact.logdir.listing import LogDir, Partition, Segment, scan_log_dir, segment_name
 from kcompact.readers import checkpoint, codecs
 from kcompact.readers.batch import NO_TIMESTAMP, Batch
 from kcompact.readers.errors import FormatError, Problem
@@ -39,7 +40,6 @@ from kcompact.readers.indexes import (
     parse_time_index,
     parse_txn_index,
 )
-from kcompact.logdir.listing import LogDir, Partition, Segment, scan_log_dir, segment_name
 from kcompact.readers.records import Record
 from kcompact.readers.segment import iter_batches, problems, torn_tail
 
@@ -148,7 +148,11 @@ def _listing_said(found: Problem) -> Problem:
     (LogLoader deletes index files without their .log, and passes over names it does not know)."""
     if found.what.startswith(ORPHAN_INDEX):
         return _note(found, f"{found.what}: a broker deletes them on load")
-    if found.position is None and not found.path.endswith(OFFSET_NAMED) and found.what == "not a Kafka segment file name":
+    if (
+        found.position is None
+        and not found.path.endswith(OFFSET_NAMED)
+        and found.what == "not a Kafka segment file name"
+    ):
         return _note(found, f"{found.what}: a broker passes over it")
     return found
 

@@ -31,7 +31,18 @@ import lz4.frame
 import xxhash
 import zstandard
 
-from kcompact.readers.codecs import GZIP, INT32, LZ4, NONE, SNAPPY, XERIAL_HEADER, XERIAL_MAGIC, ZSTD, CodecError, lz4_header_checksum_at
+from kcompact.readers.codecs import (
+    GZIP,
+    INT32,
+    LZ4,
+    NONE,
+    SNAPPY,
+    XERIAL_HEADER,
+    XERIAL_MAGIC,
+    ZSTD,
+    CodecError,
+    lz4_header_checksum_at,
+)
 
 XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size, as Kafka uses it
 ZSTD_LEVEL = 3  # the level Kafka's producer and cleaner use by default

@@ -33,8 +33,14 @@ if LZ4_LIBRARY is not None:
     bind({f"kcompact_{name}": ctypes.cast(getattr(LZ4_LIBRARY, name), ctypes.c_void_p).value
           for name in ("LZ4F_compressFrame", "LZ4F_compressFrameBound")})
 if ZSTD_LIBRARY is not None:
-    bind({f"kcompact_{name}": int(ZSTD_LIBRARY.ffi.cast("uintptr_t", ZSTD_LIBRARY.ffi.addressof(ZSTD_LIBRARY.lib, name)))
-          for name in ("ZSTD_CCtx_reset", "ZSTD_CCtx_setPledgedSrcSize", "ZSTD_compressStream2", "ZSTD_compressBound")})
+    bind(
+        {
+            f"kcompact_{name}": int(
+                ZSTD_LIBRARY.ffi.cast("uintptr_t", ZSTD_LIBRARY.ffi.addressof(ZSTD_LIBRARY.lib, name))
+            )
+            for name in ("ZSTD_CCtx_reset", "ZSTD_CCtx_setPledgedSrcSize", "ZSTD_compressStream2", "ZSTD_compressBound")
+        }
+    )
 
 _lz4f_compress = routine("kcompact_LZ4F_compressFrame", I64, (POINTER, I64, POINTER, I64, POINTER))
 _lz4f_bound = routine("kcompact_LZ4F_compressFrameBound", I64, (I64, POINTER))
@@ -100,7 +106,9 @@ def _compressor() -> int:
 _COMPRESSORS: queue.SimpleQueue = queue.SimpleQueue()
 
 
-def compress_many(src: np.ndarray, codec: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def compress_many(
+    src: np.ndarray, codec: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Sections ``src[starts[i]:ends[i]]`` compressed by ``codec[i]`` as ``writers.codecs.compress``
     compresses them (the same bytes), one after another: (the output, where each ends in it)."""
     out = np.empty(int((ends - starts).sum()) + len(starts) * 64 + (64 << 10), np.uint8)

@@ -1,5 +1,6 @@
 """Encode the KRaft metadata records that carry topic configuration (TopicRecord,
-ConfigRecord) and feature levels (FeatureLevelRecord), framed as a KRaft controller writes them to ``__cluster_metadata-0``:
+ConfigRecord) and feature levels (FeatureLevelRecord), framed as a KRaft controller writes them to
+``__cluster_metadata-0``:
 frame version 1, api key and version as unsigned varints, then the message in
 Kafka's flexible encoding (compact strings, a trailing empty tagged-field section)."""
 

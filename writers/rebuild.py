@@ -18,12 +18,10 @@ stored, as the cleaner copies it.
 
 from __future__ import annotations
 
-
 import numpy as np
 from numba import njit
 
 from kcompact.readers import codecs
-from kcompact.readers.crc import crcs
 from kcompact.readers.batch import (
     ATTR_CODEC_MASK,
     ATTR_CONTROL,
@@ -36,6 +34,7 @@ from kcompact.readers.batch import (
     V2_HEADER_SIZE,
     Batch,
 )
+from kcompact.readers.crc import crcs
 from kcompact.readers.scan import RECORD_POS
 from kcompact.readers.scan import _varint as read_varint
 from kcompact.writers.codecs import compress
@@ -283,8 +282,16 @@ def header_fields(head) -> list[int]:
 def _framed(head, attributes: int, base_ts: int, max_ts: int, count: int, body: np.ndarray) -> bytes:
     """``frame_batches`` of one batch, with its CRC."""
     one = np.array([0], np.int64)
-    out, at = frame_batches((body,), one, one, np.array([len(body)], np.int64), np.array([header_fields(head)], np.int64),
-                            np.array([attributes], np.int64), np.array([base_ts], np.int64),
-                            np.array([max_ts], np.int64), np.array([count], np.int64))
+    out, at = frame_batches(
+        (body,),
+        one,
+        one,
+        np.array([len(body)], np.int64),
+        np.array([header_fields(head)], np.int64),
+        np.array([attributes], np.int64),
+        np.array([base_ts], np.int64),
+        np.array([max_ts], np.int64),
+        np.array([count], np.int64),
+    )
     fill_crcs(out, at)
     return out.tobytes()

@@ -148,7 +148,9 @@ class SegmentWriter:
     _times: _Entries = field(default_factory=_Entries)  # (timestamp, relative offset)
     _aborted: list[AbortedTxn] = field(default_factory=list)
 
-    def append(self, chunk: bytes | memoryview, largest_offset: int, max_timestamp: int, offset_of_max_timestamp: int) -> None:
+    def append(
+        self, chunk: bytes | memoryview, largest_offset: int, max_timestamp: int, offset_of_max_timestamp: int
+    ) -> None:
         """Append one or more whole batches as a single chunk, as the broker does."""
         if largest_offset - self.base_offset > 0x7FFFFFFF or largest_offset < self.base_offset:
             raise ValueError(f"offset {largest_offset} does not fit segment {self.base_offset}")

@@ -92,7 +92,9 @@ class _Outputs:
         try:
             self.spill.write(memoryview(out.data))
         except OSError as exc:  # the file has no name: say where it is (a full disk names it)
-            raise OSError(exc.errno, exc.strerror, f"{tempfile.gettempdir()}/(a spill file of the group's output)") from exc
+            raise OSError(
+                exc.errno, exc.strerror, f"{tempfile.gettempdir()}/(a spill file of the group's output)"
+            ) from exc
         self.held -= len(out.data)
         self.made[i] = replace(out, data=(at, len(out.data)))
 
@@ -240,8 +242,15 @@ def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, hel
             asked = started if due else asked
             if due and not held(job.path):
                 if _written(writing, results):
-                    results.append(base | {"seconds": 0.0, "error": ABORTED_BY_OPERATOR, "failure": Failure.ABORTED.value,
-                                           "codes": [0] * len(REASON_OF_CODE)})
+                    results.append(
+                        base
+                        | {
+                            "seconds": 0.0,
+                            "error": ABORTED_BY_OPERATOR,
+                            "failure": Failure.ABORTED.value,
+                            "codes": [0] * len(REASON_OF_CODE),
+                        }
+                    )
                 writing = None
                 break
             rewriter, outs = _Backward(job, plans, render), _Outputs()

@@ -27,7 +27,9 @@ from kcompact.readers import walk
 NO_OFFSET, NO_WAIT = -1, np.iinfo(np.int64).max  # a key that feeds nothing / that nothing waits on
 T = TypeVar("T")
 BLOB_BYTES = 8 << 20  # largest blob a task ships
-TABLE_BYTES = 256 << 20  # the largest table a map task fills before it ships it (at most: see compaction.pipeline.shared)
+TABLE_BYTES = (
+    256 << 20
+)  # the largest table a map task fills before it ships it (at most: see compaction.pipeline.shared)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,10 @@ from kcompact import storage
 from kcompact.compaction.rules.cleaner_config import CleanerConfig
 from kcompact.compaction.rules.decisions import PartitionPlan, plan_partition
 from kcompact.compaction.rules.model import BATCH_TABLE, BatchInfo, SegmentInfo, table_of
+from kcompact.logdir.listing import Partition, Segment, scan_partition
 from kcompact.readers import walk
 from kcompact.readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL
 from kcompact.readers.indexes import parse_offset_index, parse_txn_index
-from kcompact.logdir.listing import Partition, Segment, scan_partition
 from kcompact.readers.segment import to_torn_tail
 
 

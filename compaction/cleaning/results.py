@@ -71,7 +71,8 @@ def no_space(exc: OSError, writing: str, needed: int) -> str:
             mount = os.path.dirname(mount)
     short = "/".join(path.rstrip("/").split("/")[-2:])
     mb = needed / MB
-    return f"{IO_ERROR}no space left on {mount} (writing {short}, up to {f'{mb:.1f}' if mb >= 0.05 else f'{mb:.2g}'} MB needed)"
+    needed = f"{mb:.1f}" if mb >= 0.05 else f"{mb:.2g}"
+    return f"{IO_ERROR}no space left on {mount} (writing {short}, up to {needed} MB needed)"
 
 
 def task_failure(exc: Exception) -> bool:
@@ -91,7 +92,7 @@ def memory_error(exc: Exception) -> str | None:
     refused: ENOMEM, a capped address space's mmap, a thread whose stack it could not map); None
     for any other failure."""
     if (isinstance(exc, MemoryError) or getattr(exc, "errno", None) == errno.ENOMEM
-            or isinstance(exc, RuntimeError) and THREAD_NOT_STARTED in str(exc)):
+            or (isinstance(exc, RuntimeError) and THREAD_NOT_STARTED in str(exc))):
         return f"{OUT_OF_MEMORY}{str(exc) or type(exc).__name__}"
     return None
 

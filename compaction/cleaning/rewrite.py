@@ -23,16 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from kcompact import storage
-from kcompact.compaction.rules.decisions import (
-    DELETE,
-    DISCARD,
-    MARKER_FOR_EMPTY_TXN,
-    RETAIN_DELETES,
-    RETAIN_EMPTY,
-    BatchPlan,
-    batch_outcome,
-)
-from kcompact.compaction.rules.model import BatchInfo
 from kcompact.compaction.cleaning.offset_map import EMPTY as NOT_MAPPED
 from kcompact.compaction.cleaning.offset_map import KeyTable
 from kcompact.compaction.cleaning.results import (
@@ -49,6 +39,18 @@ from kcompact.compaction.cleaning.results import (
     reason,
     task_failure,
 )
+from kcompact.compaction.rules.decisions import (
+    DELETE,
+    DISCARD,
+    MARKER_FOR_EMPTY_TXN,
+    RETAIN_DELETES,
+    RETAIN_EMPTY,
+    BatchPlan,
+    batch_outcome,
+)
+from kcompact.compaction.rules.model import BatchInfo
+from kcompact.logdir.failure import Failure
+from kcompact.logdir.listing import segment_name
 from kcompact.operations.cleaned import ChunkOut, WrittenGroup, output_path, write_group
 from kcompact.readers import codecs, scan, walk
 from kcompact.readers.batch import (
@@ -62,12 +64,10 @@ from kcompact.readers.batch import (
 )
 from kcompact.readers.errors import FormatError
 from kcompact.readers.indexes import AbortedTxn
-from kcompact.logdir.failure import Failure
-from kcompact.logdir.listing import segment_name
 from kcompact.writers.chunks import BufferSizes
 from kcompact.writers.cleaned import output_bytes, records_written
-from kcompact.writers.rebuild import EMPTY_ATTRIBUTES, KEPT_ATTRIBUTES, fill_crcs, frame_batches, splice_batches
 from kcompact.writers.compiled_codecs import compress_many
+from kcompact.writers.rebuild import EMPTY_ATTRIBUTES, KEPT_ATTRIBUTES, fill_crcs, frame_batches, splice_batches
 
 # What becomes of a v2 batch (filterTo), by code.
 DROP, COPY, REBUILD, EMPTY_HEADER = range(4)
@@ -214,10 +214,18 @@ class Records:
         order = np.argsort(entry, kind="stable") if legacy else slice(None)
         cat = np.concatenate
         return cls(
-            sections, legacy, entry[order],
-            cat((e[v2[of], walk.BASE_OFFSET] + cols[:, scan.OFFSET_DELTA],
-                 np.fromiter((r.offset for r in records), np.int64, len(records))))[order],
-            cat((cols[:, scan.KEY_POS], np.where([r.key is not None for r in records], starts, -1).astype(np.int64)))[order],
+            sections,
+            legacy,
+            entry[order],
+            cat(
+                (
+                    e[v2[of], walk.BASE_OFFSET] + cols[:, scan.OFFSET_DELTA],
+                    np.fromiter((r.offset for r in records), np.int64, len(records)),
+                )
+            )[order],
+            cat((cols[:, scan.KEY_POS], np.where([r.key is not None for r in records], starts, -1).astype(np.int64)))[
+                order
+            ],
             cat((cols[:, scan.KEY_LEN], lengths))[order],
             cat((sections.packed[of].astype(np.int64), np.full(len(records), 2, np.int64)))[order],
             cat((cols[:, scan.VALUE_POS] < 0, np.array([r.value is None for r in records], bool)))[order],
@@ -405,7 +413,9 @@ class Rewriter:
             if out is None:
                 yield k, Output(None)
                 continue
-            made = Batch(batch.path, out, 0, len(out), 0)  # a legacy entry sits at its last kept offset, so does a v2 one
+            made = Batch(
+                batch.path, out, 0, len(out), 0
+            )  # a legacy entry sits at its last kept offset, so does a v2 one
             yield k, Output(out, made.last_offset, made.max_timestamp, made.last_offset,
                             records_written(batch, outcome, keep, made))
 

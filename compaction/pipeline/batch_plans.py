@@ -17,12 +17,12 @@ import pyarrow as pa
 
 from kcompact import storage
 from kcompact.compaction.cleaning import partition_scan
-from kcompact.compaction.rules.cleaner_config import CLEANER_CONFIG
-from kcompact.compaction.rules.decisions import PLAN_FLAGS
 from kcompact.compaction.cleaning.results import read_error, read_failure_of
 from kcompact.compaction.pipeline.settings import JobSettings
 from kcompact.compaction.pipeline.tasks import bins, ranged, task_count
 from kcompact.compaction.pipeline.to_clean import PartitionToClean
+from kcompact.compaction.rules.cleaner_config import CLEANER_CONFIG
+from kcompact.compaction.rules.decisions import PLAN_FLAGS
 from kcompact.readers.errors import FormatError
 
 # A partition's batch plans travel from its stage 1 task as one blob of these records: a nested
@@ -72,9 +72,19 @@ def plan_one(p: PartitionToClean, now: int, threads: int = 1) -> dict:
     """One partition's batch plans; ``threads``: its segments read at once (the cores its task
     leaves idle)."""
     started = time.monotonic()
-    base = {"path": p.path, "log_dir": p.log_dir, "topic": p.topic, "partition": p.partition,
-            "first_dirty_offset": p.first_dirty_offset, "first_uncleanable_dirty_offset": p.first_uncleanable_dirty_offset,
-            "config": p.config.struct(), "batches": b"", "groups": [], "latest_offset": None, "error": None}
+    base = {
+        "path": p.path,
+        "log_dir": p.log_dir,
+        "topic": p.topic,
+        "partition": p.partition,
+        "first_dirty_offset": p.first_dirty_offset,
+        "first_uncleanable_dirty_offset": p.first_uncleanable_dirty_offset,
+        "config": p.config.struct(),
+        "batches": b"",
+        "groups": [],
+        "latest_offset": None,
+        "error": None,
+    }
     try:
         _, table, decided = partition_scan.plan(
             p.path, p.topic, p.partition, log_start=p.log_start_offset, first_dirty=p.first_dirty_offset,

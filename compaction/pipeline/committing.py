@@ -103,14 +103,18 @@ def commit_partitions(rows: list[dict], written: list[dict], held: Callable[[str
                 if outcome.status == COMMITTED:
                     committed += 1  # numbered among the partitions ready to commit
                     in_wave.setdefault(row["log_dir"], []).append(outcome)
-                    progress(f"  committed {named(row)} ({committed}/{len(ready)}): checkpoint {row['latest_offset'] + 1}")
+                    progress(
+                        f"  committed {named(row)} ({committed}/{len(ready)}): checkpoint {row['latest_offset'] + 1}"
+                    )
                 elif outcome.status == ABORTED:
                     progress(f"  aborted {named(row)}: old segments kept")
             outcomes += done
     for log_dir, exc in wave.finish().items():
         for outcome in in_wave[log_dir]:  # committed (readers see the new segments): the rest is recovery's
             outcome.status, outcome.failure = UNFINISHED, Failure.IO
-            outcome.error = f"{IO_ERROR}committed, but the commit record's apply did not finish ({exc}); the next run finishes it"
+            outcome.error = (
+                f"{IO_ERROR}committed, but the commit record's apply did not finish ({exc}); the next run finishes it"
+            )
             progress(f"  {named(outcome.row)}: {outcome.error}")
     return outcomes
 

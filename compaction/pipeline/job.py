@@ -21,33 +21,32 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from kcompact.compaction.cleaning.map_pass import Planned
+from kcompact.compaction.cleaning.results import fate_counts
+from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans
 from kcompact.compaction.pipeline import shared, whole
 from kcompact.compaction.pipeline.batch_plans import BATCH_PLAN, batch_plans
 from kcompact.compaction.pipeline.checkpoint_resets import reset_checkpoints
-from kcompact.compaction.rules.cleaner_config import CleanerConfig
-from kcompact.compaction.rules.decisions import DISCARD, PLAN_FLAGS
-from kcompact.compaction.pipeline.leases import LeaseKeeper
-from kcompact.compaction.cleaning.map_pass import Planned
 from kcompact.compaction.pipeline.committing import Outcome, commit_partitions
 from kcompact.compaction.pipeline.job_result import JobResult
-from kcompact.compaction.reports.report import PartitionReport, Report
-from kcompact.compaction.cleaning.results import fate_counts
-from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans
+from kcompact.compaction.pipeline.leases import LeaseKeeper
 from kcompact.compaction.pipeline.routing import route
 from kcompact.compaction.pipeline.settings import JobSettings
-from kcompact.compaction.pipeline.tasks import JOB_CONF, sql_conf
 from kcompact.compaction.pipeline.taking import take_partitions
+from kcompact.compaction.pipeline.tasks import JOB_CONF, sql_conf
 from kcompact.compaction.pipeline.to_clean import PartitionToClean, to_clean
+from kcompact.compaction.reports.report import PartitionReport, Report
+from kcompact.compaction.rules.cleaner_config import CleanerConfig
+from kcompact.compaction.rules.decisions import DISCARD, PLAN_FLAGS
 from kcompact.conf.policy import is_compacted
 from kcompact.operations import states
 from kcompact.operations.checkpoints import update_cleaner_offsets
 from kcompact.operations.deleted import Removal
+from kcompact.planner.plan import Plan
 from kcompact.readers.errors import FormatError
 from kcompact.readers.indexes import AbortedTxn
 from kcompact.session import kinds
-from kcompact.planner.plan import Plan
 from kcompact.writers.chunks import BufferSizes
-
 
 
 class Stopwatch:
@@ -123,8 +122,13 @@ class Batches:
         out = {}
         for base in np.unique(segment).tolist():
             at = lo + np.flatnonzero(segment == base)
-            out[base] = Planned(self.position[at], self.feeds_map[at], self.flags[at, DISCARD], self.gid[at].astype(np.int64),
-                                self.records[at])
+            out[base] = Planned(
+                self.position[at],
+                self.feeds_map[at],
+                self.flags[at, DISCARD],
+                self.gid[at].astype(np.int64),
+                self.records[at],
+            )
         return out
 
 

@@ -34,7 +34,9 @@ class JobResult:
         if not transient and Failure(row["failure"]).marks_uncleanable:
             self.uncleanable[row["path"]] = row["error"]
         if cleaning and not transient:
-            self.done_cleaning.setdefault(row["log_dir"], {})[row["topic"], row["partition"]] = row["first_dirty_offset"]
+            self.done_cleaning.setdefault(row["log_dir"], {})[row["topic"], row["partition"]] = row[
+                "first_dirty_offset"
+            ]
         self.report.partitions.append(PartitionReport.failed(row, groups))
 
     def record(self, outcomes: list[Outcome], report_row, counts: dict) -> None:
@@ -44,12 +46,15 @@ class JobResult:
             if o.status in (COMMITTED, UNFINISHED):
                 self.deleted += o.deleted
             if o.status == COMMITTED:
-                self.report.partitions.append(PartitionReport.of(report_row(o.row, o.pid), counts, o.groups, committed=True))
+                self.report.partitions.append(
+                    PartitionReport.of(report_row(o.row, o.pid), counts, o.groups, committed=True)
+                )
             elif o.status == UNFINISHED:  # readers see the new segments: no failure of the cleaning's
                 self.report.partitions.append(PartitionReport.failed(o.row | {"error": o.error, "failure": o.failure}))
             elif o.status == ABORTED:
-                self.report.partitions.append(PartitionReport.skipped_for(o.row, "aborted by an operator; old segments kept",
-                                                                          Failure.ABORTED))
+                self.report.partitions.append(
+                    PartitionReport.skipped_for(o.row, "aborted by an operator; old segments kept", Failure.ABORTED)
+                )
             elif o.status == NOT_WRITTEN:
                 self.fail(o.row | {"error": o.error, "failure": o.failure},
                           groups=group_outcomes(o.row, o.groups, "written"))

@@ -84,6 +84,8 @@ def check_setting(key: str, value: str) -> None:
         except ValueError as exc:
             raise ValueError(f"{key}: {exc}") from None
         if cap < MIN_WORKER_MEMORY:
-            raise ValueError(f"{key}={value}: a Python worker so capped cannot clean a partition: its imports take "
-                             f"{WORKER_IMPORTS >> 20} MiB, cleaning one on a thread {MIN_WORKER_MEMORY >> 20} MiB in all "
-                             f"(measured): give it at least {MIN_WORKER_MEMORY >> 20}m, or leave it unset")
+            raise ValueError(
+                f"{key}={value}: a Python worker so capped cannot clean a partition: its imports take "
+                f"{WORKER_IMPORTS >> 20} MiB, cleaning one on a thread {MIN_WORKER_MEMORY >> 20} MiB in all "
+                f"(measured): give it at least {MIN_WORKER_MEMORY >> 20}m, or leave it unset"
+            )

@@ -14,7 +14,16 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from kcompact.compaction.cleaning.map_pass import TABLE_BYTES, Planned, bucket_of, concat, packed, read_keys, reduce_bucket, unpack
+from kcompact.compaction.cleaning.map_pass import (
+    TABLE_BYTES,
+    Planned,
+    bucket_of,
+    concat,
+    packed,
+    read_keys,
+    reduce_bucket,
+    unpack,
+)
 from kcompact.compaction.cleaning.offset_map import Entries, KeyTable
 from kcompact.compaction.cleaning.results import ABORTED_BY_OPERATOR, REASON_OF_CODE, RESULT_SCHEMA
 from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans, Lookup, count_group, rewrite_group

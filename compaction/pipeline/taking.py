@@ -115,4 +115,5 @@ def cleaned_since_plan(row: dict, entries: dict | str) -> str | None:
     now = entries.get((row["topic"], row["partition"]))
     if now == row["checkpoint_offset"]:
         return None
-    return f"cleaned by another job since it was planned (checkpoint {row['checkpoint_offset']} -> {now}); planned again next run"
+    return (f"cleaned by another job since it was planned (checkpoint {row['checkpoint_offset']} -> {now}); "
+            "planned again next run")

@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
-from kcompact.conf.units import MB, UNIT_NOTE
 from kcompact.conf.policy import is_compacted
+from kcompact.conf.units import MB, UNIT_NOTE
 from kcompact.logdir.failure import Failure, outcome_counts
 from kcompact.operations.states import IDLE, PAUSED, UNCLEANABLE, Refusal, kind_of, paused_lines
 
@@ -354,7 +354,9 @@ class Report:
             lines.append(self._nothing())
             return "\n".join(lines)
         written = "not written (dry run)" if self.dry_run else f"{java_fixed(t['bytes_written'] / MIB, 1)} MB"
-        done = f"would clean {t['partitions'] - t['failed'] - t['skipped']}" if self.dry_run else f"{t['cleaned']} cleaned"
+        done = (
+            f"would clean {t['partitions'] - t['failed'] - t['skipped']}" if self.dry_run else f"{t['cleaned']} cleaned"
+        )
         lines.append(f"{_count(t['partitions'], 'partition')}: {done}, {t['failed']} failed, "
                      f"{t['skipped']} skipped; {java_fixed(t['bytes_read'] / MIB, 1)} MB -> {written}, "
                      f"{t['records_read']:,d} -> "

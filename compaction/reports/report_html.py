@@ -282,8 +282,13 @@ def _when(data: dict) -> str:
 
 
 def _run_table(doc: Doc, id: str) -> Table:
-    """``now``, ``dry_run`` and where and how the run ran (``run``: a nightly run's sections have it once, at the top)."""
-    keys = [("now",), ("dry_run",)] + [("units",)] * ("units" in doc.data) + [("run", k) for k in doc.data.get("run") or {}]
+    """``now``, ``dry_run`` and where and how the run ran (``run``: a nightly run's sections have it once, at
+    the top)."""
+    keys = (
+        [("now",), ("dry_run",)]
+        + [("units",)] * ("units" in doc.data)
+        + [("run", k) for k in doc.data.get("run") or {}]
+    )
     return _key_values(doc, f"{id}-run", "Run", keys)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kcompact.logdir.listing import scan_log_dir
 from kcompact.operations import states
 from kcompact.readers.errors import FormatError
-from kcompact.logdir.listing import scan_log_dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,5 +73,7 @@ def render(rows: list[Row]) -> str:
         return "every partition is idle"
     width = max(len(r.partition) for r in rows)
     state_width = max(len(r.state) for r in rows)
-    return "\n".join(f"{r.partition:<{width}}  {r.state:<{state_width}}  {r.detail}" + (f"  -> {r.way_out}" if r.way_out else "")
-                     for r in rows)
+    return "\n".join(
+        f"{r.partition:<{width}}  {r.state:<{state_width}}  {r.detail}" + (f"  -> {r.way_out}" if r.way_out else "")
+        for r in rows
+    )

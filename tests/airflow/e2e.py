@@ -160,8 +160,11 @@ def check_parsing(env: dict) -> None:
     listed = json_out(run(str(BIN / "airflow"), "dags", "list-import-errors", "--local", "--output", "json", env=env))
     check("airflow dags list-import-errors --local is empty", listed == [], listed)
     found = json_out(run(str(BIN / "python"), "-c", RETRIES, folder, env=env)) or {}
-    check("one task, run, with a 6 h execution timeout", (found.get("tasks"), found.get("timeout_s")) == (["run"], 6 * 3600),
-          found)
+    check(
+        "one task, run, with a 6 h execution timeout",
+        (found.get("tasks"), found.get("timeout_s")) == (["run"], 6 * 3600),
+        found,
+    )
     check("retry policy: exit 1, 2 and 5 and a timeout fail at once, 3 and a kill (137) are retried",
           found.get("decisions") == {"1": "fail", "2": "fail", "3": "default", "5": "fail", "137": "default",
                                      "timeout": "fail"}, found.get("decisions"))

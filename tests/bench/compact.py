@@ -510,8 +510,11 @@ def bench(base: Path, corpus: Corpus, runs: int, memory_cap: str | None, record:
     if tiny_only:
         for i in range(runs):
             cold_warm(base, corpus, memory_cap, cache)
-            print(f"{corpus.name} tiny run {i + 1}: warm {cache.warm[-1].wall_s:.1f} s, cold {cache.cold[-1].wall_s:.1f} s",
-                  flush=True)
+            print(
+                f"{corpus.name} tiny run {i + 1}: warm {cache.warm[-1].wall_s:.1f} s, "
+                f"cold {cache.cold[-1].wall_s:.1f} s",
+                flush=True,
+            )
         header = _row(f"corpus {corpus.name}, tiny log dir only", [], "") + f"{'median':>12}" + "".join(
             f"{'run ' + str(i + 1):>12}" for i in range(runs))
         return "\n".join([header, *cache.lines(), _shipped(), ""])
@@ -527,13 +530,23 @@ def bench(base: Path, corpus: Corpus, runs: int, memory_cap: str | None, record:
             shaped.append(run_once(base / "tiny-shaped", base / "work-tiny", corpus, memory_cap, digest=False))
         measured.append(run_once(base / "corpus", base / "work", corpus, memory_cap, digest=True))
         cold_warm(base, corpus, memory_cap, cache)
-        print(f"{corpus.name} run {i + 1}: {measured[-1].wall_s:.1f} s whole, tiny {tiny[-1].wall_s:.1f} s"
-              + (f", tiny of the corpus's partitions {shaped[-1].wall_s:.1f} s" if shaped else "")
-              + f"; tiny, numba cache warm {cache.warm[-1].wall_s:.1f} s, cold {cache.cold[-1].wall_s:.1f} s", flush=True)
+        print(
+            f"{corpus.name} run {i + 1}: {measured[-1].wall_s:.1f} s whole, tiny {tiny[-1].wall_s:.1f} s"
+            + (f", tiny of the corpus's partitions {shaped[-1].wall_s:.1f} s" if shaped else "")
+            + f"; tiny, numba cache warm {cache.warm[-1].wall_s:.1f} s, cold {cache.cold[-1].wall_s:.1f} s",
+            flush=True,
+        )
     shutil.rmtree(base / "work", ignore_errors=True)
     cap = f" (driver and Python workers capped at {memory_cap})" if memory_cap else ""
-    return "\n".join([table(corpus, measured, tiny, shaped, bare, touch, log_bytes(manifest), manifest["records"]) + cap,
-                      *cache.lines(), _shipped(), _identity(base, measured, record), ""])
+    return "\n".join(
+        [
+            table(corpus, measured, tiny, shaped, bare, touch, log_bytes(manifest), manifest["records"]) + cap,
+            *cache.lines(),
+            _shipped(),
+            _identity(base, measured, record),
+            "",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

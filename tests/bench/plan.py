@@ -51,14 +51,14 @@ from pathlib import Path
 
 import crc32c
 
+from kcompact.logdir.listing import segment_name
 from kcompact.readers import snapshot
 from kcompact.readers.batch import V2_CRC_START
 from kcompact.readers.indexes import AbortedTxn
-from kcompact.logdir.listing import segment_name
 from kcompact.readers.records import ABORT, COMMIT, Record, control_key, control_value
 from kcompact.writers.batch import encode_batch
-from kcompact.writers.segment import SegmentWriter
 from kcompact.writers.checkpoint import render_checkpoint
+from kcompact.writers.segment import SegmentWriter
 from kcompact.writers.snapshot import render_snapshot
 
 MB = 1_000_000
@@ -238,7 +238,9 @@ def generate(root: Path, partitions: int, segments: int) -> dict:
                                               chunksize=64))
     cleaned = {(TOPIC, w.partition): w.cleaner_checkpoint for w in written if w.cleaner_checkpoint is not None}
     (logdir / "cleaner-offset-checkpoint").write_bytes(render_checkpoint(cleaned))
-    (logdir / "recovery-point-offset-checkpoint").write_bytes(render_checkpoint({(TOPIC, w.partition): 0 for w in written}))
+    (logdir / "recovery-point-offset-checkpoint").write_bytes(
+        render_checkpoint({(TOPIC, w.partition): 0 for w in written})
+    )
     (logdir / "meta.properties").write_bytes(b"version=1\nnode.id=1\ncluster.id=bench\n")
     return {
         "version": CORPUS_VERSION, "partitions": partitions, "segments": segments,

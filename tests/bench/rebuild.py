@@ -32,9 +32,9 @@ import numpy as np
 from kcompact.readers import codecs
 from kcompact.readers.batch import V2_CRC_START, V2_HEADER_SIZE, Batch
 from kcompact.readers.segment import iter_batches
+from kcompact.writers.rebuild import rebuild
 from tests.bench.format import MB, build_pool, machine, placed_stream
 from tests.oracles import encode_like
-from kcompact.writers.rebuild import rebuild
 
 CODECS = ("none", "lz4", "zstd")
 WARM_UP_BATCHES = 20

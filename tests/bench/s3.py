@@ -95,7 +95,12 @@ def corpus(root: Path, key: dict, build) -> dict:
     path = root / "manifest.json"
     digest = hashlib.sha256(json.dumps([CORPUS_VERSION, key], sort_keys=True).encode()).hexdigest()[:16]
     manifest = json.loads(path.read_text()) if path.exists() else None
-    if manifest and manifest["digest"] == digest and (root / "logs").is_dir() and _files(root / "logs") == manifest["files"]:
+    if (
+        manifest
+        and manifest["digest"] == digest
+        and (root / "logs").is_dir()
+        and _files(root / "logs") == manifest["files"]
+    ):
         return manifest | {"logs": str(root / "logs")}
     path.unlink(missing_ok=True)
     root.mkdir(parents=True, exist_ok=True)
@@ -196,8 +201,9 @@ class S3:
         self.server.reset()
         self.server.latency_s = latency_s
         try:
-            wall, summary, driver_s = run_cli(command, f"s3://{prefix}", now, child_env(FSSPEC_S3=json.dumps(self.conf)),
-                                              extra)
+            wall, summary, driver_s = run_cli(
+                command, f"s3://{prefix}", now, child_env(FSSPEC_S3=json.dumps(self.conf)), extra
+            )
         finally:
             self.server.latency_s = 0.0
         snap = self.server.snapshot()

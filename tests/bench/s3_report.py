@@ -71,7 +71,10 @@ def fleet_seconds(wall: float, driver: float, fixed: float, partitions: int, exe
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" if i else "---" for i in range(len(headers))) + "|"]
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join("---:" if i else "---" for i in range(len(headers))) + "|",
+    ]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 

@@ -26,9 +26,9 @@ from kafka.record.memory_records import MemoryRecords
 
 from kcompact.jobs.cli import main
 from kcompact.readers.records import Record
-from tests.support import OFFSET_ENTRY, TIME_ENTRY, broker_indexes, kp_build, seg_path
 from kcompact.writers.chunks import BufferSizes, ReadChunks, grown
 from kcompact.writers.segment import SegmentWriter
+from tests.support import OFFSET_ENTRY, TIME_ENTRY, broker_indexes, kp_build, seg_path
 
 NOW = 1_720_300_000_000
 OLD = NOW - 30 * 86_400_000  # far before NOW: a delete horizon makes timestamp deltas 5-byte varints

@@ -326,7 +326,18 @@ def test_the_wheel_adds_one_name_to_site_packages(dist, tmp_path):
     python = str(venv / "bin" / "python")
     purelib = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
     before = {p.name for p in purelib.iterdir()}
-    done = _run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(dist / "kcompact-0.1.0-py3-none-any.whl")])
+    done = _run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            str(dist / "kcompact-0.1.0-py3-none-any.whl"),
+        ]
+    )
     assert done.returncode == 0, done.stderr
     added = {p.name for p in purelib.iterdir()} - before
     assert added == {"kcompact", "kcompact-0.1.0.dist-info"}, added

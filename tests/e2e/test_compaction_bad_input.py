@@ -52,7 +52,8 @@ def corrupt(batch: bytes) -> bytes:
 
 def crc_reason(log: Path, position: int, batch: bytes, offset: int) -> str:
     stored, computed = struct.unpack_from(">I", batch, 17)[0], crc32c.crc32c(batch[21:])
-    return f"{log}: byte {position}: batch at offset {offset}: CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"
+    return (f"{log}: byte {position}: batch at offset {offset}: CRC mismatch: stored {stored:#010x}, "
+            f"computed {computed:#010x}")
 
 
 def corrupt_partition(part: Path, snapshot: bool = True) -> tuple[str, int]:
@@ -143,11 +144,21 @@ def bad(spark, tmp_path_factory):
     write_partition(lw, [(2, [recs(2, [b"a"])]), (3, [recs(3, [b"c"])])])
     lw_code = run("compact", str(root / "l"))
     return SimpleNamespace(
-        b=b, c=c, code=code, report=json.loads(report.read_text()), before=before, after=after,
-        crc_reason=crc_reason(Path(crc_log), crc_pos, crc_batch, 3), crcplan=(plan_log, plan_pos),
-        plan_code=plan_code, plan={r["path"].rstrip("/").rsplit("/", 1)[1]: r for r in json.loads(plan_file.read_text())},
+        b=b,
+        c=c,
+        code=code,
+        report=json.loads(report.read_text()),
+        before=before,
+        after=after,
+        crc_reason=crc_reason(Path(crc_log), crc_pos, crc_batch, 3),
+        crcplan=(plan_log, plan_pos),
+        plan_code=plan_code,
+        plan={r["path"].rstrip("/").rsplit("/", 1)[1]: r for r in json.loads(plan_file.read_text())},
         first_plan={r["path"].rstrip("/").rsplit("/", 1)[1]: r for r in json.loads(first_plan.read_text())},
-        c_code=c_code, verify=verify_log_dir(str(b)), l=root / "l", lw_code=lw_code,
+        c_code=c_code,
+        verify=verify_log_dir(str(b)),
+        l=root / "l",
+        lw_code=lw_code,
     )
 
 
@@ -241,7 +252,9 @@ def test_corrupt_batch_the_planner_reads_is_skipped_as_bad_input(bad):
     # and skips the partition; nothing is written to it
     assert bad.after["crcplan-0"] == bad.before["crcplan-0"]
     log, pos = bad.crcplan
-    assert bad.plan["crcplan-0"]["skip_reason"].startswith(f"bad input: {log}: byte {pos}: batch at offset 3: CRC mismatch")
+    assert bad.plan["crcplan-0"]["skip_reason"].startswith(
+        f"bad input: {log}: byte {pos}: batch at offset 3: CRC mismatch"
+    )
 
 
 def test_corrupt_batch_the_planner_reads_fails_the_run_too(bad):

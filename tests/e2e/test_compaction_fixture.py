@@ -29,7 +29,9 @@ from tests.support import (
     use_job_path,
 )
 
-ACCOUNTS = "accounts:cleanup.policy=compact,segment.bytes=131072,delete.retention.ms=600000,min.cleanable.dirty.ratio=0.5"
+ACCOUNTS = (
+    "accounts:cleanup.policy=compact,segment.bytes=131072,delete.retention.ms=600000,min.cleanable.dirty.ratio=0.5"
+)
 CLICKS = "clicks:cleanup.policy=delete,segment.bytes=65536"
 KAFKA_VERSION = "3.9.2"  # the fixture's rounds follow 3.9's cleaner (README), which takes these segment.bytes
 ROUNDS = {

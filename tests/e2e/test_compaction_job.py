@@ -107,7 +107,9 @@ class Part:
     path: Path
     segments: dict[int, list[bytes]] = field(default_factory=dict)
 
-    def write(self, txns: dict[int, list[tuple[int, int, int, int]]] | None = None, mtimes: dict[int, int] | None = None):
+    def write(
+        self, txns: dict[int, list[tuple[int, int, int, int]]] | None = None, mtimes: dict[int, int] | None = None
+    ):
         self.path.mkdir(parents=True, exist_ok=True)
         bases = sorted(self.segments)
         for base in bases:
@@ -123,7 +125,9 @@ class Part:
             index, timeindex = broker_indexes(batches, base, closed)
         else:  # legacy entries: tiny segments get no offset-index entry (index.interval.bytes 4096);
             # a closed v1 segment gets its closing time-index entry (max timestamp, its offset)
-            stamped = [(struct.unpack_from(">q", b, 18)[0], struct.unpack_from(">q", b, 0)[0]) for b in batches if b[16] == 1]
+            stamped = [
+                (struct.unpack_from(">q", b, 18)[0], struct.unpack_from(">q", b, 0)[0]) for b in batches if b[16] == 1
+            ]
             index = b""
             timeindex = b""
             if closed and stamped:
@@ -180,8 +184,12 @@ def read_part(part: Path) -> list[Out]:
             if b.magic == 2:
                 kind = "d"
                 if b.is_control_batch:
-                    kind = {ABORT: "ABORT", COMMIT: "COMMIT"}[struct.unpack(">hh", records[0][1])[1]] if records else "E"
-                out.append(Out(int(log.stem), b.base_offset, b.last_offset, b.records_count, kind, records, timestamps, b, raw))
+                    kind = (
+                        {ABORT: "ABORT", COMMIT: "COMMIT"}[struct.unpack(">hh", records[0][1])[1]] if records else "E"
+                    )
+                out.append(
+                    Out(int(log.stem), b.base_offset, b.last_offset, b.records_count, kind, records, timestamps, b, raw)
+                )
             else:
                 out.append(Out(int(log.stem), b.base_offset, b.base_offset, 1, "d", records, timestamps, b, raw))
         assert pos == len(data)
@@ -502,7 +510,9 @@ def test_dirty_range_beyond_one_offset_map_cleaned_in_one_run(rounds):
     # 200,000 distinct keys, then keys 0, 100, ..., 199,900 written again at 200,000..201,999:
     # one run covers the whole dirty range: checkpoint 202,000 and only the 2,000 overwritten go
     overwritten = set(range(0, BIG_OVERWRITES * BIG_STEP, BIG_STEP))
-    expected = [o for o in range(BIG_KEYS) if o not in overwritten] + list(range(BIG_KEYS, BIG_KEYS + BIG_OVERWRITES + 1))
+    expected = [o for o in range(BIG_KEYS) if o not in overwritten] + list(
+        range(BIG_KEYS, BIG_KEYS + BIG_OVERWRITES + 1)
+    )
     assert rounds.big_offsets == expected
     assert rounds.checkpoints[1][("r-big", 0)] == BIG_KEYS + BIG_OVERWRITES
 

@@ -457,7 +457,9 @@ def lab(tmp_path_factory) -> Lab:
     crashed = {f"job:{n}": jobs / n for n in lab.job_points}
     crashed |= {f"commit:{n}": sweep / n for n in lab.driver_results if n != "uninjected"}
     crashed |= {f"recover:{n}": tmp / "recover" / n for n in lab.recover_results if not n.endswith("-uninjected")}
-    lab.unknown_after_kill = {name: unknown_names(log_dir) for name, log_dir in crashed.items()}  # as the kills left them
+    lab.unknown_after_kill = {
+        name: unknown_names(log_dir) for name, log_dir in crashed.items()
+    }  # as the kills left them
     for name in lab.job_points:
         lab.recover_codes[f"job:{name}"] = recover([jobs / name], tmp, jobs / f"{name}.recover.out")
     lab.recover_codes["sweeps"] = recover([d for n, d in crashed.items() if not n.startswith("job:")], tmp,

@@ -47,7 +47,9 @@ def logs(tmp_path) -> Path:
     return tmp_path / "logs"
 
 
-def kcompact(*args: str, env: dict | None = None, timeout: float = 300, clean: bool = False) -> tuple[int, str, str, float]:
+def kcompact(
+    *args: str, env: dict | None = None, timeout: float = 300, clean: bool = False
+) -> tuple[int, str, str, float]:
     """(exit code, stdout, stderr, seconds) of ``kcompact ARGS``; ``clean``: without this session's
     AWS_*/KCOMPACT_* variables, the rest of the environment as it is."""
     base = {k: v for k, v in os.environ.items() if not (clean and k.startswith(("AWS_", "KCOMPACT_", "FSSPEC_")))}

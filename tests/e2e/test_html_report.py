@@ -20,9 +20,9 @@ import os
 import re
 import shutil
 import subprocess
+from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
-from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import numpy as np
@@ -242,7 +242,9 @@ def test_compaction_page_content(reports):
     cleaned = [p for p in doc["partitions"] if p["committed"]]
     assert cleaned and sum(p["records_read"] - p["records_kept"] for p in cleaned) > 0
     assert set(doc["metrics"]) == KAFKA_METRICS
-    assert doc["metrics"]["max-buffer-utilization-percent"] == 0 and doc["metric_notes"]["max-buffer-utilization-percent"]
+    assert (
+        doc["metrics"]["max-buffer-utilization-percent"] == 0 and doc["metric_notes"]["max-buffer-utilization-percent"]
+    )
     # one row per partition in the partitions table: its bytes_read cells, in the JSON's order
     read = [(a["data-path"], json.loads(a["data-value"])) for a, _ in reports.compact.dom.cells
             if re.fullmatch(r"/partitions/\d+/bytes_read", a["data-path"])]

@@ -34,10 +34,10 @@ from kcompact.jobs.cli import main
 from kcompact.readers import codecs
 from kcompact.readers.records import Record
 from kcompact.tools.verify import verify_log_dir
+from kcompact.writers.codecs import compress_legacy
+from kcompact.writers.legacy import rebuild_wrapper
 from tests.support import OFFSET_ENTRY, TIME_ENTRY, broker_indexes, checkpoint_text, kp_keyed, read_one, seg_path
 from tests.unit.test_legacy import legacy_message_set
-from kcompact.writers.legacy import rebuild_wrapper
-from kcompact.writers.codecs import compress_legacy
 
 DAY = 86_400_000
 RET = 600_000  # delete.retention.ms of the lg-* topics
@@ -476,7 +476,9 @@ def test_legacy_last_batch_of_the_round_losing_everything_fails_like_kafka(lg):
 def lg4(spark, tmp_path_factory):
     a = tmp_path_factory.mktemp("legacy4") / "a"
     inputs = build(a)
-    return SimpleNamespace(a=a, inputs=inputs, code=compact(a, kafka_version="4.3"), verify_after=verify_log_dir(str(a)))
+    return SimpleNamespace(
+        a=a, inputs=inputs, code=compact(a, kafka_version="4.3"), verify_after=verify_log_dir(str(a))
+    )
 
 
 def v2_batches(part_dir: Path) -> list[tuple]:
@@ -503,10 +505,23 @@ def test_4_x_converts_every_kept_legacy_entry_to_v2(lg4):
     assert gzip1[0] == (1, 3, codecs.GZIP, 0, T + 2, T + 5, -1, -1, False, [(1, T + 2, b"b", X), (3, T + 5, b"d", X)])
     assert seg_path(p("gzip1"), 0, "log").read_bytes().endswith(lg4.inputs["gzip1"][0][1])  # v2 4 a, 5 c copied
     # v0 snappy wrapper keeping 2 a, 3 c; v0 4 keyless dropped; v0 5 b kept whole, still converted: timestamps -1
-    assert v2_batches(p("snappy0"))[:2] == [(2, 3, codecs.SNAPPY, 0, -1, -1, -1, -1, False, [(2, -1, b"a", X), (3, -1, b"c", X)]),
-                                            (5, 5, 0, 0, -1, -1, -1, -1, False, [(5, -1, b"b", b"v5")])]
+    assert v2_batches(p("snappy0"))[:2] == [
+        (2, 3, codecs.SNAPPY, 0, -1, -1, -1, -1, False, [(2, -1, b"a", X), (3, -1, b"c", X)]),
+        (5, 5, 0, 0, -1, -1, -1, -1, False, [(5, -1, b"b", b"v5")]),
+    ]
     # v1 lz4 LogAppendTime wrapper keeping 1 a, 3 c: the append time stays the batch's
-    assert v2_batches(p("lat1"))[1] == (1, 3, codecs.LZ4, 1, LAT, LAT, -1, -1, False, [(1, LAT, b"a", X), (3, LAT, b"c", X)])
+    assert v2_batches(p("lat1"))[1] == (
+        1,
+        3,
+        codecs.LZ4,
+        1,
+        LAT,
+        LAT,
+        -1,
+        -1,
+        False,
+        [(1, LAT, b"a", X), (3, LAT, b"c", X)],
+    )
     assert v2_batches(p("lz40"))[0][:3] == (1, 2, codecs.LZ4)  # magic 2's lz4 frame: kafka-python reads it
     # v1 snappy wrapper losing nothing: converted all the same; v1 gzip wrapper losing everything: dropped
     whole = v2_batches(p("whole"))

@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 
 import kcompact
+from kcompact.compaction.cleaning.results import IO_ERROR, OUT_OF_MEMORY, failure_of, reason
 from kcompact.compaction.pipeline import routing
 from kcompact.compaction.pipeline.job_result import JobResult
 from kcompact.compaction.reports.report import Report
-from kcompact.compaction.cleaning.results import IO_ERROR, OUT_OF_MEMORY, failure_of, reason
 from kcompact.jobs import cli
 from kcompact.readers.errors import FormatError
 

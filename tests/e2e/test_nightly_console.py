@@ -25,10 +25,10 @@ import pytest
 from kcompact.jobs.cli import main
 from kcompact.jobs.progress import Ticker
 from kcompact.readers import codecs
-from tests.support import kp_keyed, write_partition
 from tests.e2e.test_legacy_rebuild import NOW as LEGACY_NOW
 from tests.e2e.test_legacy_rebuild import TOPIC_ARGS as LEGACY_ARGS
 from tests.e2e.test_legacy_rebuild import X, recs, wrapped, write_part
+from tests.support import kp_keyed, write_partition
 
 NOW = 1_720_300_000_000
 TS = NOW - 3_600_000
@@ -93,7 +93,10 @@ def test_no_commit_stage_when_every_partition_failed(spark, tmp_path, capsys):
         args += ["--topic-config", arg]
     assert main(args) == 5
     out = capsys.readouterr().out.splitlines()
-    assert "stage 1/5: batch plans of 1 partition" in out and "stages 2-4 offset map, keep flags, rewrite (1 segment group)" in out
+    assert (
+        "stage 1/5: batch plans of 1 partition" in out
+        and "stages 2-4 offset map, keep flags, rewrite (1 segment group)" in out
+    )
     assert "stage 5/5: nothing to commit: every partition failed" in out
     assert not [line for line in out if "committing" in line]
 
@@ -290,7 +293,8 @@ def daemons(pid):
 
 
 session = js.session("let-go test")
-session.range(0, 2, 1, 2).mapInArrow(lambda batches: batches, from_arrow_schema(pa.schema([("id", pa.int64())]))).collect()
+schema = from_arrow_schema(pa.schema([("id", pa.int64())]))
+session.range(0, 2, 1, 2).mapInArrow(lambda batches: batches, schema).collect()
 jvm = SparkContext._gateway.proc
 workers = daemons(jvm.pid)  # which forked the workers
 js.let_go()

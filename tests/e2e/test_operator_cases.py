@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kcompact.jobs.cli import main
-from tests.e2e.test_operator_inputs import EXPECTED, dirty, files, one_line, not_log_dirs
+from tests.e2e.test_operator_inputs import EXPECTED, dirty, files, not_log_dirs, one_line
 from tests.support import checkpoint_text, write_partition
 
 NOW = 1_720_300_000_000
@@ -100,7 +100,9 @@ def test_paused_partitions_are_listed_in_every_summary(spark, tmp_path, capsys):
               f"'kcompact resume {log_dir} orders-1 orders-2'")
     for command in ("compact", "retain", "run"):
         capsys.readouterr()
-        assert main([command, str(log_dir), "--now", str(NOW), "--dry-run", *COMPACT]) == 0, command  # a pause is a choice
+        assert main([command, str(log_dir), "--now", str(NOW), "--dry-run", *COMPACT]) == 0, (
+            command
+        )  # a pause is a choice
         out = capsys.readouterr().out.splitlines()
         assert listed in out, (command, out)
 

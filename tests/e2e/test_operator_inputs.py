@@ -263,8 +263,10 @@ def test_config_file_errors_name_file_and_line(tmp_path, capsys):
     config = tmp_path / "c.properties"
     config.write_text("# nightly settings\n\nlog.retention.hours=72\ntopic[orders].segment.bytes=abc\n")
     assert main(["plan", str(tmp_path / "logs"), "--config", str(config)]) == 2
-    assert one_line(capsys.readouterr().err) == (f"kcompact: configuration error: {config}: line 4: segment.bytes='abc': "
-                                                 "must be a whole number between 14 and 2147483647")
+    assert one_line(capsys.readouterr().err) == (
+        f"kcompact: configuration error: {config}: line 4: segment.bytes='abc': "
+        "must be a whole number between 14 and 2147483647"
+    )
     config.write_text("log.cleaner.min.cleanable.ratio=0.3   # broker-level\n")
     assert main(["plan", str(tmp_path / "logs"), "--config", str(config)]) == 2
     line = one_line(capsys.readouterr().err)

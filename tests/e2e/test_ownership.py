@@ -128,7 +128,9 @@ def test_a_crash_in_the_middle_of_a_swap_then_recover(scratch):
     crashed = kcompact("compact", str(log_dir), "--now", NOW, "-q", KCOMPACT_CRASH_AT="rename:.swap:2:after",
                        KCOMPACT_CRASH_COUNTER=str(scratch / "crash-count"), PYTHONPATH=str(ROOT / "tests" / "faults"))
     assert crashed.returncode != 0
-    assert any(p.endswith((".swap", ".deleted", ".cleaned")) for p in owners(log_dir)), "the crash left a swap half done"
+    assert any(p.endswith((".swap", ".deleted", ".cleaned")) for p in owners(log_dir)), (
+        "the crash left a swap half done"
+    )
     assert_broker_owned(log_dir, before)
     done = kcompact("recover", str(log_dir), "-q")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -171,7 +173,7 @@ def test_a_log_dir_another_user_may_not_read_names_its_owner(scratch):
 
     for command in (["verify", str(log_dir)], ["plan", str(log_dir), "--now", NOW], ["status", str(log_dir)],
                     ["run", str(log_dir), "--now", NOW], ["pause", str(log_dir), "orders-0"]):
-        code, err = as_user(OPERATOR, OPERATOR, lambda: cli.main(command))
+        code, err = as_user(OPERATOR, OPERATOR, lambda command=command: cli.main(command))
         assert code == 2, (command, err)
         lines = err.strip().splitlines()
         assert len(lines) == 1, err

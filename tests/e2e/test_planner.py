@@ -24,8 +24,8 @@ import pytest
 from chispa import assert_df_equality
 
 from kcompact.conf import resolve
-from kcompact.logdir import kraft
 from kcompact.jobs import cli
+from kcompact.logdir import kraft
 from kcompact.planner import output
 from kcompact.planner.build import plan
 from kcompact.readers.records import Record
@@ -267,15 +267,33 @@ def test_rules_applied_to_log_dirs(spark, planned):
     expected = [
         # log start = max(log-start checkpoint 10, first base 0) = 10; checkpoint 5 < 10 -> firstDirty 10;
         # bound = active 30; clean = segment 0 (S), cleanable = 10, 20 (2S) -> 2/3 > 0.5
-        expected_row("ckpt-low", 10, 35, 5, 10, "checkpoint 5 below log start 10", 35, 30, 30, "active segment", S, 2 * S),
+        expected_row(
+            "ckpt-low", 10, 35, 5, 10, "checkpoint 5 below log start 10", 35, 30, 30, "active segment", S, 2 * S
+        ),
         # log end 25; checkpoint 40 > 25 -> firstDirty = log start 0; cleanable 0, 10 (2S), clean 0 -> 1.0
-        expected_row("ckpt-high", 0, 25, 40, 0, "checkpoint 40 above log end 25", 25, 20, 20, "active segment", 0, 2 * S),
+        expected_row(
+            "ckpt-high", 0, 25, 40, 0, "checkpoint 40 above log end 25", 25, 20, 20, "active segment", 0, 2 * S
+        ),
         expected_row("ckpt-none", 0, 25, None, 0, NO_CKPT, 25, 20, 20, "active segment", 0, 2 * S),
         # compact,delete is planned exactly like compact
         expected_row("both", 0, 25, None, 0, NO_CKPT, 25, 20, 20, "active segment", 0, 2 * S),
         # checkpoint 15 in segment 10: clean = 0, 10 (2S); cleanable = 10, 20 (2S) -> exactly 0.5, not > 0.5
-        expected_row("mid", 0, 35, 15, 15, None, 35, 30, 30, "active segment", 2 * S, 2 * S, selected=False,
-                     skip=BELOW.format(0.5, 0.5)),
+        expected_row(
+            "mid",
+            0,
+            35,
+            15,
+            15,
+            None,
+            35,
+            30,
+            30,
+            "active segment",
+            2 * S,
+            2 * S,
+            selected=False,
+            skip=BELOW.format(0.5, 0.5),
+        ),
         # open transaction of 7000 at 15 (7001 committed, 7002 aborted): LSO 15 -> rounded down to 10;
         # cleanable = segment 0 only
         expected_row("txn", 0, 32, None, 0, NO_CKPT, 15, 27, 10, "last stable offset", 0, TXN_SEG[0]),
@@ -283,20 +301,51 @@ def test_rules_applied_to_log_dirs(spark, planned):
         expected_row("txn-snap", 0, 32, None, 0, NO_CKPT, 15, 27, 10, "last stable offset", 0, TXN_SEG[0]),
         # snapshot: 7000 open since 5 -> LSO 5; log start 20 -> bound max(20, min(5, 40)) = 20;
         # clean = segment 10 (below 20), cleanable nothing -> 0.0. (Without the snapshot: bound 40, 2/3.)
-        expected_row("hanging", 20, 47, None, 20, NO_CKPT, 5, 40, 20, "last stable offset", S, 0, selected=False,
-                     skip=BELOW.format(0.0, 0.5)),
+        expected_row(
+            "hanging",
+            20,
+            47,
+            None,
+            20,
+            NO_CKPT,
+            5,
+            40,
+            20,
+            "last stable offset",
+            S,
+            0,
+            selected=False,
+            skip=BELOW.format(0.0, 0.5),
+        ),
         # min lag 100 s: segment 20 (largest timestamp NOW - 50 s) is the first recent one -> bound 20
         expected_row("minlag", 0, 45, None, 0, NO_CKPT, 45, 40, 20, "min.compaction.lag.ms", 0, 2 * S),
         # segment 10 has no time index entry: its mtime NOW - 30 s is recent -> bound 10
         expected_row("minlag-mtime", 0, 35, None, 0, NO_CKPT, 35, 30, 10, "min.compaction.lag.ms", 0, S),
         # checkpoint 20: clean 0, 10 (2S), cleanable 20 (S) -> 1/3 <= 0.5, but segment 20's first batch
         # (NOW - 250 s) is (NOW - 200 s) - (NOW - 250 s) = 50 s past the max lag -> cleaned now
-        expected_row("maxlag", 0, 35, 20, 20, None, 35, 30, 30, "active segment", 2 * S, S, need_now=True,
-                     delay=50_000),
+        expected_row(
+            "maxlag", 0, 35, 20, 20, None, 35, 30, 30, "active segment", 2 * S, S, need_now=True, delay=50_000
+        ),
         # checkpoint 10: segment 10 ends 1 s ago -> min-lag bound 10 -> nothing cleanable; its first batch
         # is 100 s past the max lag (need now) but with 0 cleanable bytes it is not cleaned
-        expected_row("maxlag-zero", 0, 25, 10, 10, None, 25, 20, 10, "min.compaction.lag.ms", S, 0, need_now=True,
-                     delay=100_000, selected=False, skip=BELOW.format(0.0, 0.5)),
+        expected_row(
+            "maxlag-zero",
+            0,
+            25,
+            10,
+            10,
+            None,
+            25,
+            20,
+            10,
+            "min.compaction.lag.ms",
+            S,
+            0,
+            need_now=True,
+            delay=100_000,
+            selected=False,
+            skip=BELOW.format(0.0, 0.5),
+        ),
         # KRaft metadata: ratio 0.25 from the metadata, 0.1 from --topic-config (metadata says 0.9);
         # checkpoint 20: clean 2S, cleanable S -> 1/3
         expected_row("meta", 0, 35, 20, 20, None, 35, 30, 30, "active segment", 2 * S, S),
@@ -326,7 +375,11 @@ def test_not_compacted_and_empty(planned):
     assert rows["logs-0"]["cleanup_policy"] == "delete" and rows["logs-0"]["config_sources"] is not None
     assert rows["both-0"]["cleanup_policy"] == "compact,delete"
     # no segment at all, and one empty active segment (0 bytes: nothing clean, nothing cleanable)
-    assert (rows["empty-0"]["skip_reason"], rows["empty-0"]["segments"], rows["empty-0"]["selected"]) == ("empty", [], False)
+    assert (rows["empty-0"]["skip_reason"], rows["empty-0"]["segments"], rows["empty-0"]["selected"]) == (
+        "empty",
+        [],
+        False,
+    )
     assert rows["emptyseg-0"]["skip_reason"] == "empty"
     assert (rows["emptyseg-0"]["total_bytes"], rows["emptyseg-0"]["log_end_offset"]) == (0, 0)
     assert all(rows[p]["rank"] is None for p in ("logs-0", "empty-0", "emptyseg-0"))
@@ -359,7 +412,10 @@ def test_config_from_kraft_metadata(planned):
     meta, meta2 = planned.rows["meta-0"], planned.rows["meta2-0"]
     config, sources = dict(meta["config"]), dict(meta["config_sources"])
     assert (config["cleanup.policy"], sources["cleanup.policy"]) == ("compact", f"{source} topic[meta]")
-    assert (config["min.cleanable.dirty.ratio"], sources["min.cleanable.dirty.ratio"]) == ("0.25", f"{source} topic[meta]")
+    assert (config["min.cleanable.dirty.ratio"], sources["min.cleanable.dirty.ratio"]) == (
+        "0.25",
+        f"{source} topic[meta]",
+    )
     assert (config["delete.retention.ms"], sources["delete.retention.ms"]) == ("1000", f"{source} (cluster default)")
     assert (config["segment.bytes"], sources["segment.bytes"]) == ("1073741824", "default")
     assert meta["min_cleanable_ratio"] == 0.25

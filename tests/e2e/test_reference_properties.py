@@ -7,7 +7,8 @@ checkpoints anywhere (batch starts, offsets, segment bases, the active segment, 
 below a moved log start), min.cleanable.dirty.ratio 0 to 0.9, delete.retention.ms 0 / small /
 default, min and max compaction lags, small segment.bytes (changed since the segments rolled, in
 some), index.interval.bytes from 64, small segment.index.bytes, compact,delete, an empty active
-segment, LogAppendTime topics, stray checkpoint entries, leader changes; every codec, keys of 1 to 64 bytes, empty values and
+segment, LogAppendTime topics, stray checkpoint entries, leader changes; every codec, keys of 1 to 64 bytes,
+empty values and
 tombstones, headers, keyless records, skewed and uniform keys, one key only, skewed producer clocks, batches larger than
 the cleaner's read buffer, magic 0 and 1 messages (with compressed wrappers) before v2 ones. One
 Spark job per round cleans the whole dir: round 1, records appended, round 2 with ``now`` moved on
@@ -105,9 +106,15 @@ def topic_specs(draw, name: str) -> dict:
     if draw(st.booleans()):
         topic["log_start"] = draw(st.floats(0, 1))
     if draw(st.integers(0, 3)) == 0:
-        topic["legacy"] = {"magic0": draw(st.integers(0, 40)), "magic1": draw(st.integers(0, 40)),
-                           "codecs": dict.fromkeys(draw(st.lists(st.sampled_from(("none", "gzip", "snappy", "lz4")), min_size=1, max_size=4, unique=True)), 1),
-                           "wrapper_records": [1, draw(st.integers(1, 8))]}
+        topic["legacy"] = {
+            "magic0": draw(st.integers(0, 40)),
+            "magic1": draw(st.integers(0, 40)),
+            "codecs": dict.fromkeys(
+                draw(st.lists(st.sampled_from(("none", "gzip", "snappy", "lz4")), min_size=1, max_size=4, unique=True)),
+                1,
+            ),
+            "wrapper_records": [1, draw(st.integers(1, 8))],
+        }
     return topic
 
 
@@ -133,8 +140,12 @@ def big_batches(name: str) -> dict:
 def finish(scenario: dict) -> dict:
     """Clocks: round 1 a little after the data (``lag1``), the appended records after round 1,
     round 2 ``delay2`` after them."""
-    spans = [(t["records"] + t.get("append_records", 0) + sum(t.get("legacy", {}).get(k, 0) for k in ("magic0", "magic1")))
-             * 2 * t.get("timestamp_step_ms", 100) for t in scenario["topics"]]
+    spans = [
+        (t["records"] + t.get("append_records", 0) + sum(t.get("legacy", {}).get(k, 0) for k in ("magic0", "magic1")))
+        * 2
+        * t.get("timestamp_step_ms", 100)
+        for t in scenario["topics"]
+    ]
     now1 = T0 + max(spans) + scenario["lag1"]
     for t in scenario["topics"]:
         t["append_gap_ms"] = now1 - T0
@@ -155,8 +166,11 @@ def run(tmp_path_factory, scenario: dict, release: Release = releases.DEFAULT) -
             rounds.append()
         found = rounds.clean(now)
         if found:  # the log dirs stay for a look (the message says where)
-            pytest.fail(f"round {n} differs from Kafka {release.name}'s cleaner (log dirs in {root}):\n  " + "\n  ".join(found[:20])
-                        + f"\nscenario: {json.dumps(scenario)}\nkcompact output:\n{rounds.outputs[-1][-4000:]}")
+            pytest.fail(
+                f"round {n} differs from Kafka {release.name}'s cleaner (log dirs in {root}):\n  "
+                + "\n  ".join(found[:20])
+                + f"\nscenario: {json.dumps(scenario)}\nkcompact output:\n{rounds.outputs[-1][-4000:]}"
+            )
     shutil.rmtree(root)  # a deep run makes hundreds of them
 
 

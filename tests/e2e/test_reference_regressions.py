@@ -11,18 +11,17 @@ import io
 import shutil
 from pathlib import Path
 
-
 from kcompact.conf import releases
 from kcompact.conf.releases import Release
 from kcompact.readers import checkpoint
 from kcompact.readers.indexes import parse_offset_index
 from kcompact.readers.segment import iter_batches
+from kcompact.tools import generator
 from tests.reference.cleaner import Cleaner, LogFilter, filter_to
 from tests.reference.log import CleanedSegment, LogSegment
-from tests.reference.producers import LastRecord
 from tests.reference.manager import Broker
+from tests.reference.producers import LastRecord
 from tests.reference_rounds import Rounds
-from kcompact.tools import generator
 
 T0 = 1_720_000_000_000
 MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000
@@ -154,8 +153,9 @@ def test_later_groupings_follow_kafkas_sparser_cleaned_indexes(spark, tmp_path):
     nows = [T0 + HOUR, T0 + 3 * HOUR]
     rounds, found = run(tmp_path, [topic], nows, release=PER_APPEND)
     per_batch = variant(rounds, tmp_path, PerBatchAppendCleaner, nows)
-    assert sorted(segment_files(rounds.model / "drift-0", "log")) != sorted(segment_files(per_batch / "drift-0", "log")), \
-        "with an index entry per batch, round 2 would group the segments otherwise"
+    assert sorted(segment_files(rounds.model / "drift-0", "log")) != sorted(
+        segment_files(per_batch / "drift-0", "log")
+    ), "with an index entry per batch, round 2 would group the segments otherwise"
     assert not found, "\n".join(found[:10])
 
 
@@ -248,9 +248,14 @@ def test_checkpoint_write_drops_entries_of_partitions_not_in_the_log_dir(spark, 
 
 # A legacy topic whose round ends with a keyless magic-1 message: Kafka's filterTo must keep the
 # round's last batch (RETAIN_EMPTY) but cannot empty a legacy entry, so the cleaning throws.
-LEGACY_END = {"name": "old", "config": {"cleanup.policy": "compact", "segment.bytes": 400, "min.cleanable.dirty.ratio": 0.0},
-              "records": 2, "keys": 10, "keyless_fraction": 0.5,
-              "legacy": {"magic0": 20, "magic1": 20, "codecs": {"none": 1}}}
+LEGACY_END = {
+    "name": "old",
+    "config": {"cleanup.policy": "compact", "segment.bytes": 400, "min.cleanable.dirty.ratio": 0.0},
+    "records": 2,
+    "keys": 10,
+    "keyless_fraction": 0.5,
+    "legacy": {"magic0": 20, "magic1": 20, "codecs": {"none": 1}},
+}
 
 
 def test_a_failed_cleaning_leaves_the_partition_untouched_and_uncleanable(spark, tmp_path):

@@ -22,11 +22,11 @@ import pytest
 from kcompact.conf import resolve
 from kcompact.conf.units import MB
 from kcompact.jobs import cli
+from kcompact.operations.retention import execute
 from kcompact.planner import output
 from kcompact.planner.build import PLAN_SCHEMA, plan
 from kcompact.readers.records import Record
 from tests.support import checkpoint_text, kp_batches, kp_build, seg_path, write_partition
-from kcompact.operations.retention import execute
 
 MIN, HOUR = 60_000, 3_600_000
 NOW = 1_720_100_000_000  # a whole second: mtimes set from it read back exactly
@@ -396,8 +396,8 @@ def test_object_store_every_write_failure_is_old_or_new(store):
     partition fails (transient), readers see all of it or the new log start, never a mix;
     ``kcompact recover`` then ends where the record decides: untouched byte for byte without
     one, segment 0 gone and both checkpoints moved with one."""
-    from tests.support import FAULTY, failing_s3
     from kcompact.logdir import commits
+    from tests.support import FAULTY, failing_s3
 
     failing = failing_s3()
     failing.calls, failing.fail_at = 0, 0
@@ -453,8 +453,8 @@ def test_object_store_loses_the_generation_to_a_compaction(store, monkeypatch):
     """A compaction commits the partition between retention's listing and its record: the
     compaction's record has generation 1, retention's PUT of generation 1 fails, the partition is
     reported failed and nothing of retention's is applied."""
-    from kcompact.operations import retention
     from kcompact.logdir import commits
+    from kcompact.operations import retention
 
     log_dir = uploaded(store, "race")
     winner = commits.CommitRecord("x", 0, 1, "kcompact-other", {}, (), 3, copied=True, applied=True)
@@ -475,8 +475,8 @@ def test_object_store_loses_the_generation_to_a_compaction(store, monkeypatch):
 def test_run_on_object_store(spark_s3, store, tmp_path):
     """``kcompact run`` on s3://: Q's compact,delete partition retained (generation 1) then
     compacted (generation 2) with the result worked out for the local run above."""
-    from kcompact.logdir.listing import scan_partition
     from kcompact.logdir import commits
+    from kcompact.logdir.listing import scan_partition
 
     build_q(tmp_path / "q")
     store.fs.put(f"{tmp_path / 'q'}/", f"{BUCKET}/q/", recursive=True)

@@ -29,20 +29,23 @@ from pathlib import Path
 import pytest
 
 from kcompact.jobs import cli
-from kcompact.readers.checkpoint import parse as parse_checkpoint
-from kcompact.tools.dump import dump_path
-from kcompact.logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
-from tests.support import FAULTY, failing_s3, kp_batches, kp_record
-from kcompact.operations import last_run, s3commit
 from kcompact.logdir import commits
 from kcompact.logdir import names as log_dir_names
+from kcompact.logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
+from kcompact.operations import last_run, s3commit
+from kcompact.readers.checkpoint import parse as parse_checkpoint
+from kcompact.tools.dump import dump_path
+from tests.support import FAULTY, failing_s3, kp_batches, kp_record
 
 NOW = "1720001000000"
 BUCKET = "kc-commit"
 SECRET = f"kcompact-secret-{uuid.uuid4().hex}"
 FAULTS = Path(__file__).resolve().parents[1] / "faults_s3"
 KCOMPACT = [sys.executable, "-m", "kcompact.jobs.cli"]
-MERGING = ["--topic-config", "orders:internal.segment.bytes=1000000"]  # orders-0's first three segments become one group
+MERGING = [
+    "--topic-config",
+    "orders:internal.segment.bytes=1000000",
+]  # orders-0's first three segments become one group
 TARGET = "orders-0"  # the partition whose commit the faults hit
 JOB_LEASE_MS = "30000"  # killed jobs' leases lapse this soon (the default is 120 s)
 
@@ -306,7 +309,9 @@ def test_every_crash_point_of_a_commit(s3, gen, merged_truth, child_env, spark_s
                     child_env)  # copies of one log dir, each at its own crash point
     assert recovered.returncode == 0, recovered.stdout[-3000:] + recovered.stderr[-3000:]
     assert_no_secret(recovered.stdout, recovered.stderr)
-    uninjected = {n: s3.cat(f"{BUCKET}/sweep/uninjected/{TARGET}/{n}") for n in object_names(s3, f"sweep/uninjected/{TARGET}")}
+    uninjected = {
+        n: s3.cat(f"{BUCKET}/sweep/uninjected/{TARGET}/{n}") for n in object_names(s3, f"sweep/uninjected/{TARGET}")
+    }
     for point in points:
         assert staged_left(s3, f"sweep/{point}") == [], point
         files = object_names(s3, f"sweep/{point}/{TARGET}")
@@ -364,7 +369,9 @@ def test_two_writers_race_for_one_generation(s3, gen, local_truth, merged_truth,
     assert staged_left(s3, prefix) == []
     truth = results[winner]
     assert seen_records(url(f"{prefix}/{TARGET}")) == local_records(truth)
-    assert {n for n in object_names(s3, f"{prefix}/{TARGET}") if n.endswith(".log")} == {p.name for p in truth.glob("*.log")}
+    assert {n for n in object_names(s3, f"{prefix}/{TARGET}") if n.endswith(".log")} == {
+        p.name for p in truth.glob("*.log")
+    }
     for p in truth.glob("*.log"):
         assert s3.cat(f"{BUCKET}/{prefix}/{TARGET}/{p.name}") == p.read_bytes()
     name = commits.record_name("orders", 0, 1)
@@ -392,7 +399,9 @@ def test_compact_on_s3_equals_local_compaction(jobs, local_truth, gen, s3, child
                 assert s3.cat(f"{BUCKET}/full/{name}/{p.name}") == p.read_bytes(), p.name
         compared += len(kept)
     assert compared > 5000
-    assert checkpoint_entries(s3, "full") == parse_checkpoint("local", (local_truth / "cleaner-offset-checkpoint").read_bytes())
+    assert checkpoint_entries(s3, "full") == parse_checkpoint(
+        "local", (local_truth / "cleaner-offset-checkpoint").read_bytes()
+    )
     assert staged_left(s3, "full") == []
     names = object_names(s3, "full")
     assert last_run.FILE in names  # when this run began choosing: the next run's time-since-last-run-ms
@@ -421,7 +430,8 @@ def lapse(log_dirs: list[str], partitions: list[str], timeout: float = 120) -> N
 @pytest.mark.slow  # more than 20 s (make test-fast leaves it out)
 def test_killed_jobs_show_old_or_new_then_recover_and_converge(jobs, s3, gen, local_truth, child_env, spark_s3):
     """Whole jobs killed during orders-0's commit: before its record, and in the middle of the apply
-    of its wave of commits (every partition committed before it as unfinished as orders-0). Every partition reads whole (old or new) before any recovery; `kcompact recover` leaves
+    of its wave of commits (every partition committed before it as unfinished as orders-0). Every partition
+    reads whole (old or new) before any recovery; `kcompact recover` leaves
     orders-0 as its record says; a second job reaches the uninjected result."""
     points = KILLS
     for name in points:

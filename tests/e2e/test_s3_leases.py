@@ -111,7 +111,9 @@ def test_compact_and_run_respect_live_and_foreign_leases_and_end_partial(spark_s
     assert state_files(s3, url) == kept  # left as their holders wrote them
     held = json.loads((tmp_path / "r.json").read_text())["held"]
     assert [(h["partition"], h["owner"], h["pid"]) for h in held] == [
-        ("t-0", "kcompact-live", live_child.pid), ("t-1", "kcompact-far", json.loads(kept["kcompact-state.t-1.json"])["pid"])]
+        ("t-0", "kcompact-live", live_child.pid),
+        ("t-1", "kcompact-far", json.loads(kept["kcompact-state.t-1.json"])["pid"]),
+    ]
     # nothing left to clean but the held ones: still partial, and said so, not "0 partitions ... " and 0
     code = main(["run", url, "--now", str(NOW), *TOPIC_ARGS])
     out = capsys.readouterr().out

@@ -82,11 +82,14 @@ def test_a_plan_reads_what_the_rules_need_and_lists_once(s3, s3_server, log_dir,
     assert len(rows) == PARTITIONS + 2
     total = sum(requests.values())
     assert total <= 5 * len(rows), requests
-    # in general: 3 a partition plus one a dirty segment (the segments from the first dirty offset on, the active one aside)
+    # in general: 3 a partition plus one a dirty segment (the segments from the first dirty offset on, the
+    # active one aside)
     dirty = sum(sum(1 for s in r["segments"][:-1] if r["first_dirty_offset"] is not None
                     and s["base_offset"] >= r["first_dirty_offset"]) for r in rows)
     assert total <= 3 * len(rows) + dirty, requests
-    assert requests.get("LIST", 0) <= 12 and requests.get("HEAD", 0) <= 1, requests  # the arguments' checks and one stage
+    assert requests.get("LIST", 0) <= 12 and requests.get("HEAD", 0) <= 1, (
+        requests
+    )  # the arguments' checks and one stage
 
 
 def test_a_compaction_sends_at_most_40_requests_a_cleaned_partition(s3, s3_server, log_dir, env, tmp_path):
@@ -97,7 +100,9 @@ def test_a_compaction_sends_at_most_40_requests_a_cleaned_partition(s3, s3_serve
     assert cleaned >= PARTITIONS - 3, done.stdout[-2000:]
     assert sum(requests.values()) <= 40 * cleaned, requests
     assert requests.get("LIST", 0) <= 20 and requests.get("HEAD", 0) <= 2, requests
-    checkpoint_puts = sum(n for (op, key), n in by_key.items() if op == "PUT" and key.endswith("/cleaner-offset-checkpoint"))
+    checkpoint_puts = sum(
+        n for (op, key), n in by_key.items() if op == "PUT" and key.endswith("/cleaner-offset-checkpoint")
+    )
     assert checkpoint_puts == 1  # one wave of commits, one log dir
     assert requests.get("DELETE_BATCH", 0) <= 2 and requests.get("DELETE", 0) <= cleaned, requests
     # the same result as on local disk, file by file

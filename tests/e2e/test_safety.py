@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-from kcompact.operations import states
 from kcompact.compaction.pipeline.leases import LeaseKeeper
 from kcompact.jobs.cli import main
-from tests.support import kp_build, write_partition
+from kcompact.operations import states
 from kcompact.readers.records import Record
+from tests.support import kp_build, write_partition
 
 NOW = 1_720_300_000_000
 TS = NOW - 3_600_000
@@ -368,7 +368,9 @@ def test_a_job_returns_before_its_removal_ends_when_the_caller_takes_it(spark, t
     from kcompact.operations.deleted import Removal
 
     part = dirty_partition(tmp_path / "logs" / "a-0")
-    replaced = sorted(p.name for p in part.iterdir() if p.name.startswith(("00000000000000000000.", "00000000000000000004.")))
+    replaced = sorted(
+        p.name for p in part.iterdir() if p.name.startswith(("00000000000000000000.", "00000000000000000004."))
+    )
     release, real_remove = threading.Event(), storage.remove
 
     def held_back(path):
@@ -517,7 +519,9 @@ def test_disk_full_while_writing_cleaned_segments(spark, tiny_disk):
     before = {name: tree(log_dir / name) for name in ("big-0", "small-0")}
     result = job.run(spark, _plan(spark, log_dir), now=NOW, progress=lambda line: None)
     by = {p.topic: p for p in result.report.partitions}
-    assert by["big"].error.startswith("I/O error") and f"no space left on {tiny_disk} (writing big-0/" in by["big"].error
+    assert (
+        by["big"].error.startswith("I/O error") and f"no space left on {tiny_disk} (writing big-0/" in by["big"].error
+    )
     for name, report in (("big-0", by["big"]), ("small-0", by["small"])):  # small-0 may have lost the race for space
         if not report.committed:
             assert tree(log_dir / name) == before[name] and "no space left on" in report.error

@@ -51,7 +51,9 @@ setattr(storage, _op, _slow)
 def make_log_dir(root: Path) -> Path:
     """Two compacted partitions, each 0..2 a a b | active 3 c."""
     for n in range(2):
-        write_partition(root / f"orders-{n}", [(0, [kp_keyed(0, [b"a", b"a", b"b"], TS)]), (3, [kp_keyed(3, [b"c"], TS)])])
+        write_partition(
+            root / f"orders-{n}", [(0, [kp_keyed(0, [b"a", b"a", b"b"], TS)]), (3, [kp_keyed(3, [b"c"], TS)])]
+        )
     return root
 
 
@@ -73,8 +75,15 @@ def start(args: list[str], env: dict, hook: Path, slow_at: str, marker: Path, sl
     env = env | {"PYTHONPATH": os.pathsep.join(filter(None, [str(hook), env.get("PYTHONPATH")])),
                  "KCOMPACT_TEST_SLOW_AT": slow_at, "KCOMPACT_TEST_MARKER": str(marker),
                  "KCOMPACT_TEST_SLEEP": str(sleep)}
-    return subprocess.Popen([sys.executable, "-m", "kcompact.jobs.cli", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "kcompact.jobs.cli", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def signal_when(proc: subprocess.Popen, marker: Path, send) -> tuple[str, str]:
@@ -141,8 +150,14 @@ def child_env(tmp_path: Path) -> dict:
 def cleaned_once(tmp_path: Path, name: str) -> dict[str, bytes]:
     """What a whole, undisturbed run makes of the same log dir."""
     log_dir = make_log_dir(tmp_path / name)
-    done = subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", "compact", str(log_dir), "--now", str(NOW), *COMPACT,
-                           "-q"], cwd=ROOT, env=child_env(tmp_path), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "kcompact.jobs.cli", "compact", str(log_dir), "--now", str(NOW), *COMPACT, "-q"],
+        cwd=ROOT,
+        env=child_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return local_files(log_dir)
 
@@ -156,7 +171,9 @@ def test_sigterm_while_cleaning_is_handled_as_ctrl_c(tmp_path, hook, to):
     marker = tmp_path / "writing"
     proc = start(["compact", str(log_dir), "--now", str(NOW), *COMPACT], child_env(tmp_path), hook,
                  "create_durable:.cleaned", marker, 120)
-    send = (lambda p: p.send_signal(signal.SIGTERM)) if to == "process" else (lambda p: os.killpg(p.pid, signal.SIGTERM))
+    send = (
+        (lambda p: p.send_signal(signal.SIGTERM)) if to == "process" else (lambda p: os.killpg(p.pid, signal.SIGTERM))
+    )
     out, err = signal_when(proc, marker, send)
     assert_terminated(proc, out, err)
     after = local_files(log_dir)
@@ -164,8 +181,14 @@ def test_sigterm_while_cleaning_is_handled_as_ctrl_c(tmp_path, hook, to):
             and not k.startswith("kcompact-state.")} == {k: v for k, v in before.items() if k != ".lock"}
     assert_no_lease({k: v for k, v in after.items() if k.startswith("kcompact-state.")})
     assert lock_is_free(log_dir)
-    again = subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", "compact", str(log_dir), "--now", str(NOW), *COMPACT, "-q"],
-                           cwd=ROOT, env=child_env(tmp_path), capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "kcompact.jobs.cli", "compact", str(log_dir), "--now", str(NOW), *COMPACT, "-q"],
+        cwd=ROOT,
+        env=child_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr
     assert not [k for k in local_files(log_dir) if k.endswith((".cleaned", ".swap", ".deleted"))]
     clean = cleaned_once(tmp_path, "reference")
@@ -218,8 +241,14 @@ def test_sigterm_on_s3_keeps_the_bucket_safe(tmp_path, hook, s3_endpoint):
     states = {path: fs.cat_file(path) for path in fs.ls(f"{BUCKET}/logs", detail=False)
               if path.rsplit("/", 1)[-1].startswith("kcompact-state.")}
     assert_no_lease(states)
-    again = subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", "compact", url, "--now", str(NOW), *COMPACT, "-q"],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "kcompact.jobs.cli", "compact", url, "--now", str(NOW), *COMPACT, "-q"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr
     fetched = tmp_path / "fetched"
     fs.get(f"{BUCKET}/logs/", f"{fetched}/", recursive=True)

@@ -20,6 +20,7 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from kcompact.jobs.cli import main
+from kcompact.readers.records import Record
 from kcompact.tools.verify import Note, verify_log_dir
 from tests.support import (
     TIME_ENTRY,
@@ -31,7 +32,6 @@ from tests.support import (
     seg_path,
     write_partition,
 )
-from kcompact.readers.records import Record
 
 NOW = 1_720_300_000_000
 TS = NOW - 3_600_000

@@ -56,8 +56,10 @@ def unreadable_dirty(part: Path) -> Path:
 
 def tree(root: Path) -> dict:
     """Every file and directory under ``root``: mode, and the bytes' hash (read as root)."""
-    return {str(p.relative_to(root)): (p.stat().st_mode, None if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): (p.stat().st_mode, None if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def state(log_dir: Path, name: str) -> str | None:

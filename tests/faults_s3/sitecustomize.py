@@ -21,7 +21,20 @@ if os.environ.get("KCOMPACT_S3_FAULTS") and not os.environ.get("_KCOMPACT_S3_FAU
     import sys
 
     from kcompact import storage
-    MUTATIONS = ("write_durable", "create_durable", "write_atomic", "write_if", "write_if_many", "remove_if", "remove", "remove_many", "rename", "copy", "copy_many")
+
+    MUTATIONS = (
+        "write_durable",
+        "create_durable",
+        "write_atomic",
+        "write_if",
+        "write_if_many",
+        "remove_if",
+        "remove",
+        "remove_many",
+        "rename",
+        "copy",
+        "copy_many",
+    )
     _target = "/" + os.environ.get("KCOMPACT_S3_CRASH_PARTITION", "orders-0")
     _crash_at = int(os.environ.get("KCOMPACT_S3_CRASH_AT", "0"))
     _count_file = os.environ.get("KCOMPACT_S3_COUNT_FILE")
@@ -34,7 +47,9 @@ if os.environ.get("KCOMPACT_S3_FAULTS") and not os.environ.get("_KCOMPACT_S3_FAU
                 if frame.f_code.co_name == "commit_record":
                     return str(frame.f_locals.get("partition_dir", "")).rstrip("/").endswith(_target)
                 if frame.f_code.co_name == "finish":
-                    return any(a.partition_dir.rstrip("/").endswith(_target) for a in frame.f_locals.get("applying", ()))
+                    return any(
+                        a.partition_dir.rstrip("/").endswith(_target) for a in frame.f_locals.get("applying", ())
+                    )
             frame = frame.f_back
         return False
 

@@ -20,10 +20,15 @@ from dataclasses import dataclass
 import crc32c
 
 from kcompact.readers import codecs
-from kcompact.readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TIMESTAMP_TYPE, ATTR_TRANSACTIONAL, LOG_APPEND_TIME
+from kcompact.readers.batch import (
+    ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    LOG_APPEND_TIME,
+)
 from kcompact.readers.records import Record
-from kcompact.writers.codecs import compress
-from kcompact.writers.codecs import compress_legacy
+from kcompact.writers.codecs import compress, compress_legacy
 
 NO_TIMESTAMP = -1
 _AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. recordsCount

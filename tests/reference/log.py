@@ -14,7 +14,14 @@ import struct
 from dataclasses import dataclass, field
 
 from kcompact.readers.batch import Batch
-from kcompact.readers.indexes import AbortedTxn, OffsetEntry, TimeEntry, parse_offset_index, parse_time_index, parse_txn_index
+from kcompact.readers.indexes import (
+    AbortedTxn,
+    OffsetEntry,
+    TimeEntry,
+    parse_offset_index,
+    parse_time_index,
+    parse_txn_index,
+)
 from kcompact.readers.segment import iter_batches
 from tests.reference.producers import ProducerState
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from kcompact.conf import releases
 from kcompact.conf.releases import Release
 from kcompact.readers import checkpoint
+from kcompact.writers.checkpoint import render_checkpoint
 from tests.reference.cleaner import Cleaner
 from tests.reference.config import Config
 from tests.reference.log import CleaningFailed, Log
-from kcompact.writers.checkpoint import render_checkpoint
 
 LONG_MAX = 2**63 - 1
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")

@@ -19,9 +19,9 @@ import pytest
 import kcompact
 from kcompact.operations import last_run
 from kcompact.readers import checkpoint
+from kcompact.tools import generator
 from tests.reference.config import Config
 from tests.reference.manager import Broker
-from kcompact.tools import generator
 
 NOW = 1_720_001_000_000  # 1000 s after the generated records: retention is inert, compaction is not
 QUIET = dict(progress=lambda line: None)
@@ -137,6 +137,8 @@ def test_run_is_the_night(spark, generated, tmp_path):
 def test_register_data_source_reads_every_record(spark, generated):
     pristine, truth, _, _ = generated
     kcompact.register_data_source(spark)
-    counts = {(r["topic"], r["partition"]): r["count"]
-              for r in spark.read.format("kafka-log").load(str(pristine)).groupBy("topic", "partition").count().collect()}
+    counts = {
+        (r["topic"], r["partition"]): r["count"]
+        for r in spark.read.format("kafka-log").load(str(pristine)).groupBy("topic", "partition").count().collect()
+    }
     assert counts == {tp: len(p.records) for tp, p in truth.partitions.items()}

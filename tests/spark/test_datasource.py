@@ -20,8 +20,8 @@ from kafka.record.memory_records import MemoryRecords
 from pyspark.sql.datasource import EqualTo, GreaterThan, In, InputPartition, IsNotNull, LessThanOrEqual
 
 from kcompact import storage
-from kcompact.readers import codecs
 from kcompact.datasource.kafka_log import KafkaLogDataSource, Split, plan_splits, read_split
+from kcompact.readers import codecs
 from kcompact.readers.records import ABORT, COMMIT, Record
 from tests.support import (
     FIXTURE_DIR,
@@ -29,11 +29,13 @@ from tests.support import (
     TS0,
     hand_control_batch,
     hand_v2_batch,
+    headers_text,
+    key_text,
     kp_build,
     make_batches,
+    value_text,
     write_partition,
 )
-from tests.support import headers_text, key_text, value_text
 
 CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}  # Kafka's names, written out
 DELETE_HORIZON = 0x40
@@ -281,8 +283,12 @@ def test_partition_dirs_read_exactly_those_dirs_below_their_ending_offsets(spark
     table = read(spark, None, mode="compaction", partitionDirs=json.dumps(chosen))
     got = {(r["partitionDir"], r["offset"]) for r in table.select(["partitionDir", "offset"]).to_pylist()}
     every = read(spark, log_dir, mode="compaction").select(["partitionDir", "offset"]).to_pylist()
-    want = {(r["partitionDir"], r["offset"]) for r in every
-            if r["partitionDir"] in chosen and (chosen[r["partitionDir"]] is None or r["offset"] < chosen[r["partitionDir"]])}
+    want = {
+        (r["partitionDir"], r["offset"])
+        for r in every
+        if r["partitionDir"] in chosen
+        and (chosen[r["partitionDir"]] is None or r["offset"] < chosen[r["partitionDir"]])
+    }
     assert got == want and {d for d, _ in got} == set(chosen)
 
 

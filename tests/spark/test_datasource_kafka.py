@@ -190,7 +190,9 @@ def test_table_is_a_replay_of_the_committed_records(spark, source):
 
 def test_table_up_to_an_ending_offset(spark, source):
     rows = [r for r in listing() if r["topic"] == "accounts"]
-    table = read(spark, mode="table", subscribe="accounts", endingOffsets=json.dumps({"accounts": {"0": 4000, "1": 4000}}))
+    table = read(
+        spark, mode="table", subscribe="accounts", endingOffsets=json.dumps({"accounts": {"0": 4000, "1": 4000}})
+    )
     assert ours(table) == replayed(rows, below=4000)
 
 

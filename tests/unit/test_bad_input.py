@@ -20,13 +20,12 @@ import pytest
 
 from kcompact.jobs import cli
 from kcompact.readers import checkpoint
-from kcompact.tools.dump import dump_path
 from kcompact.readers.errors import FormatError
 from kcompact.readers.records import Record
 from kcompact.readers.segment import iter_batches
+from kcompact.tools.dump import dump_path
 from kcompact.tools.verify import verify_log_dir
-from tests.support import hand_v2_batch, hand_varint, kp_build, recompute_crc32c
-from tests.support import TS0, make_batches, write_partition
+from tests.support import TS0, hand_v2_batch, hand_varint, kp_build, make_batches, recompute_crc32c, write_partition
 
 B0, B1, B2 = make_batches(0, 3)  # offsets 0..4, 5..9, 10..14
 CODEC_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
@@ -184,7 +183,9 @@ def test_dump_json_reports_the_error(case: LogCase, log_file: Path):
 
 def test_verify_lists_it(case: LogCase, log_file: Path):
     found = [(p.path, p.position, p.what) for p in verify_log_dir(str(log_file.parent.parent))]
-    assert any((path, pos) == (str(log_file), case.position) and what.startswith(case.what) for path, pos, what in found), found
+    assert any(
+        (path, pos) == (str(log_file), case.position) and what.startswith(case.what) for path, pos, what in found
+    ), found
 
 
 def test_cli_exits_non_zero_without_traceback(case: LogCase, log_file: Path, capsys):
@@ -236,7 +237,10 @@ def test_dumping_a_file_without_a_base_offset_in_its_name(tmp_path: Path, capsys
     path.write_bytes(B0)
     out = io.StringIO()
     assert dump_path(str(path), print_data=False, as_json=False, out=out) == 1
-    assert out.getvalue().splitlines() == [f"Dumping {path}", f"Error: {path}: file name does not start with a base offset"]
+    assert out.getvalue().splitlines() == [
+        f"Dumping {path}",
+        f"Error: {path}: file name does not start with a base offset",
+    ]
 
 
 def test_empty_segment_that_is_not_active(tmp_path: Path, capsys):

@@ -13,12 +13,11 @@ import pyarrow as pa
 import pytest
 
 from kcompact.compaction.cleaning import backward, rewrite
-
-from kcompact.compaction.pipeline import batch_plans, job
 from kcompact.compaction.cleaning.backward import clean_partition
-from kcompact.compaction.rules.cleaner_config import CleanerConfig
 from kcompact.compaction.cleaning.results import IO_ERROR, OUT_OF_MEMORY
+from kcompact.compaction.pipeline import batch_plans, job
 from kcompact.compaction.pipeline.to_clean import PartitionToClean
+from kcompact.compaction.rules.cleaner_config import CleanerConfig
 from kcompact.conf.resolve import Config
 from tests.support import kp_batches, kp_keyed, seg_path, write_partition
 

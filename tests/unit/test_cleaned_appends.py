@@ -6,9 +6,9 @@ batches, new source segments, chunks spanning buffers, timestamps that tie."""
 
 from __future__ import annotations
 
-from typing import ClassVar
 import tempfile
 from pathlib import Path
+from typing import ClassVar
 from unittest import mock
 
 import numpy as np

@@ -179,7 +179,9 @@ def legacy_entries(magic: int, codec: int, base_offset: int, n: int) -> bytes:
 
 
 @pytest.mark.parametrize("magic", [0, 1])
-@pytest.mark.parametrize("codec", [codecs.NONE, codecs.GZIP, codecs.SNAPPY, codecs.LZ4], ids=["none", "gzip", "snappy", "lz4"])
+@pytest.mark.parametrize(
+    "codec", [codecs.NONE, codecs.GZIP, codecs.SNAPPY, codecs.LZ4], ids=["none", "gzip", "snappy", "lz4"]
+)
 def test_legacy_entries_fall_back_with_the_same_schema(magic: int, codec: int) -> None:
     data = legacy_entries(magic, codec, 100, 9) + legacy_entries(magic, codec, 109, 3)
     data += kafka_batch(varied_specs(5, seed=4), codecs.ZSTD, 112)

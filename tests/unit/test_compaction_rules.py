@@ -21,15 +21,15 @@ from kcompact.compaction.rules.decisions import (
     REWRITE,
     BatchPlan,
     Outcome,
+    PartitionPlan,
     batch_outcome,
     group_segments,
-    PartitionPlan,
     plan_partition,
     retain_last_empty_at,
 )
-from kcompact.conf.releases import resolve
 from kcompact.compaction.rules.model import BatchInfo, SegmentInfo, infos_at, table_of
 from kcompact.compaction.rules.transactions import TransactionSweep, collect_aborted, last_of_active_producers
+from kcompact.conf.releases import resolve
 from kcompact.readers.indexes import AbortedTxn, OffsetEntry
 from kcompact.readers.records import ABORT, COMMIT
 from tests.oracles import keep_record
@@ -53,11 +53,22 @@ def batch(segment: int, position: int, base: int, last: int | None = None, *, pi
     last = base if last is None else last
     is_control = control is not None
     return BatchInfo(
-        segment=segment, position=position, size=size, magic=magic, base_offset=base, last_offset=last,
-        producer_id=pid, producer_epoch=epoch, is_transactional=txn or is_control, is_control=is_control,
-        control_type=None if control in (None, EMPTY_MARKER) else control, delete_horizon_ms=horizon,
+        segment=segment,
+        position=position,
+        size=size,
+        magic=magic,
+        base_offset=base,
+        last_offset=last,
+        producer_id=pid,
+        producer_epoch=epoch,
+        is_transactional=txn or is_control,
+        is_control=is_control,
+        control_type=None if control in (None, EMPTY_MARKER) else control,
+        delete_horizon_ms=horizon,
         max_timestamp=max_ts,
-        record_count=(0 if control == EMPTY_MARKER else 1) if is_control else (last - base + 1 if count is None else count),
+        record_count=(0 if control == EMPTY_MARKER else 1)
+        if is_control
+        else (last - base + 1 if count is None else count),
     )
 
 

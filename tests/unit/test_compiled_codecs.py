@@ -65,7 +65,9 @@ def test_kafka_framed_sections_decompress_in_order():
 def test_several_frames_in_one_section_and_frames_with_checksums_or_sizes():
     lz4_frames = _kafka_lz4(TEXT[:500]) + lz4.frame.compress(TEXT[500:90_000], content_checksum=True,
                                                              block_checksum=True, store_size=True)
-    zstd_frames = zstandard.ZstdCompressor(level=1, write_checksum=True).compress(TEXT[:3000]) + _zstd_stream(TEXT[3000:])
+    zstd_frames = zstandard.ZstdCompressor(level=1, write_checksum=True).compress(TEXT[:3000]) + _zstd_stream(
+        TEXT[3000:]
+    )
     assert _decompressed([lz4_frames, zstd_frames], [codecs.LZ4, codecs.ZSTD]) == [TEXT[:90_000], TEXT]
 
 

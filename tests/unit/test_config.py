@@ -75,7 +75,10 @@ def test_topic_level_beats_broker_level_whatever_the_source():
     meta = ({}, {"orders": {"min.cleanable.dirty.ratio": "0.1"}}, META)
     config = build(broker_args=["log.cleaner.min.cleanable.ratio=0.9"], metadata=[meta])
     orders, other = config.for_topic("orders"), config.for_topic("other")
-    assert (orders["min.cleanable.dirty.ratio"], orders.sources["min.cleanable.dirty.ratio"]) == (0.1, f"{META} topic[orders]")
+    assert (orders["min.cleanable.dirty.ratio"], orders.sources["min.cleanable.dirty.ratio"]) == (
+        0.1,
+        f"{META} topic[orders]",
+    )
     assert (other["min.cleanable.dirty.ratio"], other.sources["min.cleanable.dirty.ratio"]) == (0.9, "--broker-config")
 
 
@@ -284,7 +287,9 @@ def test_topic_level_name_at_broker_level_gets_a_hint(tmp_path):
     message = str(info.value)
     assert path in message and "'min.cleanable.dirty.ratio' is a topic-level name" in message
     assert "log.cleaner.min.cleanable.ratio" in message and "topic[<name>].min.cleanable.dirty.ratio" in message
-    with pytest.raises(ConfigError, match=r"--broker-config: 'cleanup.policy' is a topic-level name.*log.cleanup.policy"):
+    with pytest.raises(
+        ConfigError, match=r"--broker-config: 'cleanup.policy' is a topic-level name.*log.cleanup.policy"
+    ):
         add_broker_arg(Config(), "cleanup.policy=compact")
 
 
@@ -300,7 +305,9 @@ def test_other_kafka_topic_settings_are_accepted_and_ignored(tmp_path):
 
 
 def test_the_brokers_message_max_bytes_stands_beside_a_topic_override(tmp_path):
-    tc = build(topic_args=["orders:max.message.bytes=1000"], broker_args=["message.max.bytes=2000000"]).for_topic("orders")
+    tc = build(topic_args=["orders:max.message.bytes=1000"], broker_args=["message.max.bytes=2000000"]).for_topic(
+        "orders"
+    )
     assert (tc["max.message.bytes"], tc["message.max.bytes"]) == (1000, 2_000_000)
     assert tc.sources["message.max.bytes"] == "--broker-config"
 
@@ -352,7 +359,10 @@ def test_properties_file_syntax(tmp_path):
     assert other["min.cleanable.dirty.ratio"] == 0.25
     assert other["cleanup.policy"] == ("compact", "delete")
     assert other["segment.bytes"] == 4096
-    assert (orders["min.compaction.lag.ms"], orders.sources["min.compaction.lag.ms"]) == (60000, f"{path} topic[orders]")
+    assert (orders["min.compaction.lag.ms"], orders.sources["min.compaction.lag.ms"]) == (
+        60000,
+        f"{path} topic[orders]",
+    )
     assert orders["cleanup.policy"] == ("delete",)
     assert orders.sources["segment.bytes"] == path
 

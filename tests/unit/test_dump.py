@@ -18,10 +18,9 @@ from kafka.record.memory_records import MemoryRecords
 
 from kcompact import storage
 from kcompact.jobs import cli
-from kcompact.tools.dump import dump_path
 from kcompact.readers.records import COMMIT, Record
-from tests.support import FIXTURE_DIR, FIXTURE_INPUT, hand_control_batch, kp_build
-from tests.support import TS0
+from kcompact.tools.dump import dump_path
+from tests.support import FIXTURE_DIR, FIXTURE_INPUT, TS0, hand_control_batch, kp_build
 
 KP_CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 HORIZON = 0x40
@@ -37,15 +36,27 @@ def recs(first: int, n: int, **overrides) -> list[Record]:
 
 def v2_segment() -> bytes:
     """Every header variant DumpLogSegments distinguishes, each codec, a marker, nulls."""
-    return b"".join([
-        kp_build(recs(0, 5), base_offset=0, leader_epoch=3, producer_id=1000, producer_epoch=2, base_sequence=0),
-        kp_build(recs(5, 5), codec=1, base_offset=5),
-        kp_build(recs(10, 3), codec=2, base_offset=10, producer_id=7, producer_epoch=0, base_sequence=5, transactional=True),
-        hand_control_batch(COMMIT, offset=13, timestamp=TS0 + 130, producer_id=7, producer_epoch=0, coordinator_epoch=4),
-        kp_build(recs(14, 5), codec=3, base_offset=14, log_append_time=TS0 + 999),
-        kp_build(recs(19, 3, key=None), codec=4, base_offset=19),
-        kp_build(recs(22, 2, value=None, headers=()), base_offset=22, extra_attributes=HORIZON),
-    ])
+    return b"".join(
+        [
+            kp_build(recs(0, 5), base_offset=0, leader_epoch=3, producer_id=1000, producer_epoch=2, base_sequence=0),
+            kp_build(recs(5, 5), codec=1, base_offset=5),
+            kp_build(
+                recs(10, 3),
+                codec=2,
+                base_offset=10,
+                producer_id=7,
+                producer_epoch=0,
+                base_sequence=5,
+                transactional=True,
+            ),
+            hand_control_batch(
+                COMMIT, offset=13, timestamp=TS0 + 130, producer_id=7, producer_epoch=0, coordinator_epoch=4
+            ),
+            kp_build(recs(14, 5), codec=3, base_offset=14, log_append_time=TS0 + 999),
+            kp_build(recs(19, 3, key=None), codec=4, base_offset=19),
+            kp_build(recs(22, 2, value=None, headers=()), base_offset=22, extra_attributes=HORIZON),
+        ]
+    )
 
 
 def java(flag: bool) -> str:
@@ -246,7 +257,9 @@ def test_log_dir_dump_covers_every_partition(tmp_path: Path):
             ))
     assert got == fixture_batches()
     rc, lines = dump(root)
-    segment_files = sorted(str(p) for p in root.glob("*/*") if p.suffix in (".log", ".index", ".timeindex", ".txnindex"))
+    segment_files = sorted(
+        str(p) for p in root.glob("*/*") if p.suffix in (".log", ".index", ".timeindex", ".txnindex")
+    )
     assert sorted(line.removeprefix("Dumping ") for line in lines if line.startswith("Dumping ")) == segment_files
 
 
@@ -272,6 +285,10 @@ def test_dump_from_s3(s3_endpoint, segment: Path):
     fs.put(str(segment), f"dump-bucket/logs/orders-0/{segment.name}")
     remote = f"s3://dump-bucket/logs/orders-0/{segment.name}"
     rc, lines = dump(remote, print_data=True)
-    assert rc == 0 and lines == [f"Dumping {remote}", "Log starting offset: 0", *kp_expected(segment.read_bytes(), True)]
+    assert rc == 0 and lines == [
+        f"Dumping {remote}",
+        "Log starting offset: 0",
+        *kp_expected(segment.read_bytes(), True),
+    ]
     rc, dir_lines = dump("s3://dump-bucket/logs/orders-0", print_data=True)
     assert rc == 0 and dir_lines == lines

@@ -11,14 +11,18 @@ The botocore errors are built as botocore raises them and passed through s3fs's 
 from __future__ import annotations
 
 import pytest
-
-from kcompact.conf.units import spark_size
-from botocore.exceptions import (ClientError, ConnectTimeoutError, EndpointConnectionError, NoCredentialsError,
-                                 PartialCredentialsError)
+from botocore.exceptions import (
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
 from s3fs.errors import translate_boto_error
 
 from kcompact import storage
 from kcompact.compaction.pipeline import routing, settings
+from kcompact.conf.units import spark_size
 from kcompact.jobs import cli
 from kcompact.jobs.spark import Sizing
 

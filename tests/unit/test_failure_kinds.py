@@ -47,8 +47,16 @@ def test_both_reports_count_a_partition_once_skipped_before_failed():
     retained = [PartitionRetention("t", 0, "/logs/t-0", "/logs", 0, 0, error="x", skipped="y"),
                 PartitionRetention("t", 1, "/logs/t-1", "/logs", 0, 0, error="e")]
     retention = RetentionReport(1, False, retained).totals()
-    assert {k: compaction[k] for k in ("partitions", "failed", "skipped")} == {"partitions": 2, "failed": 1, "skipped": 1}
-    assert {k: retention[k] for k in ("partitions", "failed", "skipped")} == {"partitions": 2, "failed": 1, "skipped": 1}
+    assert {k: compaction[k] for k in ("partitions", "failed", "skipped")} == {
+        "partitions": 2,
+        "failed": 1,
+        "skipped": 1,
+    }
+    assert {k: retention[k] for k in ("partitions", "failed", "skipped")} == {
+        "partitions": 2,
+        "failed": 1,
+        "skipped": 1,
+    }
 
 
 def test_a_plan_without_the_kind_columns_is_refused(tmp_path):

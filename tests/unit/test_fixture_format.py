@@ -16,6 +16,9 @@ import pytest
 from kcompact.readers import checkpoint, codecs
 from kcompact.readers.indexes import parse_txn_index
 from kcompact.readers.records import CONTROL_TYPES
+from kcompact.writers.checkpoint import render_checkpoint
+from kcompact.writers.segment import SegmentWriter
+from tests.oracles import encode_like
 from tests.support import (
     FIXTURE_DIR,
     FIXTURE_INPUT,
@@ -26,9 +29,6 @@ from tests.support import (
     record_lines,
     segment_batches,
 )
-from tests.oracles import encode_like
-from kcompact.writers.segment import SegmentWriter
-from kcompact.writers.checkpoint import render_checkpoint
 
 SEGMENTS = log_segments(FIXTURE_INPUT)
 

@@ -18,11 +18,11 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from kcompact.jobs.cli import main
+from kcompact.logdir.listing import METADATA_DIR
 from kcompact.readers import checkpoint
 from kcompact.readers.indexes import AbortedTxn, parse_offset_index, parse_time_index, parse_txn_index
-from tests.support import FIXTURE_DIR
-from kcompact.logdir.listing import METADATA_DIR
 from kcompact.tools import generator
+from tests.support import FIXTURE_DIR
 
 FIXTURE_SPEC = FIXTURE_DIR / "generator-spec.json"
 COMPACTED = {"orders", "users"}
@@ -99,7 +99,9 @@ def batches_of(segments: list[ReadSegment]) -> list[ReadBatch]:
 
 
 def file_hashes(root: Path) -> dict[str, str]:
-    return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest() for f in root.rglob("*") if f.is_file()}
+    return {
+        str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest() for f in root.rglob("*") if f.is_file()
+    }
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from kafka.record.memory_records import MemoryRecords
 
 from kcompact.readers import checkpoint
 from kcompact.readers.indexes import parse_offset_index, parse_time_index
-from tests.unit.test_generator import expected_indexes, read_segment
 from kcompact.tools import generator
+from tests.unit.test_generator import expected_indexes, read_segment
 
 T0 = 1_720_000_000_000
 HOUR = 3_600_000

@@ -18,8 +18,8 @@ from kcompact.readers.indexes import (
     parse_time_index,
     parse_txn_index,
 )
-from kcompact.writers.indexes import encode_offset_index, encode_time_index, encode_txn_index
 from kcompact.writers.checkpoint import render_checkpoint
+from kcompact.writers.indexes import encode_offset_index, encode_time_index, encode_txn_index
 
 OFFSETS = [(17, 4102), (35, 8230), (61, 12400)]
 TIMES = [(1_720_000_000_500, 17), (1_720_000_001_000, 35), (1_720_000_002_750, 64)]

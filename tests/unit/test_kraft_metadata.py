@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kcompact.logdir.kraft import metadata_sources, read_metadata
 from kcompact.conf.resolve import build
+from kcompact.logdir.kraft import metadata_sources, read_metadata
 from kcompact.readers.errors import FormatError
 from kcompact.readers.metadata import (
     ConfigRecord,
@@ -163,7 +163,9 @@ def test_tagged_fields_are_skipped():
 
 
 def test_non_flexible_fallback():
-    assert decode(classic_config_value(TOPIC, "t", "segment.bytes", "1024")) == ConfigRecord(2, "t", "segment.bytes", "1024")
+    assert decode(classic_config_value(TOPIC, "t", "segment.bytes", "1024")) == ConfigRecord(
+        2, "t", "segment.bytes", "1024"
+    )
     assert decode(classic_config_value(TOPIC, "t", "retention.ms", None)) == ConfigRecord(2, "t", "retention.ms", None)
     assert decode(frame(9, LOGS_ID)) == RemoveTopicRecord(LOGS_ID_TEXT)
 
@@ -208,11 +210,28 @@ def test_log_replayed(tmp_path):
 
 
 def test_broker_default_deleted(tmp_path):
-    mdir = write_log(tmp_path, {0: [
-        batch(0, config_value(BROKER, "", "log.retention.ms", "7"), config_value(BROKER, "", "log.segment.bytes", "99")),
-        batch(2, config_value(BROKER, "2", "log.segment.bytes", "5"), config_value(BROKER, "2", "message.max.bytes", "6")),
-        batch(4, config_value(BROKER, "", "log.retention.ms", None), config_value(BROKER, "2", "log.segment.bytes", None)),
-    ]})
+    mdir = write_log(
+        tmp_path,
+        {
+            0: [
+                batch(
+                    0,
+                    config_value(BROKER, "", "log.retention.ms", "7"),
+                    config_value(BROKER, "", "log.segment.bytes", "99"),
+                ),
+                batch(
+                    2,
+                    config_value(BROKER, "2", "log.segment.bytes", "5"),
+                    config_value(BROKER, "2", "message.max.bytes", "6"),
+                ),
+                batch(
+                    4,
+                    config_value(BROKER, "", "log.retention.ms", None),
+                    config_value(BROKER, "2", "log.segment.bytes", None),
+                ),
+            ]
+        },
+    )
     got = read_metadata(str(mdir))
     assert got.broker_defaults == {"log.segment.bytes": "99"}
     assert got.per_broker == {"2": {"message.max.bytes": "6"}}

@@ -173,7 +173,9 @@ def test_recovery_notes_a_live_foreign_lease_without_failing():
     report = RecoveryReport(held={"s3://b/logs/orders-0": lease(2928, host="h").skip_reason})
     assert report.failed == 0
     lines = report.text().split("\n")
-    assert lines[0].startswith("note: s3://b/logs/orders-0: held by another job: in progress (owner job-x on h pid 2928;")
+    assert lines[0].startswith(
+        "note: s3://b/logs/orders-0: held by another job: in progress (owner job-x on h pid 2928;"
+    )
     assert lines[-1] == "recovery: 0 partitions checked, 0 recovered, 0 skipped, 0 with problems, 1 held by another job"
     assert report.to_json()["held"] == report.held
     assert _exit_status(report.failed, 1) == EXIT_OK

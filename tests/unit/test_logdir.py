@@ -11,7 +11,6 @@ from kcompact.logdir.listing import parse_partition_dir, scan_log_dir
 from tests.support import FIXTURE_INPUT, MTIME_MS, make_log_dir
 
 
-
 @pytest.fixture
 def log_dir(tmp_path):
     return make_log_dir(tmp_path / "logs")
@@ -54,7 +53,9 @@ def test_leftovers_and_misnamed_files_reported(log_dir):
         "00000000000000000500.log.cleaned"]
     assert {i.size for i in part.leftovers} == {12, 8, 100}
     assert len(part.problems) == 2
-    assert any(p.path.endswith("123.log") for p in part.problems) and any(p.path.endswith("notes.txt") for p in part.problems)
+    assert any(p.path.endswith("123.log") for p in part.problems) and any(
+        p.path.endswith("notes.txt") for p in part.problems
+    )
 
 
 def test_index_without_log_is_a_problem(log_dir):

@@ -106,7 +106,9 @@ def test_deletes_go_1000_keys_a_request(bucket, counted):
 
 def test_a_log_dir_is_listed_in_1000_keys_a_request(bucket, counted):
     fs, name = bucket
-    fs.pipe({f"{name}/tree/orders-{i % 7}/{i:020d}.log": b"." for i in range(2100)} | {f"{name}/tree/meta.properties": b"m"})
+    fs.pipe(
+        {f"{name}/tree/orders-{i % 7}/{i:020d}.log": b"." for i in range(2100)} | {f"{name}/tree/meta.properties": b"m"}
+    )
     counted(reset=True)
     tree = storage.list_tree(f"s3://{name}/tree")
     assert counted() == {"LIST": 3}

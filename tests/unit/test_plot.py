@@ -22,7 +22,9 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def row(partition: int, ratio: float | None, dirty: int | None, *, topic: str = "orders",
         policy: str = "compact", selected: bool = False, rank: int | None = None, min_ratio: float = 0.5) -> dict:
-    skip = None if selected else ("below ratio" if ratio is not None else "not compacted (cleanup.policy has no compact)")
+    skip = (
+        None if selected else ("below ratio" if ratio is not None else "not compacted (cleanup.policy has no compact)")
+    )
     return {"topic": topic, "partition": partition, "log_dir": "/logs", "path": f"/logs/{topic}-{partition}",
             "cleanup_policy": policy, "state": "idle", "cleanable_ratio": ratio, "cleanable_bytes": dirty,
             "min_cleanable_ratio": min_ratio, "selected": selected, "rank": rank, "skip_reason": skip}

@@ -24,6 +24,8 @@ from kcompact.readers import codecs, scan
 from kcompact.readers.batch import ATTR_DELETE_HORIZON, LOG_APPEND_TIME, V2_HEADER_SIZE, Batch
 from kcompact.readers.records import ABORT, COMMIT, Record
 from kcompact.readers.segment import iter_batches
+from kcompact.writers.rebuild import rebuild, splice_records
+from tests.oracles import encode_like
 from tests.support import (
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
@@ -35,8 +37,6 @@ from tests.support import (
     read_batches,
     read_one,
 )
-from tests.oracles import encode_like
-from kcompact.writers.rebuild import rebuild, splice_records
 
 ALL_CODECS = [codecs.NONE, codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD]
 CODEC_IDS = [codecs.name(c) for c in ALL_CODECS]

@@ -22,6 +22,8 @@ from kcompact.readers import codecs, scan
 from kcompact.readers.batch import LOG_APPEND_TIME
 from kcompact.readers.errors import FormatError
 from kcompact.readers.records import ABORT, COMMIT, Record, control_coordinator_epoch, control_key, control_value
+from kcompact.writers.batch import encode_batch, varint
+from tests.oracles import encode_like
 from tests.support import (
     V2_HEADER,
     hand_control_batch,
@@ -32,8 +34,6 @@ from tests.support import (
     read_batches,
     read_one,
 )
-from tests.oracles import encode_like
-from kcompact.writers.batch import encode_batch, varint
 
 ALL_CODECS = [codecs.NONE, codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD]
 CODEC_IDS = [codecs.name(c) for c in ALL_CODECS]
@@ -296,7 +296,9 @@ def test_encode_like_stamps_and_then_keeps_a_delete_horizon(codec):
 EMPTY_CASES = {
     "plain-gzip": dict(codec=codecs.GZIP),
     "idempotent-zstd": dict(codec=codecs.ZSTD, producer_id=31, producer_epoch=2, base_sequence=100),
-    "transactional-none": dict(codec=codecs.NONE, producer_id=32, producer_epoch=0, base_sequence=5, transactional=True),
+    "transactional-none": dict(
+        codec=codecs.NONE, producer_id=32, producer_epoch=0, base_sequence=5, transactional=True
+    ),
     "log-append-time-lz4": dict(codec=codecs.LZ4, log_append_time=T0 + 42),
 }
 

@@ -15,8 +15,8 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from kcompact.operations import states
-from tests.support import FIXTURE_INPUT, broker_indexes, make_batches, seg_path, write_partition
 from kcompact.operations.recover import plan_recovery, recover_log_dirs, recover_partition
+from tests.support import FIXTURE_INPUT, broker_indexes, make_batches, seg_path, write_partition
 
 
 def n(offset: int, suffix: str) -> str:

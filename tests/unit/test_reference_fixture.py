@@ -46,12 +46,16 @@ def model_rounds(tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize("n", [1, 2])
 def test_model_keeps_kafkas_records(model_rounds, n):
-    assert_same_lines(model_rounds[n]["records"], (FIXTURE_DIR / f"after-round{n}.records.tsv").read_text().splitlines())
+    assert_same_lines(
+        model_rounds[n]["records"], (FIXTURE_DIR / f"after-round{n}.records.tsv").read_text().splitlines()
+    )
 
 
 @pytest.mark.parametrize("n", [1, 2])
 def test_model_writes_kafkas_batches(model_rounds, n):
-    assert_same_lines(model_rounds[n]["batches"], (FIXTURE_DIR / f"after-round{n}.batches.tsv").read_text().splitlines())
+    assert_same_lines(
+        model_rounds[n]["batches"], (FIXTURE_DIR / f"after-round{n}.batches.tsv").read_text().splitlines()
+    )
 
 
 @pytest.mark.parametrize("n", [1, 2])

@@ -59,7 +59,7 @@ def test_segment_bytes_floors_per_release(release, topic_ok, broker_ok):
                 build(**args)
     build(topic_args=["orders:segment.bytes=1048576"], broker_args=["log.segment.bytes=1048576"], kafka_version="4.3",
           log_dirs=["/logs"])
-    with pytest.raises(ConfigError, match="segment.bytes='13'"):
+    with pytest.raises(ConfigError, match=r"segment\.bytes='13'"):
         build(topic_args=["orders:segment.bytes=13"])
 
 

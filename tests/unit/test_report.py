@@ -13,7 +13,16 @@ import json
 import pyarrow as pa
 import pytest
 
-from kcompact.compaction.reports.report import METRICS, MIB, NO_BUFFER, NO_LAST_RUN, NO_PLAN, PartitionReport, Report, java_fixed
+from kcompact.compaction.reports.report import (
+    METRICS,
+    MIB,
+    NO_BUFFER,
+    NO_LAST_RUN,
+    NO_PLAN,
+    PartitionReport,
+    Report,
+    java_fixed,
+)
 from kcompact.compaction.reports.report_html import write_report
 from kcompact.planner.build import PLAN_SCHEMA
 
@@ -201,7 +210,9 @@ def undone_plan() -> pa.Table:
         plan_row("/logs/b/orders-3", "compact", "paused", 8_000, 7_600, 0.95, 0),
         plan_row("/logs/b/clicks-0", "delete", "idle", None, None, None, None),
     ]
-    rows[1]["skip_reason"] = "uncleanable: /logs/a/orders-2/00000000000000000000.log: byte 7: CRC mismatch (reset-uncleanable after fixing)"
+    rows[1]["skip_reason"] = (
+        "uncleanable: /logs/a/orders-2/00000000000000000000.log: byte 7: CRC mismatch (reset-uncleanable after fixing)"
+    )
     rows[2]["skip_reason"] = "bad input: /logs/a/cleaner-offset-checkpoint: byte 0: unsupported checkpoint version 'x'"
     rows[3]["skip_reason"] = "paused (1x; resume to clean)"
     rows[4]["skip_reason"] = "bad input: /logs/b/clicks-0/x: not a Kafka segment file name"  # retention's business
@@ -272,7 +283,10 @@ def test_json_has_the_run_the_units_and_what_was_left_undone():
 # -- issue 26 item 5: paused partitions said every run; a run that cleans nothing says why --------
 def test_text_lists_paused_partitions_with_the_way_out():
     rows = undone_plan().to_pylist()
-    rows.append(plan_row("/logs/b/orders-7", "compact", "paused", 8_000, 7_600, 0.95, 0) | {"skip_reason": "paused (2x; resume to clean)"})
+    rows.append(
+        plan_row("/logs/b/orders-7", "compact", "paused", 8_000, 7_600, 0.95, 0)
+        | {"skip_reason": "paused (2x; resume to clean)"}
+    )
     rows.append(plan_row("/logs/b/clicks-1", "delete", "paused", None, None, None, None))  # no compaction to hold back
     r = Report(NOW, False, [cleaned()], seconds=1.5)
     r.observe_plan(pa.Table.from_pylist(rows, schema=PLAN_SCHEMA))

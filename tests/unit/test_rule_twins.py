@@ -28,18 +28,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kcompact.compaction.cleaning import partition_scan
-from kcompact.compaction.rules.decisions import (
-    DELETE,
-    DISCARD,
-    MARKER_FOR_EMPTY_TXN,
-    PLAN_FLAGS,
-    RETAIN_DELETES,
-    RETAIN_EMPTY,
-    BatchPlan,
-    batch_outcome,
-    plan_partition,
-)
-from kcompact.compaction.rules.model import BatchInfo, SegmentInfo, table_of
 from kcompact.compaction.cleaning.offset_map import EMPTY as NOT_MAPPED
 from kcompact.compaction.cleaning.results import KEPT_TOMBSTONE
 from kcompact.compaction.cleaning.rewrite import (
@@ -54,15 +42,27 @@ from kcompact.compaction.cleaning.rewrite import (
     fate_codes,
     undecided,
 )
+from kcompact.compaction.rules.decisions import (
+    DELETE,
+    DISCARD,
+    MARKER_FOR_EMPTY_TXN,
+    PLAN_FLAGS,
+    RETAIN_DELETES,
+    RETAIN_EMPTY,
+    BatchPlan,
+    batch_outcome,
+    plan_partition,
+)
+from kcompact.compaction.rules.model import BatchInfo, SegmentInfo, table_of
 from kcompact.readers import codecs, walk
 from kcompact.readers.batch import ATTR_DELETE_HORIZON, Batch
 from kcompact.readers.records import ABORT, COMMIT, Record
+from kcompact.writers import cleaned
+from kcompact.writers.chunks import BufferSizes
 from tests.oracles import encode_like, keep_record
 from tests.reference.cleaner import CleanedTransactionMetadata, LogFilter, OffsetMap
 from tests.support import V2_HEADER, hand_control_batch, kp_build, read_batches, read_one, recompute_crc32c
 from tests.unit.test_legacy import legacy_message_set
-from kcompact.writers import cleaned
-from kcompact.writers.chunks import BufferSizes
 
 NOW = 1_720_000_000_000
 DAY = 86_400_000

@@ -31,20 +31,20 @@ class Session:
         self.jobs = 0
         self.session_id = str(id(self))
 
-    def addTag(self, tag):  # noqa: N802 - Spark's names
+    def addTag(self, tag):  # Spark's names
         self.tags.append(tag)
 
-    def removeTag(self, tag):  # noqa: N802
+    def removeTag(self, tag):
         self.tags.remove(tag)
 
-    def interruptTag(self, tag):  # noqa: N802
+    def interruptTag(self, tag):
         self.interrupted.append(tag)
 
     def range(self, start, end):
         session = self
 
         class Frame:
-            def selectExpr(self, expr):  # noqa: N802
+            def selectExpr(self, expr):
                 return self
 
             def first(self):
@@ -130,12 +130,11 @@ def test_sigterm_stops_a_step_as_ctrl_c_and_waits_for_a_commit():
             pass
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     done = []
-    with pytest.raises(KeyboardInterrupt), critical.stops_as_interrupts():
-        with critical.section():
-            os.kill(os.getpid(), signal.SIGTERM)
-            for _ in range(1000):
-                pass
-            done.append("commit")
+    with pytest.raises(KeyboardInterrupt), critical.stops_as_interrupts(), critical.section():
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):
+            pass
+        done.append("commit")
     assert done == ["commit"]
 
 

@@ -74,7 +74,9 @@ def _probe(tmp_path: Path, pythonpath: str, **env: str) -> dict:
 
 def _assert_nothing_compiled(found: dict) -> None:
     stale = "stale since their source changed, or a path jobs/kernels.py's workload does not take: make install"
-    assert found["unshipped"] == [], f"kernels with no shipped entry for this CPU target ({stale}): {found['unshipped']}"
+    assert found["unshipped"] == [], (
+        f"kernels with no shipped entry for this CPU target ({stale}): {found['unshipped']}"
+    )
     assert found["misses"] == {}, f"compiled in a fresh process ({stale}): {found['misses']}"
     assert len(found["hits"]) >= 10, found["hits"]  # the compaction's kernels came from the cache
 

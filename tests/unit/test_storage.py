@@ -16,8 +16,7 @@ import pytest
 from kcompact import storage
 from kcompact.logdir.listing import scan_log_dir
 from kcompact.readers.segment import iter_batches
-from tests.support import FIXTURE_INPUT
-from tests.support import TREE, make_log_dir, pages_in_cache
+from tests.support import FIXTURE_INPUT, TREE, make_log_dir, pages_in_cache
 
 BUCKET = "kcompact-test"
 
@@ -195,7 +194,9 @@ def test_tree_sizes_survive_the_seam(tmp_path):
     make_log_dir(tmp_path)
     part, _ = storage.list_dir(str(tmp_path / "orders-7"))
     sizes = {posixpath.basename(f.path): f.size for f in part}
-    assert sizes == {rel_path.split("/", 1)[1]: size for rel_path, size in TREE.items() if rel_path.startswith("orders-7/")}
+    assert sizes == {
+        rel_path.split("/", 1)[1]: size for rel_path, size in TREE.items() if rel_path.startswith("orders-7/")
+    }
 
 
 def test_a_tree_listing_is_the_listing_of_each_dir(tmp_path, s3):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kcompact.compaction.rules.cleaner_config import CLEANER_CONFIG, CONFIG_KEYS, CleanerConfig
 from kcompact.compaction.pipeline.to_clean import PartitionToClean, to_clean
+from kcompact.compaction.rules.cleaner_config import CLEANER_CONFIG, CONFIG_KEYS, CleanerConfig
 from kcompact.conf.resolve import Config
 from kcompact.planner.build import PLAN_SCHEMA
 from kcompact.planner.plan import Plan

@@ -15,8 +15,8 @@ import pytest
 
 from kcompact import storage
 from kcompact.jobs import cli
-from kcompact.readers.records import ABORT
 from kcompact.readers.errors import Problem
+from kcompact.readers.records import ABORT
 from kcompact.tools.verify import MISSING, TAIL_NOT_TORN, TORN_TAIL, TORN_TAIL_KEPT, Note, split, verify_log_dir
 from tests.support import (
     FIXTURE_DIR,
@@ -34,13 +34,16 @@ from tests.support import (
     write_partition,
 )
 
+
 @pytest.fixture
 def clean_dir(tmp_path: Path) -> Path:
     """Two topics (one with '.' and '-' in its name), three segments with codecs, an aborted
     transaction and its txnindex entry, a preallocated active index, checkpoints, a -delete dir."""
     root = tmp_path / "logs"
     aborted = make_batches(30, 1, 3, producer_id=7, producer_epoch=0, base_sequence=0, transactional=True)
-    marker = hand_control_batch(ABORT, offset=33, timestamp=TS0 + 330, producer_id=7, producer_epoch=0, coordinator_epoch=2)
+    marker = hand_control_batch(
+        ABORT, offset=33, timestamp=TS0 + 330, producer_id=7, producer_epoch=0, coordinator_epoch=2
+    )
     seg0 = make_batches(0, 6, codecs=(0, 1, 2, 3, 4)) + aborted + [marker]
     write_partition(root / "orders-0", [(0, seg0), (34, make_batches(34, 6, codecs=(4, 0))), (64, make_batches(64, 3))],
                     txns={0: TXN_ENTRY.pack(0, 7, 30, 33, 30)})
@@ -89,7 +92,9 @@ def test_offsets_going_back_across_segments(tmp_path):
     log1 = seg_path(part, 20, "log")
     found = problems_of(tmp_path)
     assert f"{log1}: byte 0: batch at offset 15: offsets 15..19 do not follow the previous last offset 19" in found
-    assert f"{log1}: byte 0: batch at offset 15: offset 15 is below the segment's base offset 20 (from its name)" in found
+    assert (
+        f"{log1}: byte 0: batch at offset 15: offset 15 is below the segment's base offset 20 (from its name)" in found
+    )
 
 
 def test_segment_running_into_the_next_one(tmp_path):
@@ -115,8 +120,10 @@ def test_every_crc_error_is_listed(tmp_path):
         b[40] ^= 0xFF  # inside maxTimestamp: covered by the CRC, not by record framing
     part = write_partition(tmp_path / "t-0", [(0, [bytes(b) for b in batches])])
     found = [p for p in verify_log_dir(str(tmp_path)) if "CRC mismatch" in p.what]
-    assert [(p.path, p.position) for p in found] == [(str(seg_path(part, 0, "log")), 0),
-                                                      (str(seg_path(part, 0, "log")), len(batches[0]) + len(batches[1]))]
+    assert [(p.path, p.position) for p in found] == [
+        (str(seg_path(part, 0, "log")), 0),
+        (str(seg_path(part, 0, "log")), len(batches[0]) + len(batches[1])),
+    ]
 
 
 def test_record_offset_outside_its_batch(tmp_path):
@@ -155,9 +162,13 @@ def test_index_entries_not_increasing_and_outside(tmp_path):
     part = write_partition(tmp_path / "t-0", [(0, batches)])
     index = seg_path(part, 0, "index")
     p1, p2 = len(batches[0]), len(batches[0]) + len(batches[1])
-    index.write_bytes(OFFSET_ENTRY.pack(14, p2) + OFFSET_ENTRY.pack(9, p1) + OFFSET_ENTRY.pack(99, p2 + len(batches[2])))
+    index.write_bytes(
+        OFFSET_ENTRY.pack(14, p2) + OFFSET_ENTRY.pack(9, p1) + OFFSET_ENTRY.pack(99, p2 + len(batches[2]))
+    )
     found = problems_of(tmp_path)
-    assert f"{index}: byte 8: entry (offset 9, position {p1}) does not strictly follow (offset 14, position {p2})" in found
+    assert (
+        f"{index}: byte 8: entry (offset 9, position {p1}) does not strictly follow (offset 14, position {p2})" in found
+    )
     assert f"{index}: byte 16: offset 99 lies outside the segment's offsets 0..19" in found
 
 
@@ -176,7 +187,8 @@ def test_missing_indexes_of_a_closed_segment_are_notes(clean_dir):
     seg_path(part, 34, "timeindex").unlink()
     seg_path(part, 64, "index").unlink()  # the active segment's: a broker just creates it
     assert problems_of(clean_dir) == [
-        f"note: {seg_path(part, 34, 'index')}: missing for a closed segment: a broker rebuilds it from the .log on load",
+        f"note: {seg_path(part, 34, 'index')}: missing for a closed segment: "
+        "a broker rebuilds it from the .log on load",
         f"note: {seg_path(part, 34, 'timeindex')}: missing for a closed segment: a broker rebuilds it from the .log "
         f"on load, with the missing .index",
     ]
@@ -207,7 +219,9 @@ def test_time_index_last_entry_not_the_max_timestamp(clean_dir):
 def test_time_index_out_of_order(tmp_path):
     part = write_partition(tmp_path / "t-0", [(0, make_batches(0, 4)), (20, make_batches(20, 1))])
     timeindex = seg_path(part, 0, "timeindex")
-    timeindex.write_bytes(TIME_ENTRY.pack(TS0 + 190, 19) + TIME_ENTRY.pack(TS0 + 90, 9) + TIME_ENTRY.pack(TS0 + 190, 25))
+    timeindex.write_bytes(
+        TIME_ENTRY.pack(TS0 + 190, 19) + TIME_ENTRY.pack(TS0 + 90, 9) + TIME_ENTRY.pack(TS0 + 190, 25)
+    )
     found = problems_of(tmp_path)
     assert f"{timeindex}: byte 12: timestamp {TS0 + 90} does not increase on {TS0 + 190}" in found
     assert f"{timeindex}: byte 12: offset 9 decreases from 19" in found

@@ -20,10 +20,10 @@ from kcompact.readers import codecs, walk
 from kcompact.readers.errors import FormatError
 from kcompact.readers.records import Record
 from kcompact.readers.segment import iter_batches
+from kcompact.writers.codecs import compress
 from tests.support import kp_batches, kp_build, recompute_crc32c
 from tests.unit.test_legacy import legacy_message_set
 from tests.unit.test_segment_reader import LOG, SPECS, batch_specs_log
-from kcompact.writers.codecs import compress
 
 T0 = 1_720_000_000_000
 
@@ -170,7 +170,11 @@ def records_by_decode(data: bytes, chunk_size: int = 4096) -> list[tuple]:
             buf = sections.buffer(i, chunk)
             base = int(chunk.entries[k, walk.BASE_OFFSET])
             for row in sections.cols[sections.rows[i]:sections.rows[i + 1]].tolist():
-                key = None if row[scan.KEY_POS] < 0 else bytes(buf[row[scan.KEY_POS]:row[scan.KEY_POS] + row[scan.KEY_LEN]])
+                key = (
+                    None
+                    if row[scan.KEY_POS] < 0
+                    else bytes(buf[row[scan.KEY_POS] : row[scan.KEY_POS] + row[scan.KEY_LEN]])
+                )
                 value = None if row[scan.VALUE_POS] < 0 else bytes(
                     buf[row[scan.VALUE_POS]:row[scan.VALUE_POS] + row[scan.VALUE_LEN]])
                 out.append((base + row[scan.OFFSET_DELTA], key, value))

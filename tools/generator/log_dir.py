@@ -89,8 +89,11 @@ def _checkpoints(topics: list[dict[str, Any]], parts: dict[tuple[str, int], Part
         for partition in range(t["partitions"])
     }
     cleaner = {
-        (t["name"], partition): _position(parts[t["name"], partition], position,
-                                          starts.get((t["name"], partition), parts[t["name"], partition].segments[0].base_offset))
+        (t["name"], partition): _position(
+            parts[t["name"], partition],
+            position,
+            starts.get((t["name"], partition), parts[t["name"], partition].segments[0].base_offset),
+        )
         for t in topics
         for partition, position in t["checkpoint"].items()
     }

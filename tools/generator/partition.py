@@ -14,9 +14,8 @@ from kcompact import storage
 from kcompact.logdir.listing import segment_name
 from kcompact.readers import snapshot
 from kcompact.tools.generator.producers import COORDINATOR_EPOCH, _PartitionProducer, _produce
-from kcompact.tools.generator.truth import _Encoded
 from kcompact.tools.generator.spec import _INT32_MAX
-from kcompact.tools.generator.truth import PartitionTruth, WrittenSegment, _truth
+from kcompact.tools.generator.truth import PartitionTruth, WrittenSegment, _Encoded, _truth
 from kcompact.writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentFiles, SegmentWriter
 from kcompact.writers.snapshot import render_snapshot
 
@@ -178,5 +177,7 @@ def _append_partition(out: str, topic: dict[str, Any], partition: int, seed: int
     laid_out = [laid for laid in after if laid.files.base_offset >= active.files.base_offset]
     segments = [_write_segment(pdir, laid)[0] for laid in laid_out]
     _write_snapshots(pdir, producer.encoded, [laid.files.base_offset for laid in laid_out[1:]] + [producer.offset])
-    storage.write_atomic(storage.join(pdir, "leader-epoch-checkpoint"), _leader_epoch_checkpoint(producer.leader_epochs))
+    storage.write_atomic(
+        storage.join(pdir, "leader-epoch-checkpoint"), _leader_epoch_checkpoint(producer.leader_epochs)
+    )
     return _truth(topic, partition, producer.encoded, producer.records, segments)

@@ -86,7 +86,8 @@ class GenResult:
     def summary(self) -> str:
         parts = self.partitions.values()
         lines = [
-            f"wrote {self.out} (seed {self.seed}): {len(self.topic_configs)} topics, {len(self.partitions)} partitions, "
+            f"wrote {self.out} (seed {self.seed}): {len(self.topic_configs)} topics, "
+            f"{len(self.partitions)} partitions, "
             f"{sum(len(p.segments) for p in parts)} segments, {_data_count(parts):,} records, "
             f"{self.bytes_written / 1e6:.1f} MB"
         ]
