@@ -34,6 +34,9 @@ class Positions:
             return 0, 0
         facts = gather(self.part.path, self.part.topic, self.part.partition, checkpoint=None,
                        log_start_checkpoint=None, min_lag_ms=0, first_batches=False)
+        fault = facts.fault()
+        if fault is not None:  # the headers' replay stopped there: its ends would be too short, silently
+            raise ValueError(f"{self.part.name}: its log end and last stable offset cannot be read: {fault[0]}")
         return facts.log_end, facts.last_stable
 
     @property
