@@ -53,7 +53,7 @@ def counts(report) -> dict:
 
 def steps(spark: SparkSession, work: Path) -> dict:
     import kcompact
-    from kcompact.compaction.pipeline import routing
+    from kcompact.compaction.pipeline.settings import JobSettings
     from kcompact.jobs.progress import Ticker
     from kcompact.session import kinds
     from kcompact.tools import generator
@@ -106,8 +106,9 @@ def steps(spark: SparkSession, work: Path) -> dict:
     out["recover"] = [p.changed for p in kcompact.recover([str(copy)], progress=lambda line: None).partitions]
 
     out["parallelism"] = kinds.parallelism(spark)
-    out["worker_cap"] = routing.worker_cap(spark)
-    out["map_memory"] = routing.map_memory(spark)
+    job = JobSettings.of(spark)  # as the job reads them, once, as it starts
+    out["worker_cap"] = job.worker_cap
+    out["map_memory"] = job.map_memory
     said: list[str] = []
 
     def slow(rows):
