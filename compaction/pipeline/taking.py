@@ -45,7 +45,7 @@ def take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult, 
         try:
             busy = locked[row["log_dir"]] or keeper.acquire(row["path"])
         except OSError as exc:  # its state file cannot be written (a full disk): retried next run
-            result.fail(row | {"error": _lease_failure(exc, row)}, transient=True)
+            result.fail(row | {"error": _lease_failure(exc, row), "failure": Failure.IO.value}, transient=True)
             continue
         if busy is not None:
             result.report.partitions.append(PartitionReport.skipped_for(row, busy))
