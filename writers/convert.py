@@ -27,6 +27,7 @@ import numpy as np
 
 from kcompact.readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Batch
 from kcompact.writers.batch import encode_batch
+from kcompact.writers.legacy import kept_records
 
 NO_PARTITION_LEADER_EPOCH = -1
 
@@ -37,13 +38,7 @@ def legacy_as_v2(batch: Batch, keep: np.ndarray, delete_horizon_ms: int | None) 
     where = f"{batch.path}: byte {batch.position}: magic-{batch.magic} entry at offset {batch.base_offset_field}"
     if batch.magic not in (0, 1):
         raise ValueError(f"{where}: not a legacy entry")
-    records = batch.records()
-    keep = np.asarray(keep, dtype=np.bool_)
-    if keep.shape != (len(records),):
-        raise ValueError(f"{where}: keep mask of shape {keep.shape} for {len(records)} records")
-    kept = [r for r, k in zip(records, keep.tolist()) if k]
-    if not kept:
-        raise ValueError(f"{where}: no record kept; empty batches are only supported for magic v2 and above")
+    kept = kept_records(batch, keep, where, "record")
     log_append = batch.timestamp_type == LOG_APPEND_TIME
     # MemoryRecordsBuilder's max: the append time, else the largest record timestamp (-1 if none)
     max_timestamp = batch.max_timestamp if log_append else max([NO_TIMESTAMP] + [r.timestamp for r in kept])

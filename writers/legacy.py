@@ -41,6 +41,19 @@ _CRC = struct.Struct(">I")
 WRAPPER_CODECS = (codecs.GZIP, codecs.SNAPPY, codecs.LZ4)  # Kafka refuses zstd below magic 2
 
 
+def kept_records(batch: Batch, keep, where: str, noun: str) -> list[Record]:
+    """The records of legacy entry ``batch`` where ``keep`` (one bool per record, in stored order) is
+    set; a ValueError naming ``where`` for a mask of another length, or when none is kept (Kafka:
+    "empty batches are only supported for magic v2 and above"). ``noun``: what a record is called."""
+    records = batch.records()
+    keep = np.asarray(keep, dtype=np.bool_)
+    if keep.shape != (len(records),):
+        raise ValueError(f"{where}: keep mask of shape {keep.shape} for {len(records)} {noun}s")
+    kept = [r for r, k in zip(records, keep.tolist()) if k]
+    if not kept:
+        raise ValueError(f"{where}: no {noun} kept; empty batches are only supported for magic v2 and above")
+    return kept
+
 def attributes(magic: int, codec: int, timestamp_type: int) -> int:
     """LegacyRecord.computeAttributes: the codec, and for magic 1 the LogAppendTime bit."""
     out = codec & 0x07
@@ -117,13 +130,7 @@ def rebuild_wrapper(batch: Batch, keep: np.ndarray) -> bytes:
     where = f"{batch.path}: byte {batch.position}: legacy wrapper at offset {batch.base_offset_field}"
     if batch.magic not in (0, 1) or batch.codec == codecs.NONE:
         raise ValueError(f"{where}: not a compressed magic-0/1 wrapper")
-    records = batch.records()
-    keep = np.asarray(keep, dtype=np.bool_)
-    if keep.shape != (len(records),):
-        raise ValueError(f"{where}: keep mask of shape {keep.shape} for {len(records)} inner messages")
-    kept = [r for r, k in zip(records, keep.tolist()) if k]
-    if not kept:
-        raise ValueError(f"{where}: no inner message kept; empty batches are only supported for magic v2 and above")
+    kept = kept_records(batch, keep, where, "inner message")
     append_time = batch.max_timestamp if batch.timestamp_type == LOG_APPEND_TIME else NO_TIMESTAMP
     try:
         return encode_wrapper(batch.magic, batch.codec, batch.timestamp_type, kept, append_time)
