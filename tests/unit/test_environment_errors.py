@@ -10,6 +10,7 @@ The botocore errors are built as botocore raises them and passed through s3fs's 
 
 from __future__ import annotations
 
+import fsspec.config
 import pytest
 from botocore.exceptions import (
     ClientError,
@@ -55,7 +56,11 @@ def one_line(text: str | None) -> str:
     (refused("403", "Forbidden", "HeadObject"), ["refused", "access key", "secret key"]),  # a HEAD: no body, no code
     (refused("ExpiredToken", "The provided token has expired."), ["expired"]),
 ], ids=["none", "partial", "unknown-key", "wrong-secret", "access-denied", "forbidden-head", "expired"])
-def test_credentials_refused_or_missing_are_one_line_naming_the_bucket(exc, says):
+def test_credentials_refused_or_missing_are_one_line_naming_the_bucket(exc, says, monkeypatch):
+    # credentials from botocore's chain: not the test session's moto keys in fsspec's configuration
+    monkeypatch.delitem(fsspec.config.conf, "s3", raising=False)
+    for name in ("FSSPEC_S3", "FSSPEC_S3_KEY", "FSSPEC_S3_SECRET", "FSSPEC_S3_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
     line = one_line(storage.describe_failure(exc, URLS))
     assert line.startswith("s3://nightly-logs: "), line
     for words in says:
@@ -234,8 +239,6 @@ def test_jvm_sizes_pass(monkeypatch, memory):
 ], ids=["fsspec-env", "fsspec-json", "client-kwargs", "aws-env", "profile"])
 def test_a_refusal_names_the_credentials_in_use(monkeypatch, tmp_path, conf, env, files, access, secret):
     """Was: 'check AWS_ACCESS_KEY_ID or the profile in use' whatever gave the key."""
-    import fsspec.config
-
     for name in ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "FSSPEC_S3", "FSSPEC_S3_KEY", "FSSPEC_S3_SECRET"):
         monkeypatch.delenv(name, raising=False)
     (tmp_path / "credentials").write_text(files)

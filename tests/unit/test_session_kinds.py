@@ -122,7 +122,16 @@ def test_connect_progress_reports_read_as_a_status_tracker():
     assert handlers == []
 
 
-def test_sigterm_stops_a_step_as_ctrl_c_and_waits_for_a_commit():
+@pytest.fixture
+def default_sigterm():
+    """SIGTERM's default disposition, as a process starts with it (a command line's main, run in
+    this process by an earlier test, leaves its own handler)."""
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGTERM, before)
+
+
+def test_sigterm_stops_a_step_as_ctrl_c_and_waits_for_a_commit(default_sigterm):
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     with pytest.raises(KeyboardInterrupt), critical.stops_as_interrupts():
         os.kill(os.getpid(), signal.SIGTERM)
