@@ -25,7 +25,7 @@ from kcompact.readers.indexes import (
     OffsetEntry,
     TimeEntry,
 )
-from kcompact.writers.indexes import encode_txn_index
+from kcompact.writers.indexes import OFFSET_DTYPE, TIME_DTYPE, encode_entries, encode_txn_index
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
 
@@ -121,14 +121,7 @@ class _Entries:
         return int(self.rows[self.n - 1, column]) if self.n else None
 
     def encode(self, dtype: np.dtype) -> bytes:
-        out = np.empty(self.n, dtype)
-        out[dtype.names[0]], out[dtype.names[1]] = self.rows[:self.n, 0], self.rows[:self.n, 1]
-        return out.tobytes()
-
-
-# on-disk entries: (relative offset, position), (timestamp, relative offset), big-endian
-_OFFSET_DTYPE = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
-_TIME_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
+        return encode_entries(self.rows[:self.n], dtype)
 
 
 @dataclass(slots=True)
@@ -257,7 +250,7 @@ class SegmentWriter:
             log_size=self.size,
             next_offset=self.next_offset if self.next_offset is not None else self.base_offset,
             max_timestamp=self._max_ts,
-            offset_index=self._offsets.encode(_OFFSET_DTYPE),
-            time_index=self._times.encode(_TIME_DTYPE),
+            offset_index=self._offsets.encode(OFFSET_DTYPE),
+            time_index=self._times.encode(TIME_DTYPE),
             txn_index=encode_txn_index(self._aborted),
         )
