@@ -147,17 +147,18 @@ def child_env(tmp_path: Path) -> dict:
                   "KCOMPACT_SPARK_LOG": str(tmp_path / "spark.log")}
 
 
+def compact_quietly(log_dir: str, env: dict) -> subprocess.CompletedProcess:
+    """An undisturbed ``kcompact compact -q`` of ``log_dir`` in a child process."""
+    return subprocess.run(
+        [sys.executable, "-m", "kcompact.jobs.cli", "compact", log_dir, "--now", str(NOW), *COMPACT, "-q"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
 def cleaned_once(tmp_path: Path, name: str) -> dict[str, bytes]:
     """What a whole, undisturbed run makes of the same log dir."""
     log_dir = make_log_dir(tmp_path / name)
-    done = subprocess.run(
-        [sys.executable, "-m", "kcompact.jobs.cli", "compact", str(log_dir), "--now", str(NOW), *COMPACT, "-q"],
-        cwd=ROOT,
-        env=child_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = compact_quietly(str(log_dir), child_env(tmp_path))
     assert done.returncode == 0, done.stderr
     return local_files(log_dir)
 
@@ -181,14 +182,7 @@ def test_sigterm_while_cleaning_is_handled_as_ctrl_c(tmp_path, hook, to):
             and not k.startswith("kcompact-state.")} == {k: v for k, v in before.items() if k != ".lock"}
     assert_no_lease({k: v for k, v in after.items() if k.startswith("kcompact-state.")})
     assert lock_is_free(log_dir)
-    again = subprocess.run(
-        [sys.executable, "-m", "kcompact.jobs.cli", "compact", str(log_dir), "--now", str(NOW), *COMPACT, "-q"],
-        cwd=ROOT,
-        env=child_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    again = compact_quietly(str(log_dir), child_env(tmp_path))
     assert again.returncode == 0, again.stderr
     assert not [k for k in local_files(log_dir) if k.endswith((".cleaned", ".swap", ".deleted"))]
     clean = cleaned_once(tmp_path, "reference")
@@ -241,14 +235,7 @@ def test_sigterm_on_s3_keeps_the_bucket_safe(tmp_path, hook, s3_endpoint):
     states = {path: fs.cat_file(path) for path in fs.ls(f"{BUCKET}/logs", detail=False)
               if path.rsplit("/", 1)[-1].startswith("kcompact-state.")}
     assert_no_lease(states)
-    again = subprocess.run(
-        [sys.executable, "-m", "kcompact.jobs.cli", "compact", url, "--now", str(NOW), *COMPACT, "-q"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    again = compact_quietly(url, env)
     assert again.returncode == 0, again.stderr
     fetched = tmp_path / "fetched"
     fs.get(f"{BUCKET}/logs/", f"{fetched}/", recursive=True)
