@@ -213,14 +213,13 @@ def _plan(args: argparse.Namespace) -> int:
 
         plot_plan(plan, args.plot)
         print(f"plot written to {args.plot}")
-    rows = plan.table.to_pylist()
-    blocked = blocked_rows(rows)
-    retention = [r for r in rows if r["retention_skip_kind"] == Failure.BAD_INPUT
-                 and r["path"] not in {b["path"] for b in blocked}]
+    blocked = blocked_rows(plan.rows)
+    retention = [r for r in plan.rows if r.retention_skip_kind == Failure.BAD_INPUT
+                 and r.path not in {b["path"] for b in blocked}]
     for b in blocked:
         _warn(f"{b['partition']}: cannot be cleaned: {b['why']} -> {b['way_out']}")
     for r in retention:
-        _warn(f"{r['topic']}-{r['partition']}: retention blocked: {r['retention_skip_reason']}")
+        _warn(f"{r.name}: retention blocked: {r.retention_skip_reason}")
     empty = _empty(args.paths, plan)
     return _exit_status(0, 0, incomplete=len(blocked) + len(retention) + len(empty))
 

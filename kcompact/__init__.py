@@ -13,8 +13,9 @@
     kcompact.plot(plan: Plan)                                                   -> matplotlib Figure
 
 ``plan`` is Kafka's cleaning decision for every partition (nothing written): a
-``planner.plan.Plan``, whose rows are an Arrow table on the driver (``plan.table``) and, for a
-notebook, a Spark DataFrame (``plan.df(spark)``); ``compact`` cleans the selected partitions of a
+``planner.plan.Plan``, whose rows are typed records on the driver (``plan.rows``, of
+``contracts.plan_row.PlanRow``), an Arrow table (``plan.table``) and, for a notebook, a Spark
+DataFrame (``plan.df(spark)``); ``compact`` cleans the selected partitions of a
 plan as Kafka's cleaner would and writes each log dir's last-run stamp; ``retain`` deletes what
 Kafka's retention would; ``run`` is the nightly job (recover, retain, plan, compact, on one
 clock); ``recover`` is a broker's load-time recovery. Every function takes

@@ -282,7 +282,7 @@ def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = No
                              broker_config=broker_config, kafka_version=kafka_version)
         progress("retention: planning")
         plan = build_plan(spark, log_dirs, conf=conf, now=now, retention_only=True)
-        report = execute(plan.table, now=now, dry_run=dry_run, progress=progress)
+        report = execute(plan.rows, now=now, dry_run=dry_run, progress=progress)
     report.seconds = time.monotonic() - started
     return report, plan
 

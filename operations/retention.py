@@ -36,13 +36,12 @@ from __future__ import annotations
 
 import posixpath
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-
-import pyarrow as pa
 
 from kcompact import storage
 from kcompact.conf.units import MB, UNIT_NOTE
+from kcompact.contracts.plan_row import PlanRow, RetentionDelete
 from kcompact.logdir.failure import Failure, outcome_counts
 from kcompact.logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
 from kcompact.operations import commit, s3commit, states
@@ -63,7 +62,7 @@ class PartitionRetention:
     log_dir: str
     log_start: int | None  # before retention
     new_log_start: int | None
-    segments: list[dict] = field(default_factory=list)  # base_offset, size, largest_timestamp, reason
+    segments: list[RetentionDelete] = field(default_factory=list)
     bytes_deleted: int = 0
     deleted: bool = False  # the files are gone (never in a dry run)
     skipped: str | None = None
@@ -72,12 +71,12 @@ class PartitionRetention:
     warnings: list[str] = field(default_factory=list)  # problems that do not stop retention
 
     @classmethod
-    def of(cls, row: dict) -> PartitionRetention:
-        kind = row["retention_skip_kind"] and Failure(row["retention_skip_kind"])
-        return cls(row["topic"], row["partition"], row["path"], row["log_dir"], row["log_start_offset"],
-                   row["retention_log_start"], list(row["retention_deletes"] or []),
-                   row["retention_bytes_deleted"] or 0, skipped=row["retention_skip_reason"], skip_kind=kind,
-                   warnings=[] if kind is Failure.BAD_INPUT else list(row["problems"] or []))
+    def of(cls, row: PlanRow) -> PartitionRetention:
+        kind = row.retention_skip_kind and Failure(row.retention_skip_kind)
+        return cls(row.topic, row.partition, row.path, row.log_dir, row.log_start_offset,
+                   row.retention_log_start, list(row.retention_deletes),
+                   row.retention_bytes_deleted or 0, skipped=row.retention_skip_reason, skip_kind=kind,
+                   warnings=[] if kind is Failure.BAD_INPUT else list(row.problems))
 
     def skip(self, why: str | None) -> None:
         """Skipped for ``why`` (a ``states.Refusal`` carries its kind), or not when None."""
@@ -91,7 +90,7 @@ class PartitionRetention:
     def reasons(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for s in self.segments:
-            counts[s["reason"]] = counts.get(s["reason"], 0) + 1
+            counts[s.reason] = counts.get(s.reason, 0) + 1
         return counts
 
     def summary(self, dry_run: bool) -> str:
@@ -158,20 +157,20 @@ class RetentionReport:
                 "partitions": [asdict(p) | {"reasons": p.reasons} for p in self.partitions]}
 
 
-def execute(plan: pa.Table, now: int, dry_run: bool = False,
+def execute(plan: Iterable[PlanRow], now: int, dry_run: bool = False,
             progress: Callable[[str], None] = print) -> RetentionReport:
-    """Delete what the plan's ``retention_*`` columns say, log dir by log dir."""
+    """Delete what the ``retention_*`` columns of the plan's rows say, log dir by log dir."""
     report = RetentionReport(now=now, dry_run=dry_run)
     owner = f"kcompact-retention-{uuid.uuid4().hex[:12]}"  # names this run in its object-store commit records
-    planned = plan.to_pylist()
-    for r in sorted((r for r in planned if r["state"] == states.PAUSED and r["topic"] is not None),
-                    key=lambda r: (r["log_dir"], r["topic"], r["partition"])):
-        report.paused.setdefault(r["log_dir"], []).append(f"{r['topic']}-{r['partition']}")
+    planned = list(plan)
+    for r in sorted((r for r in planned if r.state == states.PAUSED and r.topic is not None),
+                    key=lambda r: (r.log_dir, r.topic, r.partition)):
+        report.paused.setdefault(r.log_dir, []).append(r.name)
     rows = [r for r in planned
-            if r["retention_deletes"] or r["retention_skip_kind"] == Failure.BAD_INPUT]
-    by_dir: dict[str, list[dict]] = {}
-    for row in sorted(rows, key=lambda r: (r["log_dir"], r["topic"] or "", r["partition"] or 0, r["path"])):
-        by_dir.setdefault(row["log_dir"], []).append(row)
+            if r.retention_deletes or r.retention_skip_kind == Failure.BAD_INPUT]
+    by_dir: dict[str, list[PlanRow]] = {}
+    for row in sorted(rows, key=lambda r: (r.log_dir, r.topic or "", r.partition or 0, r.path)):
+        by_dir.setdefault(row.log_dir, []).append(row)
     for log_dir, dir_rows in by_dir.items():
         done: list[PartitionRetention] = []
         for row in dir_rows:
@@ -197,14 +196,14 @@ def execute(plan: pa.Table, now: int, dry_run: bool = False,
     return report
 
 
-def _delete_prefix(row: dict, owner: str) -> str | None:
+def _delete_prefix(row: PlanRow, owner: str) -> str | None:
     """Delete one partition's planned prefix; returns a skip reason instead when its cleaning
     state changed since planning. Raises ``Changed`` when its segments did, ``CommitLost`` when
     a compaction committed the partition first (object stores)."""
-    path = row["path"]
+    path = row.path
     files, _ = storage.list_dir(path)
-    part = scan_partition(path, row["topic"], row["partition"], files)
-    planned = [(d["base_offset"], d["size"]) for d in row["retention_deletes"]]
+    part = scan_partition(path, row.topic, row.partition, files)
+    planned = [(d.base_offset, d.size) for d in row.retention_deletes]
     found = [(s.base_offset, s.size) for s in part.segments]
     if len(found) <= len(planned) or found[:len(planned)] != planned or part.leftovers:
         raise Changed(f"{path}: changed since planning (planned to delete (base, size) {planned}; "
@@ -212,7 +211,7 @@ def _delete_prefix(row: dict, owner: str) -> str | None:
     unsettled = _unsettled_commit(part)
     if unsettled:
         raise Changed(f"{path}: {unsettled}; nothing deleted")
-    skip = _state_skip(path, row["cleanup_policy"] or "")
+    skip = _state_skip(path, row.cleanup_policy or "")
     if skip:
         return skip
     names = {posixpath.basename(info.path) for info in files}
@@ -221,7 +220,7 @@ def _delete_prefix(row: dict, owner: str) -> str | None:
         victims += [segment_name(seg.base_offset, kind) for kind in SEGMENT_KINDS if getattr(seg, kind) is not None]
         if segment_name(seg.base_offset, "snapshot") in names:
             victims.append(segment_name(seg.base_offset, "snapshot"))
-    commit.commit_deletion(row["log_dir"], path, row["topic"], row["partition"], victims, row["retention_log_start"],
+    commit.commit_deletion(row.log_dir, path, row.topic, row.partition, victims, row.retention_log_start,
                            owner, part.commit.generation if part.commit else 0)
     return None
 

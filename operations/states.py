@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 
 from kcompact import storage
 from kcompact.conf.policy import is_compacted
+from kcompact.contracts.plan_row import LeaseHolder
 from kcompact.logdir.failure import Failure
 from kcompact.readers.errors import FormatError
 
@@ -125,11 +126,11 @@ class CleaningState:
             return Refusal(f"uncleanable: {self.reason} (reset-uncleanable after fixing)", Failure.UNCLEANABLE)
         return None
 
-    def lease_holder(self) -> dict:
-        """The job holding this state's lease: ``{"owner", "host", "pid", "until"}`` (``until``: the
-        lease's end in UTC, None when no heartbeat was recorded)."""
+    def lease_holder(self) -> LeaseHolder:
+        """The job holding this state's lease (``until``: the lease's end in UTC, None when no
+        heartbeat was recorded)."""
         until = None if self.heartbeat_ms is None else utc(self.heartbeat_ms + (self.lease_ms or LEASE_MS))
-        return {"owner": self.owner, "host": self.host, "pid": self.pid, "until": until}
+        return LeaseHolder(self.owner, self.host, self.pid, until)
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -142,9 +143,9 @@ class Refusal(str):
     and, for another job's live lease, its ``holder`` (``CleaningState.lease_holder``)."""
 
     kind: Failure | None
-    holder: dict | None
+    holder: LeaseHolder | None
 
-    def __new__(cls, reason: str, kind: Failure | None = None, holder: dict | None = None) -> Refusal:
+    def __new__(cls, reason: str, kind: Failure | None = None, holder: LeaseHolder | None = None) -> Refusal:
         made = super().__new__(cls, reason)
         made.kind, made.holder = kind, holder
         return made

@@ -24,6 +24,7 @@ from kcompact import storage
 from kcompact.conf import releases, resolve
 from kcompact.conf.policy import is_compacted, is_deleted
 from kcompact.conf.resolve import Config, TopicConfig
+from kcompact.contracts.plan_row import PlanRow, RetentionDelete, Segment
 from kcompact.logdir import kraft
 from kcompact.logdir.failure import Failure
 from kcompact.logdir.listing import METADATA_TOPIC, is_live_partition_dir, list_log_dir, parse_partition_dir
@@ -35,40 +36,8 @@ from kcompact.readers.errors import FormatError
 from kcompact.session import kinds
 from kcompact.storage import FileInfo
 
-SEGMENT_TYPE = pa.struct([
-    ("base_offset", pa.int64()), ("size", pa.int64()), ("mtime_ms", pa.int64()),
-    ("largest_timestamp", pa.int64()), ("first_batch_timestamp", pa.int64()),
-])
-# largest_timestamp: the time the retention.ms rule compares (last time-index entry, else mtime)
-RETENTION_DELETE = pa.struct([
-    ("base_offset", pa.int64()), ("size", pa.int64()), ("largest_timestamp", pa.int64()), ("reason", pa.string()),
-])
-LEASE_HOLDER = pa.struct([("owner", pa.string()), ("host", pa.string()), ("pid", pa.int64()), ("until", pa.string())])
 RETENTION_ONLY = "not planned for compaction (retention-only plan)"
-PLAN_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("log_dir", pa.string()), ("path", pa.string()),
-    ("cleanup_policy", pa.string()), ("state", pa.string()),
-    ("log_start_offset", pa.int64()), ("log_end_offset", pa.int64()), ("checkpoint_offset", pa.int64()),
-    ("first_dirty_offset", pa.int64()), ("checkpoint_reset", pa.string()),
-    ("last_stable_offset", pa.int64()), ("active_base_offset", pa.int64()),
-    ("first_uncleanable_dirty_offset", pa.int64()), ("uncleanable_bound", pa.string()),
-    ("clean_bytes", pa.int64()), ("cleanable_bytes", pa.int64()), ("total_bytes", pa.int64()),
-    ("cleanable_ratio", pa.float64()), ("min_cleanable_ratio", pa.float64()),
-    ("need_compaction_now", pa.bool_()), ("max_compaction_delay_ms", pa.int64()),
-    ("selected", pa.bool_()), ("skip_reason", pa.string()), ("rank", pa.int32()),
-    ("config", pa.map_(pa.string(), pa.string())), ("config_sources", pa.map_(pa.string(), pa.string())),
-    ("segments", pa.list_(SEGMENT_TYPE)), ("problems", pa.list_(pa.string())),
-    ("retention_deletes", pa.list_(RETENTION_DELETE)), ("retention_log_start", pa.int64()),
-    ("retention_bytes_deleted", pa.int64()), ("retention_skip_reason", pa.string()),
-    ("notes", pa.list_(pa.string())),
-    # what decisions read (``logdir.failure.Failure``'s values): the kinds of the two skip reasons,
-    # the first problem that fails a cleaning (``fault``, with its kind) and another job's lease
-    ("skip_kind", pa.string()), ("retention_skip_kind", pa.string()),
-    ("fault", pa.string()), ("fault_kind", pa.string()), ("lease_holder", LEASE_HOLDER),
-    # the Kafka release whose cleaner is reproduced (conf.releases) and why it was chosen; the
-    # high watermark its rule for the round's last emptied batch reads (4.4 on; null: not read or none)
-    ("kafka_version", pa.string()), ("kafka_version_source", pa.string()), ("high_watermark", pa.int64()),
-])
+PLAN_SCHEMA = PlanRow.schema()
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,13 +142,18 @@ def _config_json(tc: TopicConfig) -> str:
 
 
 # -- executors: one partition at a time ----------------------------------------------------------
-def plan_task(task: Task, now: int, retention_only: bool = False) -> dict:
+def plan_task(task: Task, now: int, retention_only: bool = False) -> PlanRow:
     """One plan row (before ranking): facts, Kafka's decision, and why it would be skipped.
     ``retention_only``: no compaction decision, so no batch is replayed."""
+    return PlanRow.of(_columns(task, now, retention_only))
+
+
+def _columns(task: Task, now: int, retention_only: bool) -> dict:
+    """The plan row's columns by name (``PlanRow.of`` refuses a name it does not have)."""
     cfg = json.loads(task.config)
     values = cfg.get("values", {})
     state = states.CleaningState(**json.loads(task.state)) if task.state != "{}" else states.CleaningState()
-    row = {
+    columns = {
         "topic": task.topic, "partition": task.partition, "log_dir": task.log_dir, "path": task.path,
         "cleanup_policy": ",".join(values.get("cleanup.policy", [])) or None, "state": state.state,
         "checkpoint_offset": task.checkpoint, "min_cleanable_ratio": values.get("min.cleanable.dirty.ratio"),
@@ -190,10 +164,10 @@ def plan_task(task: Task, now: int, retention_only: bool = False) -> dict:
         "high_watermark": task.high_watermark,
     }
     if task.problem is not None:
-        row["problems"] = [task.problem]
-        row["skip_reason"] = row["retention_skip_reason"] = f"bad input: {task.problem}"
-        row["skip_kind"] = row["retention_skip_kind"] = Failure.BAD_INPUT.value
-        return row
+        columns["problems"] = [task.problem]
+        columns["skip_reason"] = columns["retention_skip_reason"] = f"bad input: {task.problem}"
+        columns["skip_kind"] = columns["retention_skip_kind"] = Failure.BAD_INPUT.value
+        return columns
     compact = is_compacted(values["cleanup.policy"])
     delete = is_deleted(values["cleanup.policy"])
     facts = scan.gather(task.path, task.topic, task.partition, files=task.files, generations=task.generations,
@@ -202,34 +176,33 @@ def plan_task(task: Task, now: int, retention_only: bool = False) -> dict:
                         min_lag_ms=values["min.compaction.lag.ms"], replay=compact and not retention_only,
                         retention_timestamps=delete and values["retention.ms"] >= 0,
                         first_batches=rules.first_batches_matter(values["max.compaction.lag.ms"], now))
-    row.update(_retention(facts, values, state, now))
+    columns.update(_retention(facts, values, state, now))
     if facts.segments:
-        row.update(log_start_offset=facts.log_start, active_base_offset=facts.segments[-1].base_offset)
-    row["problems"], row["notes"] = facts.problems, facts.notes
+        columns.update(log_start_offset=facts.log_start, active_base_offset=facts.segments[-1].base_offset)
+    columns["problems"], columns["notes"] = facts.problems, facts.notes
     if task.high_watermark_problem and compact and facts.segments:
-        row["notes"] = [*facts.notes, f"{task.path}: high watermark unknown ({task.high_watermark_problem}): Kafka "
+        columns["notes"] = [*facts.notes, f"{task.path}: high watermark unknown ({task.high_watermark_problem}): Kafka "
                         f"{task.kafka_version}'s rule for the round's last emptied batch takes the log end offset "
                         f"{facts.log_end} instead (docs/compaction-semantics.md)"]
-    row["segments"] = [
-        {"base_offset": s.base_offset, "size": s.size, "mtime_ms": s.mtime_ms,
-         "largest_timestamp": s.largest_timestamp, "first_batch_timestamp": s.first_batch_timestamp}
+    columns["segments"] = [
+        Segment(s.base_offset, s.size, s.mtime_ms, s.largest_timestamp, s.first_batch_timestamp)
         for s in facts.segments
     ]
-    row["skip_reason"], kind = _skip_before_rules(facts, compact, state)
-    row["skip_kind"] = kind and kind.value
-    row["lease_holder"] = state.lease_holder() if kind is Failure.LEASE_HELD else None
+    columns["skip_reason"], kind = _skip_before_rules(facts, compact, state)
+    columns["skip_kind"] = kind and kind.value
+    columns["lease_holder"] = state.lease_holder() if kind is Failure.LEASE_HELD else None
     fault = facts.fault()
-    row["fault"], row["fault_kind"] = (fault[0], fault[1].value) if fault else (None, None)
-    if retention_only and row["skip_reason"] is None:
-        row["skip_reason"] = RETENTION_ONLY
+    columns["fault"], columns["fault_kind"] = (fault[0], fault[1].value) if fault else (None, None)
+    if retention_only and columns["skip_reason"] is None:
+        columns["skip_reason"] = RETENTION_ONLY
     if not facts.segments or not compact or facts.problems or retention_only:
-        return row
+        return columns
     decision = rules.decide(
         facts.segments, log_start=facts.log_start, log_end=facts.log_end, checkpoint=task.checkpoint,
         last_stable=facts.last_stable, min_lag_ms=values["min.compaction.lag.ms"],
         max_lag_ms=values["max.compaction.lag.ms"], min_cleanable_ratio=values["min.cleanable.dirty.ratio"], now=now,
     )
-    row.update(
+    columns.update(
         log_start_offset=facts.log_start, log_end_offset=facts.log_end, last_stable_offset=facts.last_stable,
         active_base_offset=facts.segments[-1].base_offset,
         first_dirty_offset=decision.first_dirty_offset, checkpoint_reset=decision.checkpoint_reset,
@@ -239,15 +212,15 @@ def plan_task(task: Task, now: int, retention_only: bool = False) -> dict:
         cleanable_ratio=decision.cleanable_ratio, need_compaction_now=decision.need_compaction_now,
         max_compaction_delay_ms=decision.max_compaction_delay_ms,
     )
-    if row["skip_reason"] is None:
+    if columns["skip_reason"] is None:
         if decision.total_bytes == 0:
-            row["skip_reason"] = "empty"
+            columns["skip_reason"] = "empty"
         elif not decision.cleanable:
-            row["skip_reason"] = (
+            columns["skip_reason"] = (
                 f"below ratio: {rules.ratio_text(decision.cleanable_ratio, values['min.cleanable.dirty.ratio'])} <= "
                 f"min.cleanable.dirty.ratio {values['min.cleanable.dirty.ratio']}"
             )
-    return row
+    return columns
 
 
 def _retention(facts: scan.PartitionFacts, values: dict, state: states.CleaningState, now: int) -> dict:
@@ -269,8 +242,7 @@ def _retention(facts: scan.PartitionFacts, values: dict, state: states.CleaningS
         retention_ms=values["retention.ms"], retention_bytes=values["retention.bytes"], now=now)
     gone = facts.segments[:len(deletion.reasons)]
     out["retention_deletes"] = [
-        {"base_offset": s.base_offset, "size": s.size, "reason": why,
-         "largest_timestamp": rules.largest_timestamp(s) if timed else s.largest_timestamp}
+        RetentionDelete(s.base_offset, s.size, rules.largest_timestamp(s) if timed else s.largest_timestamp, why)
         for s, (_, why) in zip(gone, deletion.reasons)
     ]
     out["retention_log_start"] = deletion.new_log_start
@@ -336,7 +308,7 @@ def _planned(spark, tasks: list[Task], now: int, retention_only: bool) -> pa.Tab
                     if mine
                     else []
                 )
-                yield pa.RecordBatch.from_pylist(rows, schema=PLAN_SCHEMA)
+                yield PlanRow.batch(rows)
 
     return spark.range(0, n, 1, n).mapInArrow(run, from_arrow_schema(PLAN_SCHEMA)).toArrow()
 
@@ -344,13 +316,11 @@ def _planned(spark, tasks: list[Task], now: int, retention_only: bool) -> pa.Tab
 def ranked(planned: pa.Table, top: int | None, max_bytes: int | None) -> pa.Table:
     """Ranks and budgets applied to the executors' rows, sorted by rank then name, in the Arrow
     shape ``planned`` has (Spark names nested fields its own way: a plan written as Parquet keeps them)."""
-    rows = planned.to_pylist()
-    candidates = [rules.Candidate(r["path"], r["cleanable_ratio"], r["cleanable_bytes"], r["topic"], r["partition"])
-                  for r in rows if r["skip_reason"] is None]
+    rows = PlanRow.read(planned)
+    candidates = [rules.Candidate(r.path, r.cleanable_ratio, r.cleanable_bytes, r.topic, r.partition)
+                  for r in rows if r.skip_reason is None]
     ranks = rules.rank(candidates, top, max_bytes)
-    for r in rows:
-        if r["path"] in ranks:
-            r["rank"], r["skip_reason"] = ranks[r["path"]]
-            r["selected"] = r["skip_reason"] is None
-    rows.sort(key=lambda r: (r["rank"] is None, r["rank"] or 0, r["topic"] or "", r["partition"] or 0, r["path"]))
-    return pa.Table.from_pylist(rows, schema=planned.schema)
+    rows = [r.but(rank=ranks[r.path][0], skip_reason=ranks[r.path][1], selected=ranks[r.path][1] is None)
+            if r.path in ranks else r for r in rows]
+    rows.sort(key=lambda r: (r.rank is None, r.rank or 0, r.topic or "", r.partition or 0, r.path))
+    return PlanRow.table(rows, planned.schema)

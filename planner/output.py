@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 
 from kcompact import storage
 from kcompact.conf.units import MB, UNIT_NOTE
+from kcompact.contracts.plan_row import PlanRow
 from kcompact.logdir.failure import Failure
 from kcompact.planner.plan import Plan
 from kcompact.planner.rules import ratio_text
@@ -24,7 +25,7 @@ def selected_bytes(table: pa.Table) -> int:
 
 def describe(table: pa.Table) -> str:
     """One line per partition, selected first by rank, then the rest with their skip reason."""
-    rows = [_line(r) for r in table.to_pylist()]
+    rows = [_line(r) for r in PlanRow.read(table)]
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(TABLE_COLUMNS)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(TABLE_COLUMNS, widths)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
@@ -45,44 +46,41 @@ RETENTION_COLUMNS = ("partition", "segments", "MB", "log start", "reasons")
 def describe_retention(table: pa.Table) -> str:
     """What retention deletes: one line per partition with segments to delete (or a retention
     skip for bad input, or for a cleaning state that holds back segments due), then a total."""
-    rows = [
-        r for r in table.to_pylist() if r.get("retention_deletes") or r.get("retention_skip_kind") == Failure.BAD_INPUT
-    ]
+    rows = [r for r in PlanRow.read(table) if r.retention_deletes or r.retention_skip_kind == Failure.BAD_INPUT]
     lines = [_retention_line(r) for r in rows]
     widths = [max(len(c), *(len(r[i]) for r in lines)) if lines else len(c) for i, c in enumerate(RETENTION_COLUMNS)]
     out = ["retention:", "  ".join(c.ljust(w) for c, w in zip(RETENTION_COLUMNS, widths)).rstrip()]
     out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in lines]
-    due = [r for r in rows if r["retention_skip_reason"] is None]
-    segments = sum(len(r["retention_deletes"]) for r in due)
-    mb = sum(r["retention_bytes_deleted"] or 0 for r in due) / MB
+    due = [r for r in rows if r.retention_skip_reason is None]
+    segments = sum(len(r.retention_deletes) for r in due)
+    mb = sum(r.retention_bytes_deleted or 0 for r in due) / MB
     out.append(f"{len(due)} partitions with {segments} segments ({mb:.1f} MB) to delete, "
                f"{len(rows) - len(due)} skipped")
     return "\n".join(out)
 
 
-def _retention_line(r: dict) -> list[str]:
-    name = f"{r['topic']}-{r['partition']}" if r["topic"] is not None else r["path"]
-    deletes = r["retention_deletes"] or []
+def _retention_line(r: PlanRow) -> list[str]:
+    name = r.name if r.topic is not None else r.path
+    deletes = r.retention_deletes
     counts: dict[str, int] = {}
     for d in deletes:
-        counts[d["reason"]] = counts.get(d["reason"], 0) + 1
+        counts[d.reason] = counts.get(d.reason, 0) + 1
     reasons = ", ".join(f"{reason} ({n})" for reason, n in counts.items())
-    if r["retention_skip_reason"] is not None:
-        reasons = f"skip: {r['retention_skip_reason']}" + (f" [due: {reasons}]" if reasons else "")
-    start = "" if r["retention_log_start"] is None else str(r["retention_log_start"])
-    mb = f"{(r['retention_bytes_deleted'] or 0) / MB:.2f}" if deletes else ""
+    if r.retention_skip_reason is not None:
+        reasons = f"skip: {r.retention_skip_reason}" + (f" [due: {reasons}]" if reasons else "")
+    start = "" if r.retention_log_start is None else str(r.retention_log_start)
+    mb = f"{(r.retention_bytes_deleted or 0) / MB:.2f}" if deletes else ""
     return [name, str(len(deletes)) if deletes else "", mb, start, reasons]
 
 
-def _line(r: dict) -> list[str]:
-    name = f"{r['topic']}-{r['partition']}" if r["topic"] is not None else r["path"]
-    ratio = "" if r["cleanable_ratio"] is None else ratio_text(r["cleanable_ratio"], r["min_cleanable_ratio"])
-    dirty = "" if r["cleanable_bytes"] is None else f"{r['cleanable_bytes'] / MB:.2f}"
-    total = "" if r["total_bytes"] is None else f"{r['total_bytes'] / MB:.2f}"
-    span = ("" if r["first_dirty_offset"] is None
-            else f"[{r['first_dirty_offset']}, {r['first_uncleanable_dirty_offset']})")
-    decision = "clean" if r["selected"] else f"skip: {r['skip_reason']}"
-    return [str(r["rank"] or ""), name, ratio, dirty, total, span, r["uncleanable_bound"] or "", decision]
+def _line(r: PlanRow) -> list[str]:
+    name = r.name if r.topic is not None else r.path
+    ratio = "" if r.cleanable_ratio is None else ratio_text(r.cleanable_ratio, r.min_cleanable_ratio)
+    dirty = "" if r.cleanable_bytes is None else f"{r.cleanable_bytes / MB:.2f}"
+    total = "" if r.total_bytes is None else f"{r.total_bytes / MB:.2f}"
+    span = "" if r.first_dirty_offset is None else f"[{r.first_dirty_offset}, {r.first_uncleanable_dirty_offset})"
+    decision = "clean" if r.selected else f"skip: {r.skip_reason}"
+    return [str(r.rank or ""), name, ratio, dirty, total, span, r.uncleanable_bound or "", decision]
 
 
 def write(plan: Plan, path: str) -> None:
@@ -97,13 +95,8 @@ def write(plan: Plan, path: str) -> None:
 
 
 def to_json(table: pa.Table) -> list[dict]:
-    """Rows with maps as JSON objects (Arrow gives them as lists of pairs)."""
-    rows = table.to_pylist()
-    for row in rows:
-        for name in ("config", "config_sources"):
-            if row[name] is not None:
-                row[name] = dict(row[name])
-    return rows
+    """Rows with maps as JSON objects."""
+    return [row.row() for row in PlanRow.read(table)]
 
 
 def read(path: str) -> Plan:
@@ -118,8 +111,6 @@ def read(path: str) -> Plan:
             raise ValueError(f"{not_a_plan} ({exc})") from None
         columns = set(table.column_names)
     elif path.endswith(".json"):
-        from kcompact.planner.build import PLAN_SCHEMA
-
         try:
             rows = json.loads(storage.read_bytes(path))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -127,12 +118,8 @@ def read(path: str) -> Plan:
         if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
             raise ValueError(f"{not_a_plan} (not a list of partitions)")
         columns = set(rows[0]) if rows else set()
-        for row in rows:
-            for name in ("config", "config_sources"):
-                if isinstance(row.get(name), dict):
-                    row[name] = list(row[name].items())
         try:
-            table = pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
+            table = pa.Table.from_pylist(rows, schema=PlanRow.schema())
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise ValueError(f"{not_a_plan} ({exc})") from None
     else:
@@ -147,22 +134,20 @@ def _complete(path: str, table: pa.Table, columns: set[str]) -> pa.Table:
     partition's configuration names every setting the job reads; a plan written by another
     version of kcompact may lack some, and guessing them would clean wrongly."""
     from kcompact.conf.settings import BROKER_MESSAGE_MAX_BYTES, SETTINGS
-    from kcompact.planner.build import PLAN_SCHEMA
 
-    lacking = [name for name in PLAN_SCHEMA.names if name not in columns]
+    lacking = [name for name in PlanRow.schema().names if name not in columns]
     if lacking and table.num_rows:
         raise ValueError(f"{path}: a plan from another kcompact version (no {', '.join(lacking)} column); plan again")
 
     needed = {s.name for s in SETTINGS} | {BROKER_MESSAGE_MAX_BYTES}
-    columns = ["topic", "partition", "config", *(["kafka_version"] if "kafka_version" in table.column_names else [])]
-    for row in table.select(columns).to_pylist():
-        if row["config"] is None:
+    for row in PlanRow.read(table):
+        if row.config is None:
             continue
-        missing = needed - {key for key, _ in row["config"]}
+        missing = needed - set(row.config)
         if missing:
-            raise ValueError(f"{path}: the configuration of {row['topic']}-{row['partition']} lacks "
+            raise ValueError(f"{path}: the configuration of {row.name} lacks "
                              f"{', '.join(sorted(missing))}: a plan from another kcompact version; plan again")
-        if row.get("kafka_version") is None:
-            raise ValueError(f"{path}: {row['topic']}-{row['partition']} names no Kafka release (kafka_version): "
+        if row.kafka_version is None:
+            raise ValueError(f"{path}: {row.name} names no Kafka release (kafka_version): "
                              "a plan from another kcompact version; plan again")
     return table

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+
+from kcompact.contracts.plan_row import PlanRow
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -15,10 +18,20 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Plan:
     """Kafka's cleaning decision (and what retention deletes) for every partition of some log dirs:
-    one row per partition (``planner.build.PLAN_SCHEMA``), in rank order then by name, held on the
+    one row per partition (``contracts.plan_row.PlanRow``), in rank order then by name, held on the
     driver. The compaction job cleans its selected rows (``compaction.pipeline.to_clean``)."""
 
     table: pa.Table
+
+    @cached_property
+    def rows(self) -> tuple[PlanRow, ...]:
+        """The rows as typed records, in the table's order."""
+        return tuple(PlanRow.read(self.table))
+
+    @property
+    def selected(self) -> list[PlanRow]:
+        """The rows the compaction job cleans, in rank order."""
+        return [row for row in self.rows if row.selected]
 
     @property
     def log_dirs(self) -> list[str]:

@@ -20,6 +20,7 @@ from matplotlib.ticker import MaxNLocator
 from kcompact import storage
 from kcompact.conf.policy import is_compacted
 from kcompact.conf.units import MB
+from kcompact.contracts.plan_row import PlanRow
 from kcompact.planner.plan import Plan
 from kcompact.planner.rules import ratio_text
 
@@ -48,7 +49,7 @@ def show_plan(plan: Plan) -> Figure:
 
 def draw(table: pa.Table) -> Figure:
     """The two panels side by side (or why there is nothing to draw) under a one-line summary."""
-    every = table.select(COLUMNS).to_pylist()  # not the segment lists: they are most of a plan's bytes
+    every = PlanRow.read(table, COLUMNS)  # not the segment lists: they are most of a plan's bytes
     rows = [r for r in every if _compacted(r)]
     fig = Figure(figsize=FIGSIZE, layout="constrained")
     FigureCanvasAgg(fig)
@@ -62,34 +63,34 @@ def draw(table: pa.Table) -> Figure:
     return fig
 
 
-def _compacted(row: dict) -> bool:
+def _compacted(row: PlanRow) -> bool:
     """Partitions the rules ran on: compacted, readable, with segments (they have a ratio)."""
-    return row["cleanable_ratio"] is not None and is_compacted(row["cleanup_policy"])
+    return row.cleanable_ratio is not None and row.compacted
 
 
-def _why_nothing(every: list[dict]) -> str:
+def _why_nothing(every: list[PlanRow]) -> str:
     if not every:
         return "the plan is empty"
-    if any(is_compacted(r["cleanup_policy"]) for r in every):
+    if any(is_compacted(r.cleanup_policy) for r in every):
         return "no compacted partition has a cleanable ratio (all are empty or unreadable)"
     return "no partition has cleanup.policy=compact"
 
 
-def _summary(partitions: int, rows: list[dict]) -> str:
-    selected = [r for r in rows if r["selected"]]
-    mb = sum(r["cleanable_bytes"] for r in selected) / MB
+def _summary(partitions: int, rows: list[PlanRow]) -> str:
+    selected = [r for r in rows if r.selected]
+    mb = sum(r.cleanable_bytes for r in selected) / MB
     return (f"Cleaning plan: {partitions:,} partitions, {len(rows):,} compacted, "
             f"{len(selected):,} selected ({mb:,.1f} MB to clean)")
 
 
-def _ratios(ax, rows: list[dict]) -> None:
+def _ratios(ax, rows: list[PlanRow]) -> None:
     """Stacked histogram (selected over skipped) with a line per ratio threshold in force."""
-    chosen = [r["cleanable_ratio"] for r in rows if r["selected"]]
-    passed = [r["cleanable_ratio"] for r in rows if not r["selected"]]
+    chosen = [r.cleanable_ratio for r in rows if r.selected]
+    passed = [r.cleanable_ratio for r in rows if not r.selected]
     ax.hist([passed, chosen], bins=BINS, stacked=True, color=[SKIPPED, SELECTED],
             label=[f"skipped ({_partitions(len(passed))})", f"selected ({_partitions(len(chosen))})"],
             edgecolor="white")
-    users = Counter(r["min_cleanable_ratio"] for r in rows if r["min_cleanable_ratio"] is not None)
+    users = Counter(r.min_cleanable_ratio for r in rows if r.min_cleanable_ratio is not None)
     for i, threshold in enumerate(sorted(users)):
         color, style = THRESHOLDS[i % len(THRESHOLDS)]
         ax.axvline(threshold, color=color, linestyle=style, linewidth=1.8,
@@ -107,19 +108,19 @@ def _partitions(n: int) -> str:
     return f"{n:,} partition" + ("" if n == 1 else "s")
 
 
-def _top_bytes(ax, rows: list[dict]) -> None:
+def _top_bytes(ax, rows: list[PlanRow]) -> None:
     """The largest cleanable byte counts, biggest on top, selected ones coloured and ranked."""
-    top = sorted(rows, key=lambda r: (-r["cleanable_bytes"], r["topic"] or "", r["partition"] or 0))[:TOP]
+    top = sorted(rows, key=lambda r: (-r.cleanable_bytes, r.topic or "", r.partition or 0))[:TOP]
     top.reverse()  # barh draws the first row at the bottom
-    sizes = [r["cleanable_bytes"] / MB for r in top]
-    ax.barh(range(len(top)), sizes, color=[SELECTED if r["selected"] else SKIPPED for r in top])
+    sizes = [r.cleanable_bytes / MB for r in top]
+    ax.barh(range(len(top)), sizes, color=[SELECTED if r.selected else SKIPPED for r in top])
     ax.set_yticks(range(len(top)), [_label(r) for r in top], fontsize=9)
     for i, (row, size) in enumerate(zip(top, sizes)):
-        note = f" #{row['rank']} selected" if row["selected"] else " skipped"
+        note = f" #{row.rank} selected" if row.selected else " skipped"
         ax.text(
             size,
             i,
-            f" {_mb(size)} MB, ratio {ratio_text(row['cleanable_ratio'], row['min_cleanable_ratio'])},{note}",
+            f" {_mb(size)} MB, ratio {ratio_text(row.cleanable_ratio, row.min_cleanable_ratio)},{note}",
             va="center",
             fontsize=8,
         )
@@ -133,9 +134,9 @@ def _mb(size: float) -> str:
     return f"{size:,.2f}" if size >= 1 else f"{size:.3g}"
 
 
-def _label(row: dict) -> str:
+def _label(row: PlanRow) -> str:
     """``topic-partition``, shortened in the middle so long topic names keep the axis readable."""
-    name = f"{row['topic']}-{row['partition']}"
+    name = row.name
     if len(name) <= _LABEL_CHARS:
         return name
     half = (_LABEL_CHARS - 1) // 2

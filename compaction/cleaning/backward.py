@@ -24,7 +24,7 @@ from numba import njit
 from kcompact import storage
 from kcompact.compaction.cleaning.offset_map import EMPTY as NOT_MAPPED
 from kcompact.compaction.cleaning.offset_map import KeyTable, record_hashes
-from kcompact.compaction.cleaning.results import ABORTED_BY_OPERATOR, REASON_OF_CODE, task_failure
+from kcompact.compaction.cleaning.results import ABORTED_BY_OPERATOR, REASON_OF_CODE, GroupResult, task_failure
 from kcompact.compaction.cleaning.rewrite import (
     Decoded,
     GroupJob,
@@ -220,7 +220,7 @@ HELD_EVERY_S = 5.0
 
 
 def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, held=lambda path: True,
-                    threads: int = 1, keys: int = 0) -> list[dict]:
+                    threads: int = 1, keys: int = 0) -> list[GroupResult]:
     """Every group of one partition read once, from the last record back, the offset map made on
     the way (``KeyTable.backward``): each record's fate is known when it is read, since every
     record that could supersede it was read before. Then each group's ``.cleaned`` files (or,
@@ -242,15 +242,8 @@ def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, hel
             asked = started if due else asked
             if due and not held(job.path):
                 if _written(writing, results):
-                    results.append(
-                        base
-                        | {
-                            "seconds": 0.0,
-                            "error": ABORTED_BY_OPERATOR,
-                            "failure": Failure.ABORTED.value,
-                            "codes": [0] * len(REASON_OF_CODE),
-                        }
-                    )
+                    results.append(base.but(error=ABORTED_BY_OPERATOR, failure=Failure.ABORTED.value,
+                                            codes=(0,) * len(REASON_OF_CODE)))
                 writing = None
                 break
             rewriter, outs = _Backward(job, plans, render), _Outputs()
@@ -272,8 +265,7 @@ def clean_partition(groups: list[tuple[GroupJob, GroupPlans]], render: bool, hel
             if render:
                 writing = (job, base, started, rewriter, outs, pools.writes.submit(write_outputs, job, outs.in_order()))
             else:
-                results.append(base | {"seconds": time.monotonic() - started, "error": None,
-                                       "codes": rewriter.counts.tolist()})
+                results.append(base.but(seconds=time.monotonic() - started, codes=tuple(rewriter.counts.tolist())))
         _written(writing, results)
     return results[::-1]
 

@@ -1,14 +1,16 @@
-"""What a segment group's task reports to the driver: a row of ``RESULT_SCHEMA``, with the count of
-records per fate code, and a failure's kind (``logdir.failure.Failure``: what the driver decides
-on) beside its message (what people read)."""
+"""What a segment group's task reports to the driver: a ``GroupResult``, with the count of records
+per fate code, and a failure's kind (``logdir.failure.Failure``: what the driver decides on)
+beside its message (what people read)."""
 
 from __future__ import annotations
 
 import errno
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 from kcompact import storage
+from kcompact.contracts.records import Record, column
 from kcompact.logdir.failure import Failure
 from kcompact.planner.scan import unreadable
 
@@ -23,12 +25,30 @@ OUT_OF_MEMORY = ("out of memory (give the Python workers more, spark.executor.py
                  "256 MiB also takes the shared path once spark.kcompact.map.memory is lowered): ")
 ABORTED_BY_OPERATOR = "aborted"
 THREAD_NOT_STARTED = "can't start new thread"  # Python's RuntimeError when a thread's stack cannot be mapped
-RESULT_SCHEMA = pa.schema([
-    ("gid", pa.int32()), ("path", pa.string()), ("group", pa.int32()), ("base_offset", pa.int64()),
-    ("size", pa.int64()), ("batches", pa.int64()), ("records", pa.int64()), ("files", pa.list_(pa.string())),
-    ("seconds", pa.float64()), ("error", pa.string()), ("codes", pa.list_(pa.int64())),
-    ("failure", pa.string()),
-])
+I64 = pa.int64()
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResult(Record):
+    """One segment group of a partition (``gid``: its index in the job), as stages 2-4 left it: its
+    ``.cleaned`` files written (``files``, of ``size`` bytes, ``batches`` and ``records``), or
+    the error that stopped it; ``codes``: its records per fate code (``REASON_OF_CODE``)."""
+
+    gid: int | None = column(pa.int32())
+    path: str = column(pa.string())
+    group: int = column(pa.int32())
+    base_offset: int | None = column(I64)
+    size: int = column(I64, 0)
+    batches: int = column(I64, 0)
+    records: int = column(I64, 0)
+    files: tuple[str, ...] = column(pa.list_(pa.string()))
+    seconds: float = column(pa.float64(), 0.0)
+    error: str | None = column(pa.string())
+    codes: tuple[int, ...] = column(pa.list_(I64))
+    failure: str | None = column(pa.string())  # ``logdir.failure.Failure``'s value
+
+
+RESULT_SCHEMA = GroupResult.schema()
 
 
 def reason(exc: Exception, path: str | None = None) -> str:
@@ -97,11 +117,11 @@ def memory_error(exc: Exception) -> str | None:
     return None
 
 
-def fate_counts(written: list[dict]) -> dict[tuple[str, str], int]:
+def fate_counts(written: list[GroupResult]) -> dict[tuple[str, str], int]:
     """Records per (partition dir, reason) of result rows ``written``, as ``PartitionReport.of`` reads them."""
     counts: dict[tuple[str, str], int] = {}
     for w in written:
-        for code, n in enumerate(w["codes"]):
-            key = (w["path"], REASON_OF_CODE[code])
+        for code, n in enumerate(w.codes):
+            key = (w.path, REASON_OF_CODE[code])
             counts[key] = counts.get(key, 0) + n
     return counts

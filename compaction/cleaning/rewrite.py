@@ -34,6 +34,7 @@ from kcompact.compaction.cleaning.results import (
     REASON_OF_CODE,
     SUPERSEDED,
     TOMBSTONE,
+    GroupResult,
     failure_of,
     no_space,
     reason,
@@ -421,10 +422,9 @@ class Rewriter:
 
 
 
-def unwritten(job: GroupJob) -> dict:
+def unwritten(job: GroupJob) -> GroupResult:
     """A group's result before anything of it is written."""
-    return {"path": job.path, "group": job.group, "base_offset": job.base_offset, "size": 0, "batches": 0,
-            "records": 0, "files": []}
+    return GroupResult(path=job.path, group=job.group, base_offset=job.base_offset)
 
 
 def write_outputs(job: GroupJob, outputs: Iterable) -> WrittenGroup:
@@ -432,21 +432,20 @@ def write_outputs(job: GroupJob, outputs: Iterable) -> WrittenGroup:
                        job.buffers, job.max_index_bytes, job.owner, job.direct, job.index_per_batch)
 
 
-def succeeded(base: dict, written: WrittenGroup, started: float, rewriter: Rewriter) -> dict:
-    return base | {"size": written.size, "batches": written.batches, "records": written.records,
-                   "files": list(written.files), "seconds": time.monotonic() - started, "error": None,
-                   "codes": rewriter.counts.tolist()}
+def succeeded(base: GroupResult, written: WrittenGroup, started: float, rewriter: Rewriter) -> GroupResult:
+    return base.but(size=written.size, batches=written.batches, records=written.records, files=tuple(written.files),
+                    seconds=time.monotonic() - started, codes=tuple(rewriter.counts.tolist()))
 
 
-def failed(job: GroupJob, base: dict, started: float, rewriter: Rewriter, exc: Exception) -> dict:
+def failed(job: GroupJob, base: GroupResult, started: float, rewriter: Rewriter, exc: Exception) -> GroupResult:
     """A group's result when reading or writing it failed: whatever it wrote removed, and why."""
     _remove_outputs(job)
     if getattr(exc, "errno", None) == errno.ENOSPC:  # the file system, the file and the room: what a person needs
         error = no_space(exc, output_path(job.path, job.base_offset, "log", job.owner), int(rewriter.plans.size.sum()))
-        return base | {"seconds": time.monotonic() - started, "error": error, "failure": Failure.IO.value,
-                       "codes": rewriter.counts.tolist()}
-    return base | {"seconds": time.monotonic() - started, "error": reason(exc, job.path), "failure": failure_of(exc),
-                   "codes": rewriter.counts.tolist()}
+        return base.but(seconds=time.monotonic() - started, error=error, failure=Failure.IO.value,
+                        codes=tuple(rewriter.counts.tolist()))
+    return base.but(seconds=time.monotonic() - started, error=reason(exc, job.path), failure=failure_of(exc),
+                    codes=tuple(rewriter.counts.tolist()))
 
 
 def _remove_outputs(job: GroupJob) -> None:
@@ -464,7 +463,7 @@ def count_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> list[int]:
     return rewriter.counts.tolist()
 
 
-def rewrite_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> dict:
+def rewrite_group(job: GroupJob, plans: GroupPlans, lookup: Lookup) -> GroupResult:
     """Write the group's ``.cleaned`` files; on bad input, remove what was written and say why."""
     started, base = time.monotonic(), unwritten(job)
     rewriter = Rewriter(job, plans, render=True, lookup=lookup)

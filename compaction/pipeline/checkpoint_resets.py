@@ -3,15 +3,13 @@ update itself, in one function (``reset_checkpoints``)."""
 
 from __future__ import annotations
 
-import pyarrow as pa
-
-from kcompact.conf.policy import is_compacted
+from kcompact.contracts.plan_row import PlanRow
 from kcompact.operations.checkpoints import update_cleaner_offsets
 from kcompact.operations.states import IDLE
 from kcompact.readers.errors import FormatError
 
 
-def reset_checkpoints(plan: pa.Table, taken: pa.Table, progress) -> list[dict]:
+def reset_checkpoints(plan: list[PlanRow], taken: list[PlanRow], progress) -> list[dict]:
     """Kafka's grabFilthiestCompactedLog writes the log start as the cleaner checkpoint entry of
     every compacted partition it considers (not being cleaned, paused or aborted elsewhere, not
     uncleanable) whose entry lies below the log start or past the log end (forceUpdateCheckpoint;
@@ -19,15 +17,15 @@ def reset_checkpoints(plan: pa.Table, taken: pa.Table, progress) -> list[dict]:
     to clean: so do we, for every such partition of the plan, the selected ones this job took
     (``taken``) included. An entry that changed since planning (another job cleaned the partition
     meanwhile) is left alone: the change is compare-and-swap. Returns the resets written."""
-    mine = set(taken.column("path").to_pylist())
+    mine = {row.path for row in taken}
     wanted: dict[str, list[dict]] = {}
-    for row in plan.to_pylist():
-        considered = (row["state"] == IDLE or row["path"] in mine) and is_compacted(row["cleanup_policy"])
-        if (considered and row["checkpoint_offset"] is not None and row["checkpoint_reset"] is not None
-                and (not row["selected"] or row["path"] in mine)):
-            wanted.setdefault(row["log_dir"], []).append(
-                {"log_dir": row["log_dir"], "topic": row["topic"], "partition": row["partition"],
-                 "from": row["checkpoint_offset"], "offset": row["first_dirty_offset"], "why": row["checkpoint_reset"]})
+    for row in plan:
+        considered = (row.state == IDLE or row.path in mine) and row.compacted
+        if (considered and row.checkpoint_offset is not None and row.checkpoint_reset is not None
+                and (not row.selected or row.path in mine)):
+            wanted.setdefault(row.log_dir, []).append(
+                {"log_dir": row.log_dir, "topic": row.topic, "partition": row.partition,
+                 "from": row.checkpoint_offset, "offset": row.first_dirty_offset, "why": row.checkpoint_reset})
     written = []
     for log_dir, resets in wanted.items():
         done = []

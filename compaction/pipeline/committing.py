@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kcompact import storage
-from kcompact.compaction.cleaning.results import IO_ERROR
+from kcompact.compaction.cleaning.partition_batches import PartitionBatches
+from kcompact.compaction.cleaning.results import IO_ERROR, GroupResult
 from kcompact.logdir.failure import Failure
 from kcompact.logdir.listing import Listing, list_log_dir, scan_partition
 from kcompact.operations import commit, critical, s3commit
@@ -35,15 +36,15 @@ class Outcome:
     and its kind."""
 
     pid: int
-    row: dict
-    groups: list[dict]
+    row: PartitionBatches
+    groups: list[GroupResult]
     status: str
     error: str | None = None
     failure: Failure | None = None
     deleted: list[str] = field(default_factory=list)  # what the commit renamed to .deleted, to remove
 
 
-def commit_partitions(rows: list[dict], written: list[dict], held: Callable[[str], bool], owner: str,
+def commit_partitions(rows: list[PartitionBatches], written: list[GroupResult], held: Callable[[str], bool], owner: str,
                       generations: dict[str, int], progress, outcomes: list[Outcome]) -> list[Outcome]:
     """Commit each of ``rows`` (the partitions cleaned) whose groups ``written`` all succeeded,
     while this job still ``held(path)`` its lease (``owner``; ``generations``: on an object store,
@@ -52,39 +53,39 @@ def commit_partitions(rows: list[dict], written: list[dict], held: Callable[[str
     returned."""
     ready = []
     for pid, row in enumerate(rows):
-        groups = [w for w in written if w["path"] == row["path"]]
-        errors = [w for w in groups if w["error"]]
-        if errors or len(groups) != len(row["groups"]):
+        groups = [w for w in written if w.path == row.path]
+        errors = [w for w in groups if w.error]
+        if errors or len(groups) != len(row.groups):
             _discard(groups)
-            error, kind = ((errors[0]["error"], Failure(errors[0]["failure"])) if errors
+            error, kind = ((errors[0].error, Failure(errors[0].failure)) if errors
                            else ("not every segment group was rewritten", Failure.INCOMPLETE))
             outcomes.append(Outcome(pid, row, groups, ABORTED if kind is Failure.ABORTED else NOT_WRITTEN, error, kind))
             if kind is Failure.ABORTED:
-                progress(f"  aborted {row['topic']}-{row['partition']}: old segments kept")
+                progress(f"  aborted {row.name}: old segments kept")
             continue
         ready.append((pid, row, groups))
     # an object store's log dirs listed once for the stage, after every group was written
-    listings = {log_dir: list_log_dir(log_dir) for log_dir in dict.fromkeys(row["log_dir"] for _, row, _ in ready)
+    listings = {log_dir: list_log_dir(log_dir) for log_dir in dict.fromkeys(row.log_dir for _, row, _ in ready)
                 if commit.by_record(log_dir)}
     wave, in_wave = commit.Wave(), {}
-    names = [(row["topic"], row["partition"]) for row in rows]
+    names = [(row.topic, row.partition) for row in rows]
 
-    def named(row: dict) -> str:
+    def named(row: PartitionBatches) -> str:
         """The partition's name, with its log dir when it is in several (copies of log dirs)."""
-        twice = names.count((row["topic"], row["partition"])) > 1
-        return f"{row['topic']}-{row['partition']}" + (f" in {row['log_dir']}" if twice else "")
+        twice = names.count((row.topic, row.partition)) > 1
+        return row.name + (f" in {row.log_dir}" if twice else "")
 
-    def attempt(item: tuple[int, dict, list[dict]]) -> Outcome:
+    def attempt(item: tuple[int, PartitionBatches, list[GroupResult]]) -> Outcome:
         pid, row, groups = item
-        changed = _changed_since_plan(row, listings.get(row["log_dir"]))
+        changed = _changed_since_plan(row, listings.get(row.log_dir))
         if changed:
             _discard(groups)
             return Outcome(pid, row, groups, NOT_COMMITTED, changed, Failure.LOG_CHANGED)
-        if not held(row["path"]):  # the last moment an abort can still stop us
+        if not held(row.path):  # the last moment an abort can still stop us
             _discard(groups)
             return Outcome(pid, row, groups, ABORTED, failure=Failure.ABORTED)
         try:
-            deleted = _commit(row, groups, owner, generations.get(row["path"]), wave)
+            deleted = _commit(row, groups, owner, generations.get(row.path), wave)
         except s3commit.CommitLost as exc:
             return Outcome(pid, row, groups, NOT_COMMITTED, str(exc), Failure.LEASE_LOST)
         except OSError as exc:
@@ -97,14 +98,14 @@ def commit_partitions(rows: list[dict], written: list[dict], held: Callable[[str
         batch = ready[at:at + size]
         # a stop held while they commit is raised once they are reported: every commit is said
         with critical.section():
-            done = storage.map_in_flight(attempt, batch, batch[0][1]["path"])
+            done = storage.map_in_flight(attempt, batch, batch[0][1].path)
             for outcome in done:
                 row = outcome.row
                 if outcome.status == COMMITTED:
                     committed += 1  # numbered among the partitions ready to commit
-                    in_wave.setdefault(row["log_dir"], []).append(outcome)
+                    in_wave.setdefault(row.log_dir, []).append(outcome)
                     progress(
-                        f"  committed {named(row)} ({committed}/{len(ready)}): checkpoint {row['latest_offset'] + 1}"
+                        f"  committed {named(row)} ({committed}/{len(ready)}): checkpoint {row.latest_offset + 1}"
                     )
                 elif outcome.status == ABORTED:
                     progress(f"  aborted {named(row)}: old segments kept")
@@ -119,36 +120,35 @@ def commit_partitions(rows: list[dict], written: list[dict], held: Callable[[str
     return outcomes
 
 
-def _recovered_after(row: dict, exc: OSError) -> str:
+def _recovered_after(row: PartitionBatches, exc: OSError) -> str:
     """A commit that stopped part way (a swap): finished or undone as a broker would; the error."""
     try:
-        recover_partition(row["path"], indexes=False)
+        recover_partition(row.path, indexes=False)
         return f"{IO_ERROR}commit failed ({exc}); the interrupted swap was recovered"
     except OSError as again:
         return f"{IO_ERROR}commit failed ({exc}), recovery too ({again}): run 'kcompact recover'"
 
 
-def _changed_since_plan(row: dict, listing: Listing | None) -> str | None:
+def _changed_since_plan(row: PartitionBatches, listing: Listing | None) -> str | None:
     """The segments the commit would replace are not those the job read (retention, another
     cleaner, a restarted broker got there first): committing would lose records. ``listing``:
     the log dir as listed for the commits (object stores; else the partition dir is listed now)."""
-    part = (listing.partition(row["path"], row["topic"], row["partition"]) if listing is not None
-            else scan_partition(row["path"], row["topic"], row["partition"]))
-    now = [s.base_offset for s in part.segments if s.base_offset <= row["latest_offset"]]
-    read = [base for g in row["groups"] for base in g["segments"]]
+    part = (listing.partition(row.path, row.topic, row.partition) if listing is not None
+            else scan_partition(row.path, row.topic, row.partition))
+    now = [s.base_offset for s in part.segments if s.base_offset <= row.latest_offset]
+    read = row.segments_read
     if now != read:
         return f"the partition changed while it was being cleaned (segments {read} became {now}); cleaned next run"
     return None
 
 
-def _commit(row: dict, groups: list[dict], owner: str, generation: int | None, wave: commit.Wave) -> list[str]:
+def _commit(row: PartitionBatches, groups: list[GroupResult], owner: str, generation: int | None,
+            wave: commit.Wave) -> list[str]:
     """The commit step (``operations.commit``) for a partition whose groups are all written."""
-    written = [WrittenGroup(g["base_offset"], g["size"], g["batches"], g["records"], tuple(g["files"]))
-               for g in groups]
-    read = [base for g in row["groups"] for base in g["segments"]]
-    return commit.commit_cleaned(row["log_dir"], row["path"], row["topic"], row["partition"], written, read,
-                                 row["latest_offset"] + 1, owner, generation, wave)
+    written = [WrittenGroup(g.base_offset, g.size, g.batches, g.records, g.files) for g in groups]
+    return commit.commit_cleaned(row.log_dir, row.path, row.topic, row.partition, written, row.segments_read,
+                                 row.latest_offset + 1, owner, generation, wave)
 
 
-def _discard(groups: list[dict]) -> None:
-    commit.discard_cleaned(path for g in groups for path in g["files"])
+def _discard(groups: list[GroupResult]) -> None:
+    commit.discard_cleaned(path for g in groups for path in g.files)

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from kcompact.compaction.cleaning.map_pass import Planned
-from kcompact.compaction.cleaning.results import fate_counts
+from kcompact.compaction.cleaning.partition_batches import PartitionBatches
+from kcompact.compaction.cleaning.results import GroupResult, fate_counts
 from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans
 from kcompact.compaction.pipeline import shared, whole
 from kcompact.compaction.pipeline.batch_plans import BATCH_PLAN, batch_plans
@@ -36,15 +38,13 @@ from kcompact.compaction.pipeline.taking import take_partitions
 from kcompact.compaction.pipeline.tasks import JOB_CONF, sql_conf
 from kcompact.compaction.pipeline.to_clean import PartitionToClean, to_clean
 from kcompact.compaction.reports.report import PartitionReport, Report
-from kcompact.compaction.rules.cleaner_config import CleanerConfig
 from kcompact.compaction.rules.decisions import DISCARD, PLAN_FLAGS
-from kcompact.conf.policy import is_compacted
+from kcompact.contracts.plan_row import PlanRow
 from kcompact.operations import states
 from kcompact.operations.checkpoints import update_cleaner_offsets
 from kcompact.operations.deleted import Removal
 from kcompact.planner.plan import Plan
 from kcompact.readers.errors import FormatError
-from kcompact.readers.indexes import AbortedTxn
 from kcompact.session import kinds
 from kcompact.writers.chunks import BufferSizes
 
@@ -99,10 +99,9 @@ class Batches:
             pid_of_gid=np.repeat(np.arange(ok.num_rows), groups),
         )
 
-    def report_row(self, row: dict, pid: int) -> dict:
-        """``row`` with its batches as ``PartitionReport.of`` reads them (their sizes)."""
-        sizes = self.sizes[self.starts[pid]:self.starts[pid + 1]].tolist()
-        return row | {"batches": [{"size": size} for size in sizes]}
+    def bytes_read(self, pid: int) -> int:
+        """The bytes of partition ``pid``'s batches."""
+        return int(self.sizes[self.starts[pid]:self.starts[pid + 1]].sum())
 
     def group_plans(self, gid: int) -> GroupPlans:
         lo, hi = np.searchsorted(self.gid, gid, "left"), np.searchsorted(self.gid, gid, "right")
@@ -150,13 +149,12 @@ def run(spark, plan: Plan, now: int, dry_run: bool = False, progress=print,
     waits = removal is None
     removal = removal or Removal()
     with contextlib.ExitStack() as held, leases or LeaseKeeper() as keeper:
-        table = plan.table
-        selected = table.filter(pa.compute.equal(table.column("selected"), True))
+        selected = plan.selected
         if not dry_run:
             selected = take_partitions(selected, keeper, result, progress, held)
-            result.report.checkpoint_resets += reset_checkpoints(table, selected, progress)
-        for row in corrupt_in_plan(table):
-            result.fail(row, cleaning=False)
+            result.report.checkpoint_resets += reset_checkpoints(plan.rows, selected, progress)
+        for row in corrupt_in_plan(plan.rows):
+            result.fail(row, row.fault, row.fault_kind, cleaning=False)
         partitions = to_clean(selected, result.listed)
         if partitions:
             try:
@@ -170,7 +168,7 @@ def run(spark, plan: Plan, now: int, dry_run: bool = False, progress=print,
         if waits:
             for problem in removal.wait():
                 progress(f"  {problem}")
-    report.observe_plan(plan.table, marked=result.uncleanable, paused=[] if dry_run else _paused_now(report))
+    report.observe_plan(plan.rows, marked=result.uncleanable, paused=[] if dry_run else _paused_now(report))
     report.seconds = time.monotonic() - started
     return result
 
@@ -205,12 +203,12 @@ def _clean(spark, settings: JobSettings, taken: list[PartitionToClean], now: int
     partitions = batch_plans(spark, taken, now, settings)
     watch.lap("1 batch plans")
     ok = partitions.filter(pa.compute.is_null(partitions.column("error")))
-    for row in partitions.filter(pa.compute.is_valid(partitions.column("error"))).to_pylist():
-        result.fail(row)
+    for row in PartitionBatches.read(partitions.filter(pa.compute.is_valid(partitions.column("error")))):
+        result.fail(row, row.error, row.failure, seconds=row.seconds)
     if ok.num_rows == 0:
         return
 
-    rows = ok.drop_columns(["batches"]).to_pylist()
+    rows = PartitionBatches.read(ok, [name for name in ok.column_names if name != "batches"])  # Batches has them
     batches = Batches.of(ok)
     jobs = _group_jobs(rows, batches, now, keeper.owner, settings.direct_writes)
     stage = "2-3 offset map, keep flags" if dry_run else "2-4 offset map, keep flags, rewrite"
@@ -222,60 +220,51 @@ def _clean(spark, settings: JobSettings, taken: list[PartitionToClean], now: int
     counts = fate_counts(written)
     if dry_run:
         for pid, row in enumerate(rows):
-            report.partitions.append(PartitionReport.of(batches.report_row(row, pid), counts, [], committed=False))
+            report.partitions.append(PartitionReport.of(row, batches.bytes_read(pid), counts, [], committed=False))
         return
-    failing = {w["path"] for w in written if w["error"]}
-    ready = sum(row["path"] not in failing for row in rows)
+    failing = {w.path for w in written if w.error}
+    ready = sum(row.path not in failing for row in rows)
     progress(f"stage 5/5: committing {ready} of {len(rows)} partitions (swap, checkpoint)" if ready else
              "stage 5/5: nothing to commit: every partition failed")
     outcomes: list[Outcome] = []
     try:
         commit_partitions(rows, written, keeper.held, keeper.owner, result.generations, progress, outcomes)
     finally:  # what was committed before a signal stopped the command is reported (and its files removed)
-        result.record(outcomes, batches.report_row, counts)
+        result.record(outcomes, batches.bytes_read, counts)
     watch.lap("5 commit")
 
 
-def corrupt_in_plan(plan: pa.Table) -> list[dict]:
+def corrupt_in_plan(plan: Iterable[PlanRow]) -> list[PlanRow]:
     """Idle compacted partitions the planner could not read because a segment is corrupt or a
     file cannot be read (the plan's ``fault``, of kind ``Failure.CORRUPT`` or ``UNREADABLE``):
     failures of this run, whoever found them first. Leftovers of an interrupted swap are not
     among them: ``recover`` is their way out."""
-    found = []
-    for row in plan.to_pylist():
-        if not is_compacted(row["cleanup_policy"]) or row["state"] != "idle":
-            continue
-        if row["fault"] is not None:
-            found.append({"topic": row["topic"], "partition": row["partition"], "path": row["path"],
-                          "first_dirty_offset": row["first_dirty_offset"], "seconds": 0.0, "error": row["fault"],
-                          "failure": row["fault_kind"]})
-    return found
+    return [row for row in plan if row.compacted and row.state == states.IDLE and row.fault is not None]
 
 
-def _group_jobs(rows: list[dict], batches: Batches, now: int, owner: str,
+def _group_jobs(rows: list[PartitionBatches], batches: Batches, now: int, owner: str,
                 direct: bool) -> dict[int, tuple[GroupJob, GroupPlans]]:
     jobs, gid = {}, 0
     for row in rows:
-        config = CleanerConfig.from_struct(row["config"])
+        config = row.config
         buffers = BufferSizes.of(config.io_buffer_size, config.cleaner_threads, config.max_message_bytes,
                                  config.message_max_bytes)
-        for g in row["groups"]:
+        for g in row.groups:
             job = GroupJob(
-                path=row["path"], group=g["group"], base_offset=g["base_offset"], segments=tuple(g["segments"]),
-                sizes=tuple(g["sizes"]),
-                mtime_ms=g["mtime_ms"], aborted=tuple(AbortedTxn(**t) for t in g["aborted"]),
+                path=row.path, group=g.group, base_offset=g.base_offset, segments=g.segments, sizes=g.sizes,
+                mtime_ms=g.mtime_ms, aborted=tuple(t.txn() for t in g.aborted),
                 index_interval_bytes=config.index_interval_bytes, max_index_bytes=config.segment_index_bytes,
                 buffers=buffers, delete_retention_ms=config.delete_retention_ms, now=now,
-                latest_offset=row["latest_offset"], first_dirty=row["first_dirty_offset"], owner=owner, direct=direct,
+                latest_offset=row.latest_offset, first_dirty=row.first_dirty_offset, owner=owner, direct=direct,
                 index_per_batch=bool(config.index_per_batch), legacy_to_v2=bool(config.legacy_to_v2))
             jobs[gid] = (job, batches.group_plans(gid))
             gid += 1
     return jobs
 
 
-def _clean_groups(spark, settings: JobSettings, rows: list[dict], batches: Batches,
-                  jobs: dict[int, tuple[GroupJob, GroupPlans]], dry_run: bool, owner: str) -> list[dict]:
-    """Stages 2-4, one Spark job: a result row per segment group (``RESULT_SCHEMA``), each partition
+def _clean_groups(spark, settings: JobSettings, rows: list[PartitionBatches], batches: Batches,
+                  jobs: dict[int, tuple[GroupJob, GroupPlans]], dry_run: bool, owner: str) -> list[GroupResult]:
+    """Stages 2-4, one Spark job: a result per segment group (``GroupResult``), each partition
     by the path ``compaction.pipeline.routing`` chooses: read whole by one task that makes its map and
     rewrites its groups, or its map made by many tasks and a shuffle of blobs, and its groups
     rewritten by tasks of their own."""
@@ -296,7 +285,7 @@ def _clean_groups(spark, settings: JobSettings, rows: list[dict], batches: Batch
     if not frames:
         return []
     union = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
-    return union.toArrow().to_pylist()
+    return GroupResult.read(union.toArrow())
 
 
 def _give_back(result: JobResult, keeper: LeaseKeeper, dry_run: bool) -> None:

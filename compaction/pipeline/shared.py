@@ -25,7 +25,8 @@ from kcompact.compaction.cleaning.map_pass import (
     unpack,
 )
 from kcompact.compaction.cleaning.offset_map import Entries, KeyTable
-from kcompact.compaction.cleaning.results import ABORTED_BY_OPERATOR, REASON_OF_CODE, RESULT_SCHEMA
+from kcompact.compaction.cleaning.partition_batches import PartitionBatches
+from kcompact.compaction.cleaning.results import ABORTED_BY_OPERATOR, REASON_OF_CODE, GroupResult
 from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans, Lookup, count_group, rewrite_group
 from kcompact.compaction.pipeline.routing import MIN_BUCKET_BYTES
 from kcompact.compaction.pipeline.tasks import SHARED_TASK_BYTES, bins, ranged, slots, task_count
@@ -37,9 +38,9 @@ from kcompact.operations import states
 BLOB_SCHEMA = pa.schema([("slot", pa.int32()), ("blob", pa.binary())])
 
 
-def clean(spark, pids: list[int], rows: list[dict], batches, jobs: dict[int, tuple[GroupJob, GroupPlans]],
+def clean(spark, pids: list[int], rows: list[PartitionBatches], batches, jobs: dict[int, tuple[GroupJob, GroupPlans]],
           groups_of: dict[int, list[int]], dry_run: bool, owner: str, map_bytes: int, budget: int):
-    """A DataFrame of ``RESULT_SCHEMA``: the groups of partitions ``pids`` (``batches``: the job's
+    """A DataFrame of ``GroupResult``: the groups of partitions ``pids`` (``batches``: the job's
     ``Batches``); ``map_bytes``: their maps together, at most; ``budget``: a task's map memory."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -47,19 +48,18 @@ def clean(spark, pids: list[int], rows: list[dict], batches, jobs: dict[int, tup
 
     def result(gid: int, lookup: Lookup) -> pa.RecordBatch:
         job, plans = jobs[gid]
-        base = {"gid": gid, "path": job.path, "group": job.group}
+        base = GroupResult(gid, job.path, job.group)
         if dry_run:
-            row = base | {"codes": count_group(job, plans, lookup)}
+            row = base.but(codes=tuple(count_group(job, plans, lookup)))
         elif not states.held_by(job.path, owner):  # aborted (or lease lost): stop at this group boundary
-            row = base | {"files": [], "error": ABORTED_BY_OPERATOR, "failure": Failure.ABORTED.value,
-                          "codes": [0] * len(REASON_OF_CODE)}
+            row = base.but(error=ABORTED_BY_OPERATOR, failure=Failure.ABORTED.value, codes=(0,) * len(REASON_OF_CODE))
         else:
-            row = rewrite_group(job, plans, lookup) | {"gid": gid}
-        return pa.RecordBatch.from_pylist([row], schema=RESULT_SCHEMA)
+            row = rewrite_group(job, plans, lookup).but(gid=gid)
+        return GroupResult.batch([row])
 
     splits = [(pid, split) for pid in pids for split in partition_ranges(
-        scan_partition(rows[pid]["path"], rows[pid]["topic"], rows[pid]["partition"]),
-        OffsetRange(None, rows[pid]["latest_offset"] + 1))]
+        scan_partition(rows[pid].path, rows[pid].topic, rows[pid].partition),
+        OffsetRange(None, rows[pid].latest_offset + 1))]
     sizes = [split.end - split.start for _, split in splits]
     shared = {"task_bytes": SHARED_TASK_BYTES, "per_core": 2}
     map_bins = bins(sizes, task_count(spark, sum(sizes), len(splits), **shared))
@@ -126,7 +126,7 @@ def clean(spark, pids: list[int], rows: list[dict], batches, jobs: dict[int, tup
     marks = spark.createDataFrame(pa.table({"slot": pa.array(rewrite_slots), "blob": pa.nulls(len(rewrite_slots),
                                                                                             pa.binary())}))
     return (entries.unionByName(marks).repartition(len(rewrite_bins), "slot")
-            .mapInArrow(rewrite, from_arrow_schema(RESULT_SCHEMA)))
+            .mapInArrow(rewrite, from_arrow_schema(GroupResult.schema())))
 
 
 def _blob(slot: int, blob: np.ndarray) -> pa.RecordBatch:

@@ -8,11 +8,10 @@ import contextlib
 import errno
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
 from kcompact import storage
 from kcompact.compaction.pipeline.leases import LeaseKeeper
 from kcompact.compaction.reports.report import PartitionReport
+from kcompact.contracts.plan_row import PlanRow
 from kcompact.logdir.failure import Failure
 from kcompact.logdir.listing import list_log_dir
 from kcompact.operations.recover import needs_recovery, recover_partition
@@ -23,8 +22,8 @@ if TYPE_CHECKING:
     from kcompact.compaction.pipeline.job_result import JobResult
 
 
-def take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult, progress,
-                     held: contextlib.ExitStack) -> pa.Table:
+def take_partitions(selected: list[PlanRow], keeper: LeaseKeeper, result: JobResult, progress,
+                     held: contextlib.ExitStack) -> list[PlanRow]:
     """Hold each log dir's ``.lock`` (re-entrant: the command line may hold it already), lease
     each selected partition and finish any swap a crashed run left in it (the broker's recovery).
     A partition in a log dir another process locks, or that another job holds, is skipped; one
@@ -33,66 +32,63 @@ def take_partitions(selected: pa.Table, keeper: LeaseKeeper, result: JobResult, 
     cleaner checkpoint read once (an object store is asked nothing per partition that a listing
     tells); on an object store the partitions as listed go to the tasks (``result.listed``)."""
     leased, locked = [], {}
-    columns = ["path", "log_dir", "topic", "partition", "first_dirty_offset", "checkpoint_offset", "cleanable_bytes"]
-    rows = selected.select(columns).to_pylist()
-    for i, row in enumerate(rows):
-        if row["log_dir"] not in locked:
+    for row in selected:
+        if row.log_dir not in locked:
             try:
-                held.enter_context(storage.LogDirLock(row["log_dir"]))
-                locked[row["log_dir"]] = None
+                held.enter_context(storage.LogDirLock(row.log_dir))
+                locked[row.log_dir] = None
             except storage.LogDirBusy as exc:
-                locked[row["log_dir"]] = str(exc)
+                locked[row.log_dir] = str(exc)
         try:
-            busy = locked[row["log_dir"]] or keeper.acquire(row["path"])
+            busy = locked[row.log_dir] or keeper.acquire(row.path)
         except OSError as exc:  # its state file cannot be written (a full disk): retried next run
-            result.fail(row | {"error": _lease_failure(exc, row), "failure": Failure.IO.value}, transient=True)
+            result.fail(row, _lease_failure(exc, row), Failure.IO, transient=True)
             continue
         if busy is not None:
             result.report.partitions.append(PartitionReport.skipped_for(row, busy))
-            progress(f"  skipped {row['topic']}-{row['partition']}: {busy}")
+            progress(f"  skipped {row.name}: {busy}")
             continue
-        leased.append(i)
-    listings = {log_dir: list_log_dir(log_dir) for log_dir in dict.fromkeys(rows[i]["log_dir"] for i in leased)}
+        leased.append(row)
+    listings = {log_dir: list_log_dir(log_dir) for log_dir in dict.fromkeys(row.log_dir for row in leased)}
     checkpoints: dict[str, dict | str] = {}
     keep = []
-    for i in leased:
-        row = rows[i]
-        listing = listings[row["log_dir"]]
-        part = listing.partition(row["path"], row["topic"], row["partition"])
+    for row in leased:
+        listing = listings[row.log_dir]
+        part = listing.partition(row.path, row.topic, row.partition)
         # swaps only: the command line recovered the whole log dirs before planning
-        recovered = recover_partition(row["path"], indexes=False) if needs_recovery(part) else None
+        recovered = recover_partition(row.path, indexes=False) if needs_recovery(part) else None
         if recovered is not None and recovered.changed:
-            keeper.release(row["path"])
+            keeper.release(row.path)
             why = f"recovered an interrupted run first ({recovered.summary()}); planned again next run"
             result.report.partitions.append(PartitionReport.skipped_for(row, why, Failure.LOG_CHANGED))
-            progress(f"  skipped {row['topic']}-{row['partition']}: {why}")
+            progress(f"  skipped {row.topic}-{row.partition}: {why}")
             continue
-        if row["log_dir"] not in checkpoints:
-            checkpoints[row["log_dir"]] = cleaner_checkpoint(row["log_dir"])
-        moved = cleaned_since_plan(row, checkpoints[row["log_dir"]])
+        if row.log_dir not in checkpoints:
+            checkpoints[row.log_dir] = cleaner_checkpoint(row.log_dir)
+        moved = cleaned_since_plan(row, checkpoints[row.log_dir])
         if moved:
-            keeper.release(row["path"])
+            keeper.release(row.path)
             result.report.partitions.append(PartitionReport.skipped_for(row, moved, Failure.LOG_CHANGED))
-            progress(f"  skipped {row['topic']}-{row['partition']}: {moved}")
+            progress(f"  skipped {row.topic}-{row.partition}: {moved}")
             continue
-        if not storage.is_local_path(row["path"]):
-            result.generations[row["path"]] = (recovered.generation if recovered is not None
-                                               else listing.generation(row["topic"], row["partition"]))
+        if not storage.is_local_path(row.path):
+            result.generations[row.path] = (recovered.generation if recovered is not None
+                                               else listing.generation(row.topic, row.partition))
             if recovered is None:
-                result.listed[row["path"]] = part
-        keep.append(i)
-    return selected.take(pa.array(keep, pa.int64()))  # an empty list alone has no type
+                result.listed[row.path] = part
+        keep.append(row)
+    return keep
 
 
-def _lease_failure(exc: OSError, row: dict) -> str:
+def _lease_failure(exc: OSError, row: PlanRow) -> str:
     """Why a partition's lease could not be written: on a full disk, the state file and the room
     its cleaning needs (``results.no_space``), else the error naming the state file."""
     from kcompact.compaction.cleaning.results import IO_ERROR, no_space
     from kcompact.operations.states import state_path
 
-    path = state_path(row["path"])
+    path = state_path(row.path)
     if exc.errno == errno.ENOSPC:
-        return no_space(OSError(exc.errno, exc.strerror), path, row["cleanable_bytes"] or 0)  # not its .tmp
+        return no_space(OSError(exc.errno, exc.strerror), path, row.cleanable_bytes or 0)  # not its .tmp
     return f"{IO_ERROR}{storage.describe_error(exc, path)}"
 
 
@@ -106,14 +102,14 @@ def cleaner_checkpoint(log_dir: str) -> dict | str:
         return str(exc)
 
 
-def cleaned_since_plan(row: dict, entries: dict | str) -> str | None:
+def cleaned_since_plan(row: PlanRow, entries: dict | str) -> str | None:
     """Another job cleaned the partition between this plan and our lease (its cleaner checkpoint
     entry moved; ``entries``: the checkpoint read after the lease): the plan's dirty range is
     stale, and cleaning it again would redo that work."""
     if isinstance(entries, str):
         return f"{entries}; planned again next run"
-    now = entries.get((row["topic"], row["partition"]))
-    if now == row["checkpoint_offset"]:
+    now = entries.get((row.topic, row.partition))
+    if now == row.checkpoint_offset:
         return None
-    return (f"cleaned by another job since it was planned (checkpoint {row['checkpoint_offset']} -> {now}); "
+    return (f"cleaned by another job since it was planned (checkpoint {row.checkpoint_offset} -> {now}); "
             "planned again next run")

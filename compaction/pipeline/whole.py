@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from kcompact.compaction.cleaning.backward import clean_partition
-from kcompact.compaction.cleaning.results import RESULT_SCHEMA
+from kcompact.compaction.cleaning.results import GroupResult
 from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans
 from kcompact.compaction.pipeline.settings import JobSettings
 from kcompact.compaction.pipeline.tasks import bins, ranged, task_count
@@ -22,7 +22,7 @@ from kcompact.operations import states
 
 def clean(spark, pids: list[int], sizes: list[int], keys: list[int], jobs: dict[int, tuple[GroupJob, GroupPlans]],
           groups_of: dict[int, list[int]], dry_run: bool, owner: str, settings: JobSettings):
-    """A DataFrame of ``RESULT_SCHEMA``: the groups of partitions ``pids``, read whole."""
+    """A DataFrame of ``GroupResult``: the groups of partitions ``pids``, read whole."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     shares = bins([sizes[pid] for pid in pids], task_count(spark, sum(sizes[pid] for pid in pids), len(pids)))
@@ -34,8 +34,7 @@ def clean(spark, pids: list[int], sizes: list[int], keys: list[int], jobs: dict[
                 gids = groups_of[pid]
                 done = clean_partition([jobs[gid] for gid in gids], render=not dry_run,
                                        held=lambda path: states.held_by(path, owner), threads=threads, keys=keys[pid])
-                yield pa.RecordBatch.from_pylist([row | {"gid": gid} for gid, row in zip(gids[len(gids) - len(done):],
-                                                                                         done, strict=True)],
-                                                 schema=RESULT_SCHEMA)
+                yield GroupResult.batch(row.but(gid=gid) for gid, row in zip(gids[len(gids) - len(done):], done,
+                                                                               strict=True))
 
-    return ranged(spark, len(shares)).mapInArrow(run, from_arrow_schema(RESULT_SCHEMA))
+    return ranged(spark, len(shares)).mapInArrow(run, from_arrow_schema(GroupResult.schema()))

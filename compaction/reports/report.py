@@ -23,17 +23,15 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
-from kcompact.conf.policy import is_compacted
+from kcompact.compaction.cleaning.partition_batches import PartitionBatches
+from kcompact.compaction.cleaning.results import GroupResult
 from kcompact.conf.units import MB, UNIT_NOTE
+from kcompact.contracts.plan_row import LeaseHolder, PlanRow
 from kcompact.logdir.failure import Failure, outcome_counts
 from kcompact.operations.states import IDLE, PAUSED, UNCLEANABLE, Refusal, kind_of, paused_lines
 
 REASONS = ("superseded", "tombstone", "aborted", "keyless", "marker")
 MIB = MB  # LogCleaner.recordStats: mb(bytes) = bytes / (1024 * 1024)
-# What Kafka's cleaner-manager gauges and the run's summary read of every planned partition.
-PLAN_FACTS = ("topic", "partition", "log_dir", "path", "cleanup_policy", "state", "skip_reason", "notes", "total_bytes",
-              "cleanable_bytes", "cleanable_ratio", "max_compaction_delay_ms", "checkpoint_reset",
-              "first_dirty_offset", "skip_kind", "lease_holder", "kafka_version", "kafka_version_source")
 # Kafka's cleaner gauges and what each means for a run of this job (the run plays one cleaner
 # thread's pass over every partition it cleaned; the plan plays LogCleanerManager's view).
 METRICS = {
@@ -67,17 +65,17 @@ def _reduction(after: int, before: int) -> float:
     return 100.0 * (1.0 - after / before) if before else 0.0
 
 
-def group_outcomes(row: dict, written: list[dict], done: str) -> list[dict]:
+def group_outcomes(row: PartitionBatches, written: list[GroupResult], done: str) -> list[dict]:
     """What became of each planned segment group of ``row``: ``done`` for a group written without
     an error; on a failure, "written, then discarded" (the partition stays untouched)."""
-    by_group = {w["group"]: w for w in written}
-    failed = any(w["error"] for w in written) or len(written) != len(row["groups"])
+    by_group = {w.group: w for w in written}
+    failed = any(w.error for w in written) or len(written) != len(row.groups)
     out = []
-    for g in row["groups"]:
-        w = by_group.get(g["group"])
-        outcome = ("not written" if w is None else f"failed: {w['error']}" if w["error"]
+    for g in row.groups:
+        w = by_group.get(g.group)
+        outcome = ("not written" if w is None else f"failed: {w.error}" if w.error
                    else "written, then discarded" if failed else done)
-        out.append({"base_offset": g["base_offset"], "segments": list(g["segments"]), "outcome": outcome})
+        out.append({"base_offset": g.base_offset, "segments": list(g.segments), "outcome": outcome})
     return out
 
 
@@ -98,7 +96,7 @@ class PartitionReport:
     error: str | None = None
     skipped: str | None = None  # not attempted (another job's lease, an abort...): neither done nor failed
     failure: Failure | None = None  # the kind of ``error`` or ``skipped`` (None: a skip that is no failure)
-    holder: dict | None = None  # skipped for another job's lease: its holder (``CleaningState.lease_holder``)
+    holder: LeaseHolder | None = None  # skipped for another job's lease: its holder (``CleaningState.lease_holder``)
     # per output segment group: its base offset, the segments it replaces and what became of it
     # ("swapped in"; on a failure "written, then discarded", "failed: ..." or "not written")
     groups: list[dict] = field(default_factory=list)
@@ -108,27 +106,31 @@ class PartitionReport:
         return self.bytes_read / MB / self.seconds if self.seconds else 0.0
 
     @classmethod
-    def failed(cls, row: dict, groups: list[dict] = ()) -> PartitionReport:
-        return cls(row["topic"], row["partition"], row["path"], row["first_dirty_offset"], None,
-                   seconds=row.get("seconds") or 0.0, error=row["error"], failure=Failure(row["failure"]),
-                   groups=list(groups))
+    def failed(cls, row: PlanRow | PartitionBatches, error: str, failure: Failure | str, groups: list[dict] = (),
+               seconds: float = 0.0) -> PartitionReport:
+        """``row``'s partition failed of ``error``, of kind ``failure``."""
+        return cls(row.topic, row.partition, row.path, row.first_dirty_offset, None, seconds=seconds, error=error,
+                   failure=Failure(failure), groups=list(groups))
 
     @classmethod
-    def skipped_for(cls, row: dict, why: str, kind: Failure | None = None) -> PartitionReport:
+    def skipped_for(cls, row: PlanRow | PartitionBatches, why: str, kind: Failure | None = None) -> PartitionReport:
         """Not attempted for ``why``: its kind ``kind``, or the one a ``states.Refusal`` carries."""
-        return cls(row["topic"], row["partition"], row["path"], row["first_dirty_offset"], None, skipped=why,
+        return cls(row.topic, row.partition, row.path, row.first_dirty_offset, None, skipped=why,
                    failure=kind or kind_of(why), holder=why.holder if isinstance(why, Refusal) else None)
 
     @classmethod
-    def of(cls, row: dict, counts: dict[tuple[str, str], int], groups: list[dict], committed: bool) -> PartitionReport:
-        removed = {reason: counts.get((row["path"], reason), 0) for reason in REASONS}
-        kept = counts.get((row["path"], "kept"), 0)
+    def of(cls, row: PartitionBatches, bytes_read: int, counts: dict[tuple[str, str], int], groups: list[GroupResult],
+           committed: bool) -> PartitionReport:
+        """``row``'s partition cleaned (``committed``, or a dry run's): ``bytes_read``: its batches'
+        bytes; ``counts``: records per (partition dir, fate); ``groups``: its groups' results."""
+        removed = {reason: counts.get((row.path, reason), 0) for reason in REASONS}
+        kept = counts.get((row.path, "kept"), 0)
         return cls(
-            row["topic"], row["partition"], row["path"], row["first_dirty_offset"], row["latest_offset"] + 1,
-            bytes_read=sum(b["size"] for b in row["batches"]),
-            bytes_written=sum(g["size"] for g in groups),
+            row.topic, row.partition, row.path, row.first_dirty_offset, row.latest_offset + 1,
+            bytes_read=bytes_read,
+            bytes_written=sum(g.size for g in groups),
             records_read=kept + sum(removed.values()), records_kept=kept, removed=removed,
-            seconds=row["seconds"] + sum(g["seconds"] for g in groups), committed=committed,
+            seconds=row.seconds + sum(g.seconds for g in groups), committed=committed,
             groups=group_outcomes(row, groups, "swapped in" if committed else "would be written"),
         )
 
@@ -173,7 +175,7 @@ class Report:
     partitions: list[PartitionReport] = field(default_factory=list)
     seconds: float = 0.0
     stages: dict[str, float] = field(default_factory=dict)  # wall seconds, back to back from session ready
-    planned: list[dict] | None = None  # PLAN_FACTS of every planned partition (observe_plan)
+    planned: list[PlanRow] | None = None  # every planned partition (observe_plan)
     marked: list[str] = field(default_factory=list)  # partition dirs this run marks uncleanable
     # cleaner-offset-checkpoint entries outside their log, reset to the log start as Kafka's
     # grabFilthiestCompactedLog resets them, whether or not the partition is cleaned
@@ -183,13 +185,11 @@ class Report:
     began_choosing_ms: int | None = None
     run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
 
-    def observe_plan(self, plan, marked: Iterable[str] = (), paused: Iterable[str] = ()) -> None:
-        """Keep what Kafka's cleaner-manager gauges read of ``plan`` (an Arrow table with the
-        planner's columns), the partition dirs this run marks uncleanable and those paused since
-        it planned (as the state files now read)."""
+    def observe_plan(self, plan: Iterable[PlanRow], marked: Iterable[str] = (), paused: Iterable[str] = ()) -> None:
+        """Keep the rows of ``plan``, what Kafka's cleaner-manager gauges read, the partition dirs
+        this run marks uncleanable and those paused since it planned (as the state files now read)."""
         now_paused = set(paused)
-        self.planned = [r | {"state": PAUSED} if r["path"] in now_paused else r
-                        for r in plan.select(list(PLAN_FACTS)).to_pylist()]
+        self.planned = [r.but(state=PAUSED) if r.path in now_paused else r for r in plan]
         self.marked = sorted(set(marked))
 
     def totals(self) -> dict:
@@ -238,10 +238,10 @@ class Report:
     def _manager_gauges(self) -> dict:
         """LogCleanerManager's gauges over the plan: ratio and delay over the compacted partitions
         not being cleaned elsewhere, paused or uncleanable; the uncleanable ones per log dir."""
-        idle = [r for r in self.planned if is_compacted(r["cleanup_policy"]) and r["state"] == IDLE]
-        ratios = [r["cleanable_ratio"] for r in idle if r["cleanable_ratio"] is not None and r["total_bytes"]]
-        delays = [r["max_compaction_delay_ms"] for r in idle if r["max_compaction_delay_ms"] is not None]
-        bytes_of = {r["path"]: r["cleanable_bytes"] or 0 for r in self.planned}
+        idle = [r for r in self.planned if r.compacted and r.state == IDLE]
+        ratios = [r.cleanable_ratio for r in idle if r.cleanable_ratio is not None and r.total_bytes]
+        delays = [r.max_compaction_delay_ms for r in idle if r.max_compaction_delay_ms is not None]
+        bytes_of = {r.path: r.cleanable_bytes or 0 for r in self.planned}
         marked = self.uncleanable()
         count = {log_dir: len(paths) for log_dir, paths in marked.items()}
         size = {log_dir: sum(bytes_of.get(path, 0) for path in paths) for log_dir, paths in marked.items()}
@@ -269,15 +269,14 @@ class Report:
         they make the run partial."""
         out: dict[str, dict] = {}
         for r in self.planned or []:
-            holder = r["lease_holder"]
-            if holder is not None and r["topic"] is not None and is_compacted(r["cleanup_policy"]):
-                out[r["path"]] = {"partition": f"{r['topic']}-{r['partition']}", "path": r["path"],
-                                  "log_dir": r["log_dir"], **holder}
+            holder = r.lease_holder
+            if holder is not None and r.compacted:
+                out[r.path] = {"partition": r.name, "path": r.path, "log_dir": r.log_dir, **holder.row()}
         for p in self.partitions:
             holder = p.holder
             if holder is not None:
                 out[p.path] = {"partition": f"{p.topic}-{p.partition}", "path": p.path,
-                               "log_dir": p.path.rstrip("/").rpartition("/")[0], **holder}
+                               "log_dir": p.path.rstrip("/").rpartition("/")[0], **holder.row()}
         return sorted(out.values(), key=lambda h: (h["log_dir"], _by_number(h["partition"])))
 
     def _held_lines(self) -> list[str]:
@@ -300,18 +299,18 @@ class Report:
 
     def releases(self) -> list[dict]:
         """Per planned log dir, the Kafka release whose cleaner this run reproduces and why."""
-        seen = {r["log_dir"]: (r["kafka_version"], r["kafka_version_source"]) for r in self.planned or []
-                if r["kafka_version"]}
+        seen = {r.log_dir: (r.kafka_version, r.kafka_version_source) for r in self.planned or []
+                if r.kafka_version}
         return [{"log_dir": d, "kafka_version": v, "why": why} for d, (v, why) in sorted(seen.items())]
 
     def notes(self) -> list[str]:
         """What the plan noted without holding anything back (torn tails of active segments)."""
-        return [note for r in self.planned or [] for note in r["notes"] or []]
+        return [note for r in self.planned or [] for note in r.notes or []]
 
     def uncleanable(self) -> dict[str, list[str]]:
         """Per planned log dir, the partition dirs marked uncleanable (before the run, or by it)."""
-        log_dir = {r["path"]: r["log_dir"] for r in self.planned or []}
-        marked = {r["path"] for r in self.planned or [] if r["state"] == UNCLEANABLE} | set(self.marked)
+        log_dir = {r.path: r.log_dir for r in self.planned or []}
+        marked = {r.path for r in self.planned or [] if r.state == UNCLEANABLE} | set(self.marked)
         out: dict[str, list[str]] = {d: [] for d in sorted(set(log_dir.values()))}
         for path in sorted(marked):
             out.setdefault(log_dir.get(path) or path.rstrip("/").rpartition("/")[0], []).append(path)
@@ -322,8 +321,8 @@ class Report:
         which no job cleans until they are resumed; log dirs with none left out."""
         out: dict[str, list[str]] = {}
         for r in self.planned or []:
-            if r["state"] == PAUSED and is_compacted(r["cleanup_policy"]) and r["topic"] is not None:
-                out.setdefault(r["log_dir"], []).append(f"{r['topic']}-{r['partition']}")
+            if r.state == PAUSED and r.compacted:
+                out.setdefault(r.log_dir, []).append(r.name)
         return {log_dir: sorted(names, key=_by_number) for log_dir, names in sorted(out.items())}
 
     def text(self) -> str:
@@ -372,7 +371,7 @@ class Report:
             return head
         blocked, paused = len(self.blocked()), sum(len(names) for names in self.paused().values())
         held = len(self.held())
-        compacted = sum(1 for r in self.planned if r["topic"] is not None and is_compacted(r["cleanup_policy"]))
+        compacted = sum(1 for r in self.planned if r.compacted)
         why = [f"{_count(blocked, 'partition')} held back until fixed (above)"] if blocked else []
         if held:
             why.append(f"{held if why else _count(held, 'partition')} held by another job (above)")
@@ -401,24 +400,24 @@ def release_lines(found: list[dict]) -> list[str]:
     return [f"reproducing {why}" for why in whys]
 
 
-def blocked_rows(rows: Iterable[dict]) -> list[dict]:
-    """Compacted partitions of a plan (rows with the planner's columns) that bad input or an
+def blocked_rows(rows: Iterable[PlanRow]) -> list[dict]:
+    """Compacted partitions of a plan that bad input or an
     uncleanable state keeps from being cleaned: each with why and the way out. They make a run
     partial until someone fixes them; paused and in-progress partitions do not (an operator or
     another job holds them on purpose)."""
     out = []
     for r in rows:
-        why = r["skip_reason"] or ""
-        if r["topic"] is None or not is_compacted(r["cleanup_policy"]):
+        why = r.skip_reason or ""
+        if not r.compacted:
             continue
-        name = f"{r['topic']}-{r['partition']}"
-        if r["state"] == UNCLEANABLE:
-            way_out = f"fix or remove the named file, then 'kcompact reset-uncleanable {r['log_dir']} {name}'"
-        elif r["skip_kind"] == Failure.BAD_INPUT:
-            way_out = f"'kcompact verify {r['log_dir']}' lists every problem"
+        name = r.name
+        if r.state == UNCLEANABLE:
+            way_out = f"fix or remove the named file, then 'kcompact reset-uncleanable {r.log_dir} {name}'"
+        elif r.skip_kind == Failure.BAD_INPUT:
+            way_out = f"'kcompact verify {r.log_dir}' lists every problem"
         else:
             continue
-        out.append({"partition": name, "path": r["path"], "log_dir": r["log_dir"], "why": why, "way_out": way_out})
+        out.append({"partition": name, "path": r.path, "log_dir": r.log_dir, "why": why, "way_out": way_out})
     return out
 
 

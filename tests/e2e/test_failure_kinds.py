@@ -65,13 +65,8 @@ def outcome(root: Path, monkeypatch, reworded: bool) -> dict:
                                 pa.array(problems, pa.list_(pa.string())))
 
     def groups(*args):
-        written = clean_groups(*args)
-        for w in written:
-            if w["path"].endswith("io-0"):
-                w |= IO_FAILURE
-            if reworded:
-                w["error"] = reword(w["error"])
-        return written
+        written = [w.but(**IO_FAILURE) if w.path.endswith("io-0") else w for w in clean_groups(*args)]
+        return [w.but(error=reword(w.error)) for w in written] if reworded else written
 
     def plans(*args):
         table = batch_plans(*args)

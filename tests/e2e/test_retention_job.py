@@ -21,6 +21,7 @@ import pytest
 
 from kcompact.conf import resolve
 from kcompact.conf.units import MB
+from kcompact.contracts.plan_row import PlanRow
 from kcompact.jobs import cli
 from kcompact.operations.retention import execute
 from kcompact.planner import output
@@ -292,7 +293,7 @@ def test_partition_changed_since_planning_is_left_alone(tmp_path):
     row = {"topic": "x", "partition": 0, "log_dir": str(tmp_path), "path": str(part), "cleanup_policy": "delete",
            "log_start_offset": 0, "retention_log_start": 10, "retention_bytes_deleted": S + 1,
            "retention_deletes": deletes((0, S + 1, NOW - 3 * HOUR, "retention.ms")), "problems": []}
-    report = execute(pa.Table.from_pylist([row], schema=PLAN_SCHEMA), now=NOW)
+    report = execute(PlanRow.read(pa.Table.from_pylist([row], schema=PLAN_SCHEMA)), now=NOW)
     (entry,) = report.partitions
     assert "changed since planning" in entry.error and not entry.deleted
     assert listing(tmp_path) == before
@@ -334,8 +335,8 @@ def objects(store, prefix: str) -> dict[str, bytes]:
     return {p[len(root):]: store.fs.cat(p) for p in store.fs.find(root)}
 
 
-def x_row(log_dir: str) -> pa.Table:
-    return pa.Table.from_pylist([X_ROW | {"log_dir": log_dir, "path": f"{log_dir}/x-0"}], schema=PLAN_SCHEMA)
+def x_row(log_dir: str) -> list[PlanRow]:
+    return [PlanRow.of(X_ROW | {"log_dir": log_dir, "path": f"{log_dir}/x-0"})]
 
 
 def seen_bases(log_dir: str) -> list[int]:

@@ -9,11 +9,11 @@ import random
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from kcompact.compaction.cleaning import backward, rewrite
 from kcompact.compaction.cleaning.backward import clean_partition
+from kcompact.compaction.cleaning.partition_batches import PartitionBatches
 from kcompact.compaction.cleaning.results import IO_ERROR, OUT_OF_MEMORY
 from kcompact.compaction.pipeline import batch_plans, job
 from kcompact.compaction.pipeline.to_clean import PartitionToClean
@@ -53,16 +53,17 @@ def _to_clean(part: Path, segment_bytes: int) -> PartitionToClean:
     return PartitionToClean(path=str(part), log_dir=str(part.parent), topic="t", partition=0, log_start_offset=0,
                             first_dirty_offset=0, first_uncleanable_dirty_offset=active,
                             total_bytes=sum(log.stat().st_size for log in part.glob("*.log")),
-                            config=CleanerConfig.of(config.for_topic("t").as_strings()), retain_last_empty_at=active)
+                            config=CleanerConfig.of_topic(config.for_topic("t").as_strings()),
+                            retain_last_empty_at=active)
 
 
 def _groups(part: Path, segment_bytes: int) -> tuple[list, int]:
     """The segment groups of the partition's cleaning, as the job's driver makes them."""
     planned = batch_plans.plan_one(_to_clean(part, segment_bytes), NOW)
-    assert planned["error"] is None
-    ok = pa.Table.from_pylist([planned], schema=batch_plans.PARTITION_PLAN)
+    assert planned.error is None
+    ok = PartitionBatches.table([planned])
     batches = job.Batches.of(ok)
-    jobs = job._group_jobs(ok.drop_columns(["batches"]).to_pylist(), batches, NOW, "owner", direct=True)
+    jobs = job._group_jobs(PartitionBatches.read(ok), batches, NOW, "owner", direct=True)
     return [jobs[gid] for gid in sorted(jobs)], batches.map_keys(0)
 
 
@@ -82,14 +83,14 @@ def test_same_files_and_kafkas_records_by_any_number_of_threads(tmp_path, small_
     groups, keys = _groups(part, segment_bytes=seg_path(part, 0, "log").stat().st_size + 1)
     assert len(groups) == SEGMENTS
     results = clean_partition(groups, render=True, threads=threads, keys=keys)
-    assert [r["error"] for r in results] == [None] * SEGMENTS
+    assert [r.error for r in results] == [None] * SEGMENTS
     # Kafka's rule, worked here from the records written: the last record of each key stays
     last = {key: offset for offset, key, _ in written}
     kept = [(o, k, v) for o, k, v in written if last[k] == o]
     got = [(r.offset, r.key, r.value) for name, data in _cleaned(part).items() if name.endswith(".log.cleaned")
            for batch in kp_batches(data) for r in batch]
     assert got == kept
-    assert sum(r["codes"][0] for r in results) == len(kept)
+    assert sum(r.codes[0] for r in results) == len(kept)
 
 
 def test_threads_write_the_bytes_one_thread_writes(tmp_path, small_ranges):
@@ -108,16 +109,15 @@ def test_batch_plans_by_any_number_of_threads(tmp_path):
     part, _ = _partition(tmp_path)
     partition = _to_clean(part, segment_bytes=seg_path(part, 0, "log").stat().st_size + 1)
     plans = [batch_plans.plan_one(partition, NOW, threads) for threads in (1, 2, 4)]
-    assert plans[0]["error"] is None and plans[0]["batches"]
-    assert [{k: v for k, v in p.items() if k != "seconds"} for p in plans[1:]] == [
-        {k: v for k, v in plans[0].items() if k != "seconds"}] * 2
+    assert plans[0].error is None and plans[0].batches
+    assert [p.but(seconds=0.0) for p in plans[1:]] == [plans[0].but(seconds=0.0)] * 2
     for base in (BATCHES * PER_BATCH, 3 * BATCHES * PER_BATCH):  # segments 1 and 3
         log = seg_path(part, base, "log")
         data = bytearray(log.read_bytes())
         data[-5] ^= 0xFF
         log.write_bytes(bytes(data))
     for threads in (1, 2, 4):
-        error = batch_plans.plan_one(partition, NOW, threads)["error"]
+        error = batch_plans.plan_one(partition, NOW, threads).error
         assert error.startswith(f"{seg_path(part, BATCHES * PER_BATCH, 'log')}: byte ") and "CRC mismatch" in error
 
 
@@ -132,9 +132,9 @@ def test_a_corrupt_batch_stops_the_partition_at_its_group(tmp_path, small_ranges
     data[-5] ^= 0xFF  # a value byte of the segment's last batch
     log.write_bytes(bytes(data))
     results = clean_partition(groups, render=True, threads=threads, keys=keys)
-    assert [r["group"] for r in results] == [0, 1, 2, 3]
-    assert [r["error"] is None for r in results] == [False, True, True, True]
-    assert f"{log}: byte " in results[0]["error"] and "CRC mismatch" in results[0]["error"]
+    assert [r.group for r in results] == [0, 1, 2, 3]
+    assert [r.error is None for r in results] == [False, True, True, True]
+    assert f"{log}: byte " in results[0].error and "CRC mismatch" in results[0].error
     assert not [p for p in part.glob(f"{0:020d}.*") if p.name.endswith(".cleaned")]
 
 
@@ -166,13 +166,13 @@ def test_a_failed_write_stops_the_partition_before_the_groups_below(tmp_path, sm
 
     monkeypatch.setattr(rewrite, "write_group", write_group)
     results = clean_partition(groups, render=True, threads=threads, keys=keys)
-    assert [r["group"] for r in results] == [2, 3]
-    assert results[0]["error"].startswith(reason) and says in results[0]["error"]
+    assert [r.group for r in results] == [2, 3]
+    assert results[0].error.startswith(reason) and says in results[0].error
     if getattr(failure, "errno", None) == 28:  # a full disk: the file being written and the room needed
         needed = sum(seg_path(part, base, "log").stat().st_size for base in groups[2][0].segments)
         assert f"(writing {part.name}/{failing_base:020d}.log.cleaned, up to {needed / 2**20:.2g} MB needed)" in \
-            results[0]["error"], results[0]["error"]
-    assert results[1]["error"] is None
+            results[0].error, results[0].error
+    assert results[1].error is None
     bases = {int(p.name[:20]) for p in part.glob("*.cleaned")}
     assert bases == {groups[3][0].base_offset}
 

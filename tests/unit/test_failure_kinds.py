@@ -10,6 +10,7 @@ import pytest
 
 from kcompact.compaction.reports.report import PartitionReport, Report
 from kcompact.conf.policy import is_compacted, is_deleted
+from kcompact.contracts.plan_row import PlanRow
 from kcompact.logdir.failure import Failure, problem_kind
 from kcompact.operations.retention import PartitionRetention, RetentionReport
 from kcompact.planner import output
@@ -42,7 +43,7 @@ def test_both_reports_count_a_partition_once_skipped_before_failed():
     """A partition both skipped and carrying an error was not attempted: skipped, not failed, in the
     compaction report as in the retention report (they counted it differently before)."""
     both = PartitionReport("t", 0, "/logs/t-0", 0, None, error="x", skipped="y")
-    failed = PartitionReport.failed(ROW | {"error": "e", "failure": Failure.IO})
+    failed = PartitionReport.failed(PlanRow.of(ROW), "e", Failure.IO)
     compaction = Report(1, False, [both, failed]).totals()
     retained = [PartitionRetention("t", 0, "/logs/t-0", "/logs", 0, 0, error="x", skipped="y"),
                 PartitionRetention("t", 1, "/logs/t-1", "/logs", 0, 0, error="e")]

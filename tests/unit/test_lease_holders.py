@@ -15,6 +15,7 @@ import time
 import pyarrow as pa
 
 from kcompact.compaction.reports.report import PartitionReport, Report
+from kcompact.contracts.plan_row import LeaseHolder, PlanRow
 from kcompact.jobs.cli import EXIT_OK, EXIT_PARTIAL, _exit_status
 from kcompact.logdir.failure import Failure
 from kcompact.operations import states
@@ -111,12 +112,11 @@ def test_acquire_takes_over_a_dead_holders_lease_and_respects_a_live_one(tmp_pat
 
 def test_a_refusal_for_a_live_lease_carries_its_holder():
     state = lease(2928, host="h")
-    assert state.skip_reason.kind is Failure.LEASE_HELD and state.skip_reason.holder == {
-        "owner": "job-x", "host": "h", "pid": 2928, "until": states.utc(state.heartbeat_ms + states.LEASE_MS)}
+    assert state.skip_reason.kind is Failure.LEASE_HELD and state.skip_reason.holder == LeaseHolder(
+        owner="job-x", host="h", pid=2928, until=states.utc(state.heartbeat_ms + states.LEASE_MS))
     aborted = states.replace(state, state=states.ABORTED).skip_reason
-    assert aborted.kind is Failure.LEASE_HELD and aborted.holder["owner"] == "job-x"
-    assert states.CleaningState(states.IN_PROGRESS, owner="job-7").skip_reason.holder == {
-        "owner": "job-7", "host": None, "pid": None, "until": None}
+    assert aborted.kind is Failure.LEASE_HELD and aborted.holder.owner == "job-x"
+    assert states.CleaningState(states.IN_PROGRESS, owner="job-7").skip_reason.holder == LeaseHolder(owner="job-7")
     paused = states.CleaningState(states.PAUSED, pause_count=1).skip_reason
     uncleanable = states.CleaningState(states.UNCLEANABLE, reason="x").skip_reason
     assert (paused.kind, paused.holder) == (Failure.PAUSED, None)
@@ -129,7 +129,7 @@ def row(path: str, state: str = "idle", skip: str | None = None, policy: str = "
     topic, _, number = name.rpartition("-")
     return {"topic": topic, "partition": int(number), "log_dir": log_dir, "path": path, "cleanup_policy": policy,
             "state": state, "skip_reason": skip, "selected": False, "skip_kind": states.kind_of(skip),
-            "lease_holder": skip.holder if isinstance(skip, states.Refusal) else None}
+            "lease_holder": skip.holder.row() if isinstance(skip, states.Refusal) and skip.holder else None}
 
 
 def test_a_run_lists_held_partitions_by_holder_and_is_partial():
@@ -140,7 +140,7 @@ def test_a_run_lists_held_partitions_by_holder_and_is_partial():
              row("s3://b/logs/clicks-0", "in_progress", other.skip_reason, policy="delete"),  # no compaction held
              row("s3://b/logs/orders-4")]
     r = Report(1, False, [], seconds=0.5)
-    r.observe_plan(pa.Table.from_pylist(rows, schema=PLAN_SCHEMA))
+    r.observe_plan(PlanRow.read(pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)))
     until = states.utc(held.heartbeat_ms + states.LEASE_MS)
     assert [(h["partition"], h["owner"], h["host"], h["pid"]) for h in r.held()] == [
         ("orders-0", "kcompact-a", "h", 2928), ("orders-2", "kcompact-a", "h", 2928),
@@ -163,8 +163,8 @@ def test_a_run_lists_held_partitions_by_holder_and_is_partial():
 def test_a_partition_another_job_took_after_planning_is_held_too():
     refusal = lease(2928, host="h").skip_reason
     r = Report(1, False, [PartitionReport.skipped_for(
-        {"topic": "orders", "partition": 5, "path": "s3://b/logs/orders-5", "first_dirty_offset": 0}, refusal)])
-    r.observe_plan(pa.Table.from_pylist([row("s3://b/logs/orders-5")], schema=PLAN_SCHEMA))
+        PlanRow(topic="orders", partition=5, path="s3://b/logs/orders-5", first_dirty_offset=0), refusal)])
+    r.observe_plan(PlanRow.read(pa.Table.from_pylist([row("s3://b/logs/orders-5")], schema=PLAN_SCHEMA)))
     assert [(h["partition"], h["log_dir"]) for h in r.held()] == [("orders-5", "s3://b/logs")]
     assert "  s3://b/logs: orders-5" in r.text().split("\n")
 

@@ -9,6 +9,7 @@ import pytest
 
 from kcompact.conf.resolve import build
 from kcompact.conf.settings import ConfigError
+from kcompact.contracts.plan_row import PlanRow
 
 DETECTED_41 = ({}, {}, "kraft-metadata /logs/__cluster_metadata-0", ("/logs", 27, "/logs/__cluster_metadata-0"))
 
@@ -103,7 +104,7 @@ def test_message_format_settings_are_accepted_and_ignored_by_3_9(tmp_path, relea
 def test_the_release_and_why_in_the_plan_the_summary_and_the_report():
     import pyarrow as pa
 
-    from kcompact.compaction.reports.report import PLAN_FACTS, Report
+    from kcompact.compaction.reports.report import Report
     from kcompact.planner.build import PLAN_SCHEMA
     from kcompact.planner.output import describe
 
@@ -115,8 +116,7 @@ def test_the_release_and_why_in_the_plan_the_summary_and_the_report():
     table = pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
     assert describe(table).splitlines()[-2:] == [f"reproducing {detected}", f"reproducing {default}"]
     report = Report(now=0, dry_run=True)
-    report.observe_plan(table)
-    assert "kafka_version_source" in PLAN_FACTS
+    report.observe_plan(PlanRow.read(table))
     assert report.text().splitlines()[:2] == [f"reproducing {detected}", f"reproducing {default}"]
     assert report.to_json()["kafka_releases"] == [{"log_dir": "/a", "kafka_version": "4.1", "why": detected},
                                                   {"log_dir": "/b", "kafka_version": "4.3", "why": default}]

@@ -24,6 +24,7 @@ from kcompact.compaction.reports.report import (
     java_fixed,
 )
 from kcompact.compaction.reports.report_html import write_report
+from kcompact.contracts.plan_row import PlanRow
 from kcompact.planner.build import PLAN_SCHEMA
 
 NOW = 1_720_001_000_000
@@ -46,15 +47,14 @@ def users() -> PartitionReport:
 
 
 def failed() -> PartitionReport:
-    return PartitionReport.failed({"topic": "orders", "partition": 1, "path": "/logs/a/orders-1",
-                                   "first_dirty_offset": 7, "seconds": 0.5,
-                                   "error": "/logs/a/orders-1/00000000000000000000.log: byte 42: CRC mismatch",
-                                   "failure": "corrupt input"})
+    return PartitionReport.failed(PlanRow(topic="orders", partition=1, path="/logs/a/orders-1", first_dirty_offset=7),
+                                  "/logs/a/orders-1/00000000000000000000.log: byte 42: CRC mismatch", "corrupt input",
+                                  seconds=0.5)
 
 
 def skipped() -> PartitionReport:
-    return PartitionReport.skipped_for({"topic": "orders", "partition": 5, "path": "/logs/a/orders-5",
-                                        "first_dirty_offset": 0}, "held by another job")
+    return PartitionReport.skipped_for(PlanRow(topic="orders", partition=5, path="/logs/a/orders-5",
+                                               first_dirty_offset=0), "held by another job")
 
 
 def report(dry_run: bool = False) -> Report:
@@ -154,7 +154,7 @@ def test_metrics_without_the_plan():
 
 def test_metrics_with_the_plan():
     r = report()
-    r.observe_plan(plan(), marked=["/logs/a/orders-1"])
+    r.observe_plan(PlanRow.read(plan()), marked=["/logs/a/orders-1"])
     values, _ = r.metrics()
     # compacted and idle with bytes: orders-0 0.75, users-1 0.875 (orders-2 is uncleanable, orders-3 paused,
     # orders-4 empty, clicks-0 not compacted): 100 * 0.875 = 87.5 -> 87
@@ -171,8 +171,8 @@ def test_metrics_with_the_plan():
 @pytest.mark.parametrize(("ratio", "percent"), [(0.29, 28), (0.5, 50), (1.0, 100)])
 def test_max_dirty_percent_truncates_as_kafka(ratio, percent):
     r = Report(NOW, False)
-    r.observe_plan(pa.Table.from_pylist([plan_row("/l/t-0", "compact", "idle", 100, 29, ratio, 0)],
-                                        schema=PLAN_SCHEMA))
+    r.observe_plan(PlanRow.read(pa.Table.from_pylist([plan_row("/l/t-0", "compact", "idle", 100, 29, ratio, 0)],
+                                        schema=PLAN_SCHEMA)))
     assert r.metrics()[0]["max-dirty-percent"] == percent  # (100 * 0.29).toInt == 28 in Scala too
 
 
@@ -183,7 +183,7 @@ def test_dry_run_and_empty_run():
     values, _ = empty.metrics()
     assert (values["max-clean-time-secs"], values["cleaner-recopy-percent"], values["time-since-last-run-ms"]) \
         == (0, 0, {})
-    empty.observe_plan(PLAN_SCHEMA.empty_table())
+    empty.observe_plan(PlanRow.read(PLAN_SCHEMA.empty_table()))
     values, _ = empty.metrics()
     assert (values["max-dirty-percent"], values["max-compaction-delay-secs"]) == (0, 0)
     assert values["uncleanable-partitions-count"] == values["uncleanable-bytes"] == {}
@@ -191,7 +191,7 @@ def test_dry_run_and_empty_run():
 
 def test_json_carries_metrics_and_notes(tmp_path):
     r = report()
-    r.observe_plan(plan(), marked=["/logs/a/orders-1"])
+    r.observe_plan(PlanRow.read(plan()), marked=["/logs/a/orders-1"])
     path = tmp_path / "r.json"
     write_report(str(path), r.to_json(), page=False)
     doc = json.loads(path.read_text())
@@ -224,7 +224,7 @@ def undone_plan() -> pa.Table:
 
 def test_text_lists_blocked_and_uncleanable_partitions_and_checkpoint_resets():
     r = Report(NOW, False, [cleaned()], seconds=1.5)
-    r.observe_plan(undone_plan())
+    r.observe_plan(PlanRow.read(undone_plan()))
     r.checkpoint_resets.append({"log_dir": "/logs/a", "topic": "orders", "partition": 0, "from": 1000, "offset": 0,
                                 "why": "checkpoint 1000 above log end 6"})
     lines = r.text().split("\n")
@@ -244,11 +244,10 @@ def test_text_lists_blocked_and_uncleanable_partitions_and_checkpoint_resets():
 
 def test_a_partition_failed_by_the_run_is_not_listed_twice():
     r = Report(NOW, False, [cleaned()], seconds=1.0)
-    failing = PartitionReport.failed({"topic": "orders", "partition": 2, "path": "/logs/a/orders-2",
-                                      "first_dirty_offset": 0, "seconds": 0.1, "error": "CRC",
-                                      "failure": "corrupt input"})
+    failing = PartitionReport.failed(PlanRow(topic="orders", partition=2, path="/logs/a/orders-2",
+                                             first_dirty_offset=0), "CRC", "corrupt input", seconds=0.1)
     r.partitions.append(failing)
-    r.observe_plan(undone_plan(), marked=["/logs/a/orders-2"])
+    r.observe_plan(PlanRow.read(undone_plan()), marked=["/logs/a/orders-2"])
     assert [b["partition"] for b in r.blocked()] == ["orders-6"]
 
 
@@ -272,7 +271,7 @@ def test_time_since_last_run_is_kafkas_gauge_before_this_run():
 
 def test_json_has_the_run_the_units_and_what_was_left_undone():
     r = Report(NOW, False, [cleaned()], seconds=1.5, run={"host": "h", "version": "0.1.0"})
-    r.observe_plan(undone_plan())
+    r.observe_plan(PlanRow.read(undone_plan()))
     doc = r.to_json()
     assert doc["run"] == {"host": "h", "version": "0.1.0"}
     assert doc["units"] == "MB = 2^20 bytes (as Kafka's cleaner log)"
@@ -289,12 +288,12 @@ def test_text_lists_paused_partitions_with_the_way_out():
     )
     rows.append(plan_row("/logs/b/clicks-1", "delete", "paused", None, None, None, None))  # no compaction to hold back
     r = Report(NOW, False, [cleaned()], seconds=1.5)
-    r.observe_plan(pa.Table.from_pylist(rows, schema=PLAN_SCHEMA))
+    r.observe_plan(PlanRow.read(pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)))
     lines = r.text().split("\n")
     assert "paused partitions: /logs/b: 2 (orders-3, orders-7) -> 'kcompact resume /logs/b orders-3 orders-7'" in lines
     assert not [line for line in lines if line.startswith("paused partitions: /logs/a")]
     assert lines[-1].startswith("1 partition: 1 cleaned, 0 failed, 0 skipped;")  # a pause is no failure
-    r.observe_plan(pa.Table.from_pylist(rows[:1], schema=PLAN_SCHEMA))
+    r.observe_plan(PlanRow.read(pa.Table.from_pylist(rows[:1], schema=PLAN_SCHEMA)))
     assert not [line for line in r.text().split("\n") if line.startswith("paused partitions")]
 
 
@@ -309,7 +308,7 @@ def test_text_lists_paused_partitions_with_the_way_out():
 def test_a_run_that_cleans_nothing_says_why(rows, dry_run, last):
     table = undone_plan()
     r = Report(NOW, dry_run, [], seconds=0.5)
-    r.observe_plan(table.take(rows))
+    r.observe_plan(PlanRow.read(table.take(rows)))
     lines = r.text().split("\n")
     assert lines[-1] == last
     assert not [line for line in lines if line.startswith("0 partitions")]

@@ -48,7 +48,7 @@ with tempfile.TemporaryDirectory() as tmp:
     groups, keys = _groups(part, segment_bytes=seg_path(part, 0, "log").stat().st_size + 1)
     groups = pickle.loads(pickle.dumps(groups))  # as a Spark task gets them: the kernels see the same arrays
     results = clean_partition(groups, render=True, threads=2, keys=keys)
-    assert [r["error"] for r in results] == [None] * len(results), results
+    assert [r.error for r in results] == [None] * len(results), results
     assert main(["dump", str(part)]) == 0 and main(["verify", tmp]) == 0
 stats = {name: d.stats for name, d in dispatchers.items()}
 print("PROBE " + json.dumps({

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from kcompact.compaction.pipeline.to_clean import PartitionToClean, to_clean
-from kcompact.compaction.rules.cleaner_config import CLEANER_CONFIG, CONFIG_KEYS, CleanerConfig
+from kcompact.compaction.rules.cleaner_config import CONFIG_KEYS, CleanerConfig
 from kcompact.conf.resolve import Config
+from kcompact.contracts.plan_row import PlanRow
 from kcompact.planner.build import PLAN_SCHEMA
 from kcompact.planner.plan import Plan
 
@@ -30,25 +31,26 @@ def row(topic: str, partition: int, selected: bool, rank: int | None, kafka_vers
 
 def test_cleaner_config_by_kafkas_names():
     given = strings("orders")
-    config = CleanerConfig.of(given)
+    config = CleanerConfig.of_topic(given)
     assert [getattr(config, name) for name in CONFIG_FIELDS] == [int(given[k]) for k in CONFIG_KEYS]
-    assert config.index_per_batch == 1 and CleanerConfig.of(given, index_per_batch=False).index_per_batch == 0
-    assert config.legacy_to_v2 == 1 and CleanerConfig.of(given, legacy_to_v2=False).legacy_to_v2 == 0
+    assert config.index_per_batch == 1 and CleanerConfig.of_topic(given, index_per_batch=False).index_per_batch == 0
+    assert config.legacy_to_v2 == 1 and CleanerConfig.of_topic(given, legacy_to_v2=False).legacy_to_v2 == 0
     assert config.segment_bytes == 4096 and config.io_buffer_size == int(given["log.cleaner.io.buffer.size"])
     assert config.cleaner_threads == int(given["log.cleaner.threads"])
-    assert CleanerConfig.of(list(given.items())) == config  # a map as Arrow gives it
-    travelled = pa.array([config.struct()], CLEANER_CONFIG).to_pylist()[0]
-    assert CleanerConfig.from_struct(travelled) == config
+    assert CleanerConfig.of_topic(list(given.items())) == config  # a map as Arrow gives it
+    travelled = pa.array([config.row()], CleanerConfig.struct()).to_pylist()[0]  # as Spark carries it
+    assert travelled == dict(zip(CleanerConfig.schema().names, [*(int(given[k]) for k in CONFIG_KEYS), 1, 1]))
+    assert CleanerConfig.of(travelled) == config
 
 
 def test_the_selected_rows_in_plan_order():
     plan = Plan(pa.Table.from_pylist([row("orders", 1, True, 1), row("users", 0, False, None),
                                       row("orders", 0, True, 2)], schema=PLAN_SCHEMA))
-    got = to_clean(plan.table)
+    got = to_clean(plan.rows)
     assert [(p.topic, p.partition) for p in got] == [("orders", 1), ("orders", 0)]
     assert got[0] == PartitionToClean(path="/logs/orders-1", log_dir="/logs", topic="orders", partition=1,
                                       log_start_offset=3, first_dirty_offset=10, first_uncleanable_dirty_offset=20,
-                                      total_bytes=1001, config=CleanerConfig.of(strings("orders")),
+                                      total_bytes=1001, config=CleanerConfig.of_topic(strings("orders")),
                                       retain_last_empty_at=20)
     assert plan.log_dirs == ["/logs"] and plan.within(["/other"]).table.num_rows == 0
 
@@ -59,5 +61,6 @@ def test_each_release_keeps_the_rounds_last_emptied_batch_at_its_own_offset():
     cases = [("3.9.0", None, None, 0), ("3.9.1", None, None, 1), ("3.9.2", None, 20, 1), ("4.0.0", None, 20, 0),
              ("4.3", 25, 20, 1), ("4.4", 25, 25, 1), ("4.4", None, 30, 1)]
     for version, hw, expected, per_batch in cases:
-        (got,) = to_clean(pa.Table.from_pylist([row("orders", 0, True, 1, version, hw)], schema=PLAN_SCHEMA))
+        (got,) = to_clean(PlanRow.read(pa.Table.from_pylist([row("orders", 0, True, 1, version, hw)],
+                                                            schema=PLAN_SCHEMA)))
         assert (got.retain_last_empty_at, got.config.index_per_batch) == (expected, per_batch), version
