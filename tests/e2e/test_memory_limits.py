@@ -17,6 +17,7 @@ from kcompact.compaction.cleaning.results import IO_ERROR, OUT_OF_MEMORY, failur
 from kcompact.compaction.pipeline import routing
 from kcompact.compaction.pipeline.job_result import JobResult
 from kcompact.compaction.reports.report import Report
+from kcompact.contracts.plan_row import PlanRow
 from kcompact.jobs import cli
 from kcompact.readers.errors import FormatError
 
@@ -64,9 +65,8 @@ def test_what_reading_whole_holds_grows_with_keys_threads_and_groups():
 ])
 def test_only_a_fault_of_the_log_marks_it_uncleanable(exc, error, uncleanable):
     result = JobResult(Report(now=0, dry_run=False))
-    row = {"path": "/logs/t-0", "log_dir": "/logs", "topic": "t", "partition": 0, "first_dirty_offset": 0,
-           "error": reason(exc), "failure": failure_of(exc)}
-    result.fail(row)
+    row = PlanRow(path="/logs/t-0", log_dir="/logs", topic="t", partition=0, first_dirty_offset=0)
+    result.fail(row, reason(exc), failure_of(exc))
     assert ("/logs/t-0" in result.uncleanable) == uncleanable
     assert result.report.partitions[0].error == error
 

@@ -400,7 +400,7 @@ def test_a_job_stopped_mid_commit_still_removes_what_it_committed(spark, tmp_pat
     real_changed, seen = committing._changed_since_plan, []
 
     def stop_at_the_second(row, listing):
-        seen.append(row["path"])
+        seen.append(row.path)
         if len(seen) == 2:
             raise KeyboardInterrupt
         return real_changed(row, listing)
