@@ -38,8 +38,11 @@ demo: $(STAMP) $(KERNELS)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# The whole suite, its test files spread over one worker per core (pytest-xdist; a file stays on one
+# worker, so its module fixtures run once): most e2e time is waiting on JVMs, moto and timeouts.
+TEST_WORKERS ?= auto
 test: lint $(KERNELS)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The unit tier alone, its tests marked slow left out (tests/unit: no Spark, no whole command; under 2 minutes).
 test-fast: lint $(KERNELS)
