@@ -177,9 +177,9 @@ def plan(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None
          config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
          broker_config: BrokerConfig | None = None, kafka_version: str | None = None) -> Plan:
     """Kafka's cleaning decision (and what retention deletes) for every partition of ``log_dirs``,
-    one row per partition (``planner.build.PLAN_SCHEMA``; ``.df(spark)``: as a Spark DataFrame).
-    ``top``: select at most N partitions, highest ratio first; ``max_bytes``: select in rank order
-    while the dirty bytes fit. Writes nothing."""
+    one row per partition (``.rows``: typed records, ``contracts.plan_row.PlanRow``; ``.df(spark)``:
+    as a Spark DataFrame). ``top``: select at most N partitions, highest ratio first; ``max_bytes``:
+    select in rank order while the dirty bytes fit. Writes nothing."""
     from kcompact.planner.build import plan as build_plan
 
     _worker_python(spark)

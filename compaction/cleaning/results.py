@@ -48,9 +48,6 @@ class GroupResult(Record):
     failure: str | None = column(pa.string())  # ``logdir.failure.Failure``'s value
 
 
-RESULT_SCHEMA = GroupResult.schema()
-
-
 def reason(exc: Exception, path: str | None = None) -> str:
     """The error of a group that failed on ``exc``; ``path``: the partition dir, for an object
     store's error that names no object (the OS's own errors keep their words and file name)."""
