@@ -51,9 +51,11 @@ def commit_partitions(rows: list[PartitionBatches], written: list[GroupResult], 
     the latest commit record generation seen under it). What became of each is added to
     ``outcomes`` as it is known (so that a signal stopping the command leaves what was done), and
     returned."""
-    ready = []
+    ready, by_path = [], {}
+    for w in written:
+        by_path.setdefault(w.path, []).append(w)
     for pid, row in enumerate(rows):
-        groups = [w for w in written if w.path == row.path]
+        groups = by_path.get(row.path, [])
         errors = [w for w in groups if w.error]
         if errors or len(groups) != len(row.groups):
             _discard(groups)
