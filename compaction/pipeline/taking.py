@@ -61,7 +61,7 @@ def take_partitions(selected: list[PlanRow], keeper: LeaseKeeper, result: JobRes
             keeper.release(row.path)
             why = f"recovered an interrupted run first ({recovered.summary()}); planned again next run"
             result.report.partitions.append(PartitionReport.skipped_for(row, why, Failure.LOG_CHANGED))
-            progress(f"  skipped {row.topic}-{row.partition}: {why}")
+            progress(f"  skipped {row.name}: {why}")
             continue
         if row.log_dir not in checkpoints:
             checkpoints[row.log_dir] = cleaner_checkpoint(row.log_dir)
@@ -69,7 +69,7 @@ def take_partitions(selected: list[PlanRow], keeper: LeaseKeeper, result: JobRes
         if moved:
             keeper.release(row.path)
             result.report.partitions.append(PartitionReport.skipped_for(row, moved, Failure.LOG_CHANGED))
-            progress(f"  skipped {row.topic}-{row.partition}: {moved}")
+            progress(f"  skipped {row.name}: {moved}")
             continue
         if not storage.is_local_path(row.path):
             result.generations[row.path] = (recovered.generation if recovered is not None
