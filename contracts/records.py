@@ -9,7 +9,7 @@ or a list of them) or ``mapping`` (Arrow's map of strings, a dict here)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self
 
 import pyarrow as pa
@@ -49,11 +49,7 @@ class Record:
     @classmethod
     def schema(cls) -> pa.Schema:
         """The Arrow schema of a table of these records, in field order."""
-        found = cls.__dict__.get("_schema_cache")
-        if found is None:
-            found = pa.schema([pa.field(f.name, _arrow(cls, f)) for f in dataclasses.fields(cls)])
-            type.__setattr__(cls, "_schema_cache", found)
-        return found
+        return _layout(cls).schema
 
     @classmethod
     def struct(cls) -> pa.StructType:
@@ -64,14 +60,12 @@ class Record:
     def of(cls, row: Mapping[str, Any]) -> Self:
         """A record from ``row`` (a dict by column name, as ``pa.Table.to_pylist`` gives it); a
         column the row lacks takes the field's default, a name the record lacks is refused."""
-        unknown = set(row) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
+        layout = _layout(cls)
+        if not layout.names.issuperset(row):
+            unknown = set(row) - layout.names
             raise TypeError(f"{cls.__name__} has no field {', '.join(sorted(unknown))}")
-        values = {}
-        for f in dataclasses.fields(cls):
-            if f.name in row:
-                values[f.name] = _typed(f, row[f.name])
-        return cls(**values)
+        readers = layout.readers
+        return cls(**{name: value if (typed := readers[name]) is None else typed(value) for name, value in row.items()})
 
     @classmethod
     def read(cls, table: pa.Table, columns: Iterable[str] | None = None) -> list[Self]:
@@ -79,8 +73,8 @@ class Record:
         and map fields too); ``columns``: only these are read, the other fields keep their defaults
         (for a view that needs a few columns of a large table)."""
         wanted = set(columns) if columns is not None else None
-        names = [f.name for f in dataclasses.fields(cls)
-                 if f.name in table.column_names and (wanted is None or f.name in wanted)]
+        names = [name for name in _layout(cls).schema.names
+                 if name in table.column_names and (wanted is None or name in wanted)]
         return [cls.of(row) for row in table.select(names).to_pylist()]
 
     @classmethod
@@ -95,37 +89,54 @@ class Record:
 
     def row(self) -> dict[str, Any]:
         """This record as a dict by column name, nested records as dicts (what Arrow builds from)."""
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {name: getattr(self, name) if plain is None else plain(getattr(self, name))
+                for name, plain in _layout(type(self)).writers}
 
     def but(self, **changes: Any) -> Self:
         """A copy with ``changes``."""
         return dataclasses.replace(self, **changes)
 
 
-def _arrow(cls: type, f: dataclasses.Field) -> pa.DataType:
-    if _ARROW not in f.metadata:
-        raise TypeError(f"{cls.__name__}.{f.name} is not declared by column(), nested() or mapping()")
-    return f.metadata[_ARROW]
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Layout:
+    """What a record class's fields need, worked out once per class: its schema, its field names,
+    and per field how Arrow's Python value becomes the field's (``readers``) and back (``writers``;
+    None: as it is)."""
+
+    schema: pa.Schema
+    names: frozenset[str]
+    readers: dict[str, Callable[[Any], Any] | None]
+    writers: tuple[tuple[str, Callable[[Any], Any] | None], ...]
 
 
-def _typed(f: dataclasses.Field, value: Any) -> Any:
-    if value is None:
-        return () if pa.types.is_list(f.metadata[_ARROW]) else None
-    record = f.metadata.get(_RECORD)
+def _layout(cls: type) -> _Layout:
+    found = cls.__dict__.get("_layout_cache")
+    if found is None:
+        fields = dataclasses.fields(cls)
+        readers, writers = {}, []
+        for f in fields:
+            if _ARROW not in f.metadata:
+                raise TypeError(f"{cls.__name__}.{f.name} is not declared by column(), nested() or mapping()")
+            readers[f.name], plain = _converters(f.metadata)
+            writers.append((f.name, plain))
+        found = _Layout(pa.schema([pa.field(f.name, f.metadata[_ARROW]) for f in fields]),
+                        frozenset(readers), readers, tuple(writers))
+        type.__setattr__(cls, "_layout_cache", found)
+    return found
+
+
+def _converters(meta: Mapping[str, Any]) -> tuple[Callable[[Any], Any] | None, Callable[[Any], Any] | None]:
+    """How one field's value is read from Arrow's Python value (a null list: the empty tuple), and
+    written back (tuples as lists, nested records as dicts)."""
+    record = meta.get(_RECORD)
+    if record is not None and meta.get(_MANY):
+        return ((lambda v: () if v is None else tuple(x if isinstance(x, record) else record.of(x) for x in v)),
+                lambda v: [x.row() for x in v])
     if record is not None:
-        if f.metadata.get(_MANY):
-            return tuple(v if isinstance(v, record) else record.of(v) for v in value)
-        return value if isinstance(value, record) else record.of(value)
-    if f.metadata.get(_MAP):
-        return dict(value)
-    if pa.types.is_list(f.metadata[_ARROW]):
-        return tuple(value)
-    return value
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Record):
-        return value.row()
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
+        return ((lambda v: v if v is None or isinstance(v, record) else record.of(v)),
+                lambda v: None if v is None else v.row())
+    if meta.get(_MAP):
+        return (lambda v: None if v is None else dict(v)), None
+    if pa.types.is_list(meta[_ARROW]):
+        return (lambda v: () if v is None else tuple(v)), list
+    return None, None

@@ -203,8 +203,8 @@ def _plan(args: argparse.Namespace) -> int:
     config = _config(args, args.paths)
     spark = _session(args)
     plan = kcompact.plan(spark, args.paths, config=config, now=args.now, top=args.top, max_bytes=args.max_bytes)
-    print(output.describe(plan.table))
-    print(output.describe_retention(plan.table))
+    print(output.describe(plan.rows))
+    print(output.describe_retention(plan.rows))
     if args.output:
         output.write(plan, args.output)
         print(f"plan written to {args.output}")

@@ -38,6 +38,7 @@ from kcompact.storage import FileInfo
 
 RETENTION_ONLY = "not planned for compaction (retention-only plan)"
 PLAN_SCHEMA = PlanRow.schema()
+RANKING = ("path", "topic", "partition", "cleanable_ratio", "cleanable_bytes", "skip_reason", "rank", "selected")
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,12 +316,18 @@ def _planned(spark, tasks: list[Task], now: int, retention_only: bool) -> pa.Tab
 
 def ranked(planned: pa.Table, top: int | None, max_bytes: int | None) -> pa.Table:
     """Ranks and budgets applied to the executors' rows, sorted by rank then name, in the Arrow
-    shape ``planned`` has (Spark names nested fields its own way: a plan written as Parquet keeps them)."""
-    rows = PlanRow.read(planned)
+    shape ``planned`` has (Spark names nested fields its own way: a plan written as Parquet keeps
+    them). Only the columns ranking reads become records; the rest stay Arrow's, taken in order."""
+    rows = PlanRow.read(planned, RANKING)
     candidates = [rules.Candidate(r.path, r.cleanable_ratio, r.cleanable_bytes, r.topic, r.partition)
                   for r in rows if r.skip_reason is None]
     ranks = rules.rank(candidates, top, max_bytes)
     rows = [r.but(rank=ranks[r.path][0], skip_reason=ranks[r.path][1], selected=ranks[r.path][1] is None)
             if r.path in ranks else r for r in rows]
-    rows.sort(key=lambda r: (r.rank is None, r.rank or 0, r.topic or "", r.partition or 0, r.path))
-    return PlanRow.table(rows, planned.schema)
+    for name in ("rank", "skip_reason", "selected"):
+        at = planned.schema.get_field_index(name)
+        planned = planned.set_column(at, planned.field(at), pa.array([getattr(r, name) for r in rows],
+                                                                      planned.field(at).type))
+    order = sorted(range(len(rows)), key=lambda i: (rows[i].rank is None, rows[i].rank or 0, rows[i].topic or "",
+                                                    rows[i].partition or 0, rows[i].path))
+    return planned.take(pa.array(order, pa.int64()))

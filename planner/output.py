@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,30 +24,29 @@ def selected_bytes(table: pa.Table) -> int:
                                       table.column("selected").to_pylist()) if s)
 
 
-def describe(table: pa.Table) -> str:
-    """One line per partition, selected first by rank, then the rest with their skip reason."""
-    rows = [_line(r) for r in PlanRow.read(table)]
+def describe(plan: Sequence[PlanRow]) -> str:
+    """One line per partition of ``plan`` (a plan's rows), selected first by rank, then the rest
+    with their skip reason."""
+    rows = [_line(r) for r in plan]
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(TABLE_COLUMNS)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(TABLE_COLUMNS, widths)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
-    selected = sum(1 for r in table.column("selected").to_pylist() if r)
-    dirty = selected_bytes(table)
-    lines.append(f"{table.num_rows} partition{'' if table.num_rows == 1 else 's'}, {selected} selected, "
+    selected = [r for r in plan if r.selected]
+    dirty = sum(r.cleanable_bytes or 0 for r in selected)
+    lines.append(f"{len(plan)} partition{'' if len(plan) == 1 else 's'}, {len(selected)} selected, "
                  f"{dirty / MB:.1f} MB to clean; {UNIT_NOTE}")
-    lines += [f"note: {note}" for notes in table.column("notes").to_pylist() for note in notes or []]
-    if "kafka_version_source" in table.column_names:
-        lines += [f"reproducing {why}" for why in dict.fromkeys(table.column("kafka_version_source").to_pylist())
-                  if why]
+    lines += [f"note: {note}" for r in plan for note in r.notes]
+    lines += [f"reproducing {why}" for why in dict.fromkeys(r.kafka_version_source for r in plan) if why]
     return "\n".join(lines)
 
 
 RETENTION_COLUMNS = ("partition", "segments", "MB", "log start", "reasons")
 
 
-def describe_retention(table: pa.Table) -> str:
+def describe_retention(plan: Sequence[PlanRow]) -> str:
     """What retention deletes: one line per partition with segments to delete (or a retention
     skip for bad input, or for a cleaning state that holds back segments due), then a total."""
-    rows = [r for r in PlanRow.read(table) if r.retention_deletes or r.retention_skip_kind == Failure.BAD_INPUT]
+    rows = [r for r in plan if r.retention_deletes or r.retention_skip_kind == Failure.BAD_INPUT]
     lines = [_retention_line(r) for r in rows]
     widths = [max(len(c), *(len(r[i]) for r in lines)) if lines else len(c) for i, c in enumerate(RETENTION_COLUMNS)]
     out = ["retention:", "  ".join(c.ljust(w) for c, w in zip(RETENTION_COLUMNS, widths)).rstrip()]
@@ -89,14 +89,9 @@ def write(plan: Plan, path: str) -> None:
         fs, fs_path = storage.resolve(path)
         pq.write_table(plan.table, fs_path, filesystem=fs)
     elif path.endswith(".json"):
-        storage.write_durable(path, json.dumps(to_json(plan.table), indent=1).encode())
+        storage.write_durable(path, json.dumps([row.row() for row in plan.rows], indent=1).encode())
     else:
         raise ValueError(f"{path}: the plan is written as .parquet or .json")
-
-
-def to_json(table: pa.Table) -> list[dict]:
-    """Rows with maps as JSON objects."""
-    return [row.row() for row in PlanRow.read(table)]
 
 
 def read(path: str) -> Plan:
@@ -126,21 +121,21 @@ def read(path: str) -> Plan:
         raise ValueError(f"{path}: a plan is read from .parquet or .json")
     if "log_dir" not in table.column_names or None in table.column("log_dir").to_pylist():
         raise ValueError(f"{not_a_plan} (a partition without its log dir)")
-    return Plan(_complete(path, table, columns))
+    return _complete(path, Plan(table), columns)
 
 
-def _complete(path: str, table: pa.Table, columns: set[str]) -> pa.Table:
-    """``table`` when it has every column of a plan (``columns``: those the file held) and every
+def _complete(path: str, plan: Plan, columns: set[str]) -> Plan:
+    """``plan`` when it has every column of a plan (``columns``: those the file held) and every
     partition's configuration names every setting the job reads; a plan written by another
     version of kcompact may lack some, and guessing them would clean wrongly."""
     from kcompact.conf.settings import BROKER_MESSAGE_MAX_BYTES, SETTINGS
 
     lacking = [name for name in PlanRow.schema().names if name not in columns]
-    if lacking and table.num_rows:
+    if lacking and plan.table.num_rows:
         raise ValueError(f"{path}: a plan from another kcompact version (no {', '.join(lacking)} column); plan again")
 
     needed = {s.name for s in SETTINGS} | {BROKER_MESSAGE_MAX_BYTES}
-    for row in PlanRow.read(table):
+    for row in plan.rows:
         if row.config is None:
             continue
         missing = needed - set(row.config)
@@ -150,4 +145,4 @@ def _complete(path: str, table: pa.Table, columns: set[str]) -> pa.Table:
         if row.kafka_version is None:
             raise ValueError(f"{path}: {row.name} names no Kafka release (kafka_version): "
                              "a plan from another kcompact version; plan again")
-    return table
+    return plan

@@ -503,7 +503,7 @@ def test_output_round_trips(planned, tmp_path):
 
 
 def test_describe_lists_every_partition(planned):
-    text = output.describe(planned.table)
+    text = output.describe(planned.plan.rows)
     lines = text.splitlines()
     log_dirs = sorted(set(planned.table.column("log_dir").to_pylist()))
     # the release reproduced on each log dir (none holds a metadata.version here), said last

@@ -195,7 +195,7 @@ def test_plan_segments_carry_largest_timestamps_of_delete_topics(dirs):
 
 
 def test_plan_prints_retention(dirs):
-    text = output.describe_retention(dirs.table)
+    text = output.describe_retention(PlanRow.read(dirs.table))
     lines = text.splitlines()
     assert lines[0] == "retention:" and lines[1].split() == ["partition", "segments", "MB", "log", "start", "reasons"]
     by_name = {line.split()[0]: line for line in lines[2:-1]}

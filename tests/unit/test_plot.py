@@ -93,6 +93,7 @@ def test_a_skipped_ratio_never_reads_as_its_threshold():
     assert any("ratio 0.499, skipped" in t for t in labels), labels
     assert any("ratio 0.4996, skipped" in t for t in labels), labels
     assert any("ratio 0.900, #1 selected" in t for t in labels), labels
-    ratios = [tokens[tokens.index(name) + 1] for tokens in (line.split() for line in describe(table).splitlines())
+    lines = describe(Plan(table).rows).splitlines()
+    ratios = [tokens[tokens.index(name) + 1] for tokens in (line.split() for line in lines)
               for name in tokens if name.startswith("orders-")]
     assert sorted(ratios) == ["0.499", "0.4996", "0.900"]

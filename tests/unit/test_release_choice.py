@@ -114,7 +114,7 @@ def test_the_release_and_why_in_the_plan_the_summary_and_the_report():
              "kafka_version": v, "kafka_version_source": why}
             for p, (d, v, why) in enumerate([("/a", "4.1", detected), ("/a", "4.1", detected), ("/b", "4.3", default)])]
     table = pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
-    assert describe(table).splitlines()[-2:] == [f"reproducing {detected}", f"reproducing {default}"]
+    assert describe(PlanRow.read(table)).splitlines()[-2:] == [f"reproducing {detected}", f"reproducing {default}"]
     report = Report(now=0, dry_run=True)
     report.observe_plan(PlanRow.read(table))
     assert report.text().splitlines()[:2] == [f"reproducing {detected}", f"reproducing {default}"]
