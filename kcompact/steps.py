@@ -248,7 +248,7 @@ def compact(
                                  broker_config=broker_config, kafka_version=kafka_version)
             with watch("planning"):
                 plan = build_plan(spark, log_dirs, conf=conf, now=now, top=max_partitions)
-        with watch("cleaning", selected_bytes(plan.table)):
+        with watch("cleaning", selected_bytes(plan.rows)):
             report = job.run(spark, plan, now=now, dry_run=dry_run, progress=progress, ready=ready,
                              leases=LeaseKeeper(lease_ms=lease_ms), removal=removal).report
         report.previous_runs, report.began_choosing_ms = previous, began

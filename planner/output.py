@@ -18,10 +18,9 @@ from kcompact.planner.rules import ratio_text
 TABLE_COLUMNS = ("rank", "partition", "ratio", "dirty MB", "total MB", "dirty range", "bound", "decision")
 
 
-def selected_bytes(table: pa.Table) -> int:
+def selected_bytes(plan: Sequence[PlanRow]) -> int:
     """The cleanable bytes of the selected partitions: what a compaction of this plan reads."""
-    return sum(b or 0 for b, s in zip(table.column("cleanable_bytes").to_pylist(),
-                                      table.column("selected").to_pylist()) if s)
+    return sum(r.cleanable_bytes or 0 for r in plan if r.selected)
 
 
 def describe(plan: Sequence[PlanRow]) -> str:
@@ -31,10 +30,9 @@ def describe(plan: Sequence[PlanRow]) -> str:
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(TABLE_COLUMNS)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(TABLE_COLUMNS, widths)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
-    selected = [r for r in plan if r.selected]
-    dirty = sum(r.cleanable_bytes or 0 for r in selected)
-    lines.append(f"{len(plan)} partition{'' if len(plan) == 1 else 's'}, {len(selected)} selected, "
-                 f"{dirty / MB:.1f} MB to clean; {UNIT_NOTE}")
+    selected = sum(1 for r in plan if r.selected)
+    lines.append(f"{len(plan)} partition{'' if len(plan) == 1 else 's'}, {selected} selected, "
+                 f"{selected_bytes(plan) / MB:.1f} MB to clean; {UNIT_NOTE}")
     lines += [f"note: {note}" for r in plan for note in r.notes]
     lines += [f"reproducing {why}" for why in dict.fromkeys(r.kafka_version_source for r in plan) if why]
     return "\n".join(lines)
