@@ -4,8 +4,8 @@ site-packages. Metadata and dependencies are in setup.cfg."""
 
 from setuptools import find_packages, setup
 
-LAYERS = ("compaction", "conf", "contracts", "datasource", "jobs", "logdir", "operations", "planner", "readers",
-          "session", "storage", "tools", "writers")
+LAYERS = ("compaction", "conf", "contracts", "datasource", "errors", "jobs", "logdir", "operations", "planner",
+          "readers", "session", "storage", "tools", "writers")
 
 setup(
     package_dir={"kcompact": "kcompact", **{f"kcompact.{layer}": layer for layer in LAYERS}},

@@ -13,15 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from kcompact.errors import UnknownRelease
+
 MIB = 1024 * 1024
 # RECORD_OVERHEAD_V0: the smallest segment.bytes Kafka accepts before KIP-1030
 LEGACY_SEGMENT_BYTES_FLOOR = 14
 
 KeepLastEmpty = Literal["first_uncleanable", "high_watermark"] | None
-
-
-class UnknownRelease(ValueError):
-    """A Kafka version this table has no row for."""
 
 
 @dataclass(frozen=True, slots=True)

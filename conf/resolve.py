@@ -30,7 +30,7 @@ import javaproperties
 from kcompact import storage
 from kcompact.conf import releases
 from kcompact.conf.policy import is_compacted, is_deleted
-from kcompact.conf.releases import Choice, Release, UnknownRelease
+from kcompact.conf.releases import Choice, Release
 from kcompact.conf.settings import (
     BROKER_MESSAGE_MAX_BYTES,
     BY_BROKER_NAME,
@@ -39,10 +39,10 @@ from kcompact.conf.settings import (
     OTHER_TOPIC_SETTINGS,
     RETENTION_ALIASES,
     SETTINGS,
-    ConfigError,
     Setting,
     parse_value,
 )
+from kcompact.errors import ConfigError, UnknownRelease
 
 DEFAULT_SOURCE = "default"
 METADATA_SOURCE = "kraft-metadata "  # how logdir.kraft names a metadata log as a source

@@ -12,13 +12,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kcompact.errors import ConfigError
+
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 POLICIES = ("compact", "delete")
-
-
-class ConfigError(ValueError):
-    """A configuration key or value Kafka would reject; names the key and its source."""
 
 
 def _int_parser(lo: int, hi: int) -> Callable[[str], int]:

@@ -50,7 +50,7 @@ class LeaseHolder(Record):
 @dataclass(frozen=True, slots=True)
 class PlanRow(Record):
     """One partition of a plan, by Kafka's names. Decisions read the kinds (``skip_kind``,
-    ``retention_skip_kind``, ``fault_kind``: ``logdir.failure.Failure``'s values), people the
+    ``retention_skip_kind``, ``fault_kind``: ``errors.failure.Failure``'s values), people the
     reasons beside them."""
 
     topic: str | None = column(STR)

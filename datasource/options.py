@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from kcompact import errors
 from kcompact.datasource import spark_options as spark
 from kcompact.datasource.bounds import OffsetBound, PartitionKey
 from kcompact.datasource.schemas import MODES
@@ -67,7 +68,7 @@ def _resolved(value: int | None, starting: bool, resolve: Resolve | None) -> int
     if value is None or value >= 0:
         return value
     if resolve is None:
-        raise ValueError(f"offset {value} needs the partition's offsets")
+        raise errors.UsageError(f"offset {value} needs the partition's offsets")
     return resolve(value, starting)
 
 
@@ -99,15 +100,15 @@ class Settings:
         paths = [p for p in [options.get("path", "")] + options.get("paths", "").split(",") if p.strip()]
         dirs = _partition_dirs(options.get("partitionDirs"))
         if not paths and not dirs:
-            raise ValueError(
+            raise errors.UsageError(
                 "kafka-log needs a path: load(path), option('paths', 'a,b') or option('partitionDirs', ...)"
             )
         mode = options.get("mode", "records").lower()
         if mode not in MODES:
-            raise ValueError(f"kafka-log mode must be one of {', '.join(MODES)}, not {mode!r}")
+            raise errors.UsageError(f"kafka-log mode must be one of {', '.join(MODES)}, not {mode!r}")
         max_split = int(options.get("maxSplitBytes", DEFAULT_MAX_SPLIT_BYTES))
         if max_split <= 0:
-            raise ValueError(f"maxSplitBytes must be positive, not {max_split}")
+            raise errors.UsageError(f"maxSplitBytes must be positive, not {max_split}")
         push = spark.flag(options, "pushFilters", False)
         selection = _selection(options)
         start_times = _times(options, "startingTimestamp", "startingOffsetsByTimestamp")
@@ -126,7 +127,7 @@ class Settings:
 def _times(options: dict[str, str], one: str, each: str) -> OffsetBound | None:
     """A timestamp bound: one for every partition, or JSON per partition (not both)."""
     if one in options and each in options:
-        raise ValueError(f"give {one} or {each}, not both")
+        raise errors.UsageError(f"give {one} or {each}, not both")
     if one in options:
         return spark.timestamp(one, options[one])
     return spark.per_partition_json(each, options[each]) if each in options else None
@@ -139,10 +140,11 @@ def _partition_dirs(text: str | None) -> tuple[tuple[str, int | None], ...]:
         given = json.loads(text)
         dirs = tuple((str(d).rstrip("/"), None if end is None else int(end)) for d, end in given.items())
     except (ValueError, TypeError, AttributeError):
-        raise ValueError(f"partitionDirs must be a JSON object {{dir: ending offset or null}}, not {text!r}") from None
+        raise errors.UsageError(
+            f"partitionDirs must be a JSON object {{dir: ending offset or null}}, not {text!r}") from None
     for d, _ in dirs:
         if parse_partition_dir(d.rsplit("/", 1)[-1]) is None:
-            raise ValueError(f"partitionDirs: {d!r} is not a <topic>-<partition> dir")
+            raise errors.UsageError(f"partitionDirs: {d!r} is not a <topic>-<partition> dir")
     return dirs
 
 
@@ -153,7 +155,7 @@ def _selection(options: dict[str, str]) -> Selection:
     for ours, theirs in (("topics", "subscribe"), ("partitions", "assign"), ("startingOffset", "startingOffsets"),
                          ("endingOffset", "endingOffsets")):
         if ours in options and theirs in options:
-            raise ValueError(f"{ours} and {theirs} mean the same: give one")
+            raise errors.UsageError(f"{ours} and {theirs} mean the same: give one")
     topic_list = options.get("topics", options.get("subscribe"))
     topics = frozenset(_items(topic_list)) if topic_list is not None else None
     partitions = given("partitions", lambda text: frozenset(map(_partition_key, _items(text))))
@@ -176,7 +178,7 @@ def _items(text: str) -> list[str]:
 def _partition_key(text: str) -> PartitionKey:
     topic, sep, number = text.rpartition(":")
     if not number.strip().isdigit() or (sep and not topic):
-        raise ValueError(f"a partition is 'topic:N' or 'N', not {text!r}")
+        raise errors.UsageError(f"a partition is 'topic:N' or 'N', not {text!r}")
     return (topic if sep else None), int(number)
 
 
@@ -190,5 +192,5 @@ def _offset_bound(text: str) -> OffsetBound:
             else:
                 default = int(value)
         except ValueError:
-            raise ValueError(f"an offset is 'N', 'topic:P=N' or 'P=N', not {item!r}") from None
+            raise errors.UsageError(f"an offset is 'N', 'topic:P=N' or 'P=N', not {item!r}") from None
     return OffsetBound(default, tuple(overrides))

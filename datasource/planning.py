@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 
 from pyspark.sql.datasource import InputPartition
 
+from kcompact import errors
 from kcompact.datasource.options import Settings
 from kcompact.datasource.positions import Positions
 from kcompact.logdir.listing import Partition, parse_partition_dir, scan_log_dir, scan_partition
@@ -52,7 +53,7 @@ def selected_partitions(settings: Settings) -> list[tuple[Partition, int | None]
     named = settings.named_topics
     if named and not named & found:
         where = ", ".join([*settings.paths, *(path for path, _ in settings.dirs)])
-        raise ValueError(f"kafka-log: topics={','.join(sorted(named))}: no such topic in {where}; "
+        raise errors.UsageError(f"kafka-log: topics={','.join(sorted(named))}: no such topic in {where}; "
                          f"the topics there: {', '.join(sorted(found)) or 'none (no partition directory)'}")
     return out
 

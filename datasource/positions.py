@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from kcompact import storage
+from kcompact import errors, storage
 from kcompact.datasource.bounds import EARLIEST, LATEST
+from kcompact.errors import FormatError
 from kcompact.logdir.listing import Partition, Segment
 from kcompact.planner.scan import gather
 from kcompact.readers.columns import batch_columns
-from kcompact.readers.errors import FormatError
 from kcompact.readers.indexes import AbortedTxn, parse_offset_index, parse_time_index, parse_txn_index
 from kcompact.readers.segment import DEFAULT_CHUNK, iter_batches
 
@@ -36,7 +36,7 @@ class Positions:
                        log_start_checkpoint=None, min_lag_ms=0, first_batches=False)
         fault = facts.fault()
         if fault is not None:  # the headers' replay stopped there: its ends would be too short, silently
-            raise ValueError(f"{self.part.name}: its log end and last stable offset cannot be read: {fault[0]}")
+            raise errors.BadInput(f"{self.part.name}: its log end and last stable offset cannot be read: {fault[0]}")
         return facts.log_end, facts.last_stable
 
     @property
@@ -53,7 +53,8 @@ class Positions:
             return None if starting else self.log_start
         if value == LATEST:
             return self.log_end if starting else None
-        raise ValueError(f"{self.part.name}: offset {value} is neither a position nor -2 (earliest) or -1 (latest)")
+        raise errors.UsageError(f"{self.part.name}: offset {value} is neither a position nor -2 (earliest) "
+                                "or -1 (latest)")
 
     def aborted(self, start: int | None, end: int | None) -> tuple[AbortedTxn, ...]:
         """The aborted transactions that meet offsets [start, end), from the .txnindex files of the

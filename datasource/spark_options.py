@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from kcompact import errors
 from kcompact.datasource.bounds import EARLIEST, LATEST, OffsetBound, PartitionKey
 
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
@@ -26,10 +27,10 @@ def per_partition_json(name: str, text: str, negatives: tuple[int, ...] = ()) ->
                     raise TypeError
                 overrides.append(((str(topic), int(number)), value))
     except (ValueError, TypeError, AttributeError):
-        raise ValueError(f'{name} must be JSON like {{"topic":{{"0":23}}}}, not {text!r}') from None
+        raise errors.UsageError(f'{name} must be JSON like {{"topic":{{"0":23}}}}, not {text!r}') from None
     for (topic, number), value in overrides:
         if value < 0 and value not in negatives:
-            raise ValueError(f"{name}: {topic}-{number}: {value} is neither a position nor one of {negatives}")
+            raise errors.UsageError(f"{name}: {topic}-{number}: {value} is neither a position nor one of {negatives}")
     return OffsetBound(None, tuple(overrides))
 
 
@@ -45,9 +46,9 @@ def timestamp(name: str, text: str) -> OffsetBound:
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"{name} must be milliseconds since the epoch, not {text!r}") from None
+        raise errors.UsageError(f"{name} must be milliseconds since the epoch, not {text!r}") from None
     if value < 0:
-        raise ValueError(f"{name} must not be negative, not {value}")
+        raise errors.UsageError(f"{name} must not be negative, not {value}")
     return OffsetBound(value)
 
 
@@ -57,14 +58,14 @@ def assigned(text: str) -> frozenset[PartitionKey]:
         given = json.loads(text)
         keys = frozenset((str(topic), int(n)) for topic, numbers in given.items() for n in numbers)
     except (ValueError, TypeError, AttributeError):
-        raise ValueError(f'assign must be JSON like {{"topic":[0,1]}}, not {text!r}') from None
+        raise errors.UsageError(f'assign must be JSON like {{"topic":[0,1]}}, not {text!r}') from None
     return keys
 
 
 def flag(options: dict[str, str], name: str, default: bool) -> bool:
     text = options.get(name, str(default)).strip().lower()
     if text not in ("true", "false"):
-        raise ValueError(f"{name} must be true or false, not {options[name]!r}")
+        raise errors.UsageError(f"{name} must be true or false, not {options[name]!r}")
     return text == "true"
 
 
@@ -76,12 +77,12 @@ def positive(options: dict[str, str], name: str) -> int | None:
     except ValueError:
         value = 0
     if value <= 0:
-        raise ValueError(f"{name} must be a positive integer, not {options[name]!r}")
+        raise errors.UsageError(f"{name} must be a positive integer, not {options[name]!r}")
     return value
 
 
 def isolation(options: dict[str, str]) -> str:
     level = options.get("kafka.isolation.level", options.get("isolationLevel", ISOLATION_LEVELS[0])).strip().lower()
     if level not in ISOLATION_LEVELS:
-        raise ValueError(f"kafka.isolation.level must be one of {', '.join(ISOLATION_LEVELS)}, not {level!r}")
+        raise errors.UsageError(f"kafka.isolation.level must be one of {', '.join(ISOLATION_LEVELS)}, not {level!r}")
     return level

@@ -24,6 +24,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from kcompact import errors
 from kcompact.datasource.options import Settings
 from kcompact.datasource.planning import Split, offset_range, partition_splits, selected_partitions
 from kcompact.datasource.positions import Positions
@@ -44,7 +45,7 @@ def _get(offsets: Offsets, topic: str, partition: int) -> int | None:
 class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, settings: Settings):
         if settings.mode == "table":
-            raise ValueError("kafka-log: mode=table reads a table in a batch query, not a stream")
+            raise errors.UsageError("kafka-log: mode=table reads a table in a batch query, not a stream")
         self.settings = settings
         self.target: Offsets | None = None  # Trigger.AvailableNow: what there was at the start
 
@@ -127,7 +128,7 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 begin = pos.log_start
             splits += partition_splits(pos, OffsetRange(begin, stop), self.settings)
         if lost and self.settings.fail_on_data_loss:
-            raise ValueError(f"kafka-log: records gone before they were read (retention or deletion): "
+            raise errors.LogChanged(f"kafka-log: records gone before they were read (retention or deletion): "
                              f"{'; '.join(lost)}. Set failOnDataLoss=false to skip them")
         return splits
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from kcompact.errors import BadArgument
 from kcompact.jobs import checks
-from kcompact.jobs.checks import BadArgument
 
 
 def version() -> str:

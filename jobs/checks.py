@@ -15,6 +15,7 @@ import tempfile
 from datetime import UTC, datetime
 
 from kcompact import storage
+from kcompact.errors import BadArgument
 from kcompact.logdir.listing import CHECKPOINTS, held_partitions, not_a_log_dir, parse_partition_dir
 from kcompact.operations.states import utc
 
@@ -23,10 +24,6 @@ from kcompact.operations.states import utc
 EARLIEST_NOW = int(datetime(2000, 1, 1, tzinfo=UTC).timestamp() * 1000)
 LATEST_NOW = int(datetime(2100, 1, 1, tzinfo=UTC).timestamp() * 1000)
 MIN_LEASE_MS = 1000  # renewed every quarter of it: shorter leases lapse between two renewals
-
-
-class BadArgument(ValueError):
-    """An argument that cannot be right; the message names it and says what was expected."""
 
 
 def positive(minimum: int = 1, unit: str = ""):

@@ -22,16 +22,18 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import kcompact
-from kcompact.conf.settings import ConfigError
+from kcompact import errors
+from kcompact.errors import (
+    EXIT_FAILED,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_TERMINATED,
+)
+from kcompact.errors.failure import Failure
 from kcompact.jobs.arguments import build_parser, check, version
-from kcompact.jobs.checks import BadArgument
-from kcompact.logdir.failure import Failure
 from kcompact.operations.states import wall_ms
-from kcompact.readers.errors import FormatError
-
-EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERNAL, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2, 3, 4, 5
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
-EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 # -- output ----------------------------------------------------------------------------------------
@@ -68,7 +70,7 @@ def _gen(args: argparse.Namespace) -> int:
         print(json.dumps(generator.DEMO_SPEC, indent=1))
         return EXIT_OK
     if not args.out:
-        raise BadArgument("gen: --out DIR is required (or --print-spec)")
+        raise errors.BadArgument("gen: --out DIR is required (or --print-spec)")
     spec = generator.load_spec(args.spec)
     spec = generator.override(
         spec,
@@ -119,7 +121,7 @@ def _log_dirs_held(paths: list[str], dry_run: bool = False) -> Iterator[tuple[li
             try:
                 stack.enter_context(storage.LogDirLock(path, create=not dry_run))
                 free.append(path)
-            except storage.LogDirBusy as exc:
+            except errors.LogDirBusy as exc:
                 busy.append(str(exc))
                 _warn(str(exc))
         yield free, busy
@@ -188,7 +190,7 @@ def _state_command(args: argparse.Namespace) -> int:
         path = f"{args.logdir.rstrip('/')}/{name}"
         try:
             new = change(path)
-        except states.StateError as exc:
+        except errors.StateError as exc:
             _warn(f"{name}: {args.command} refused: {exc}")
             failed += 1
             continue
@@ -403,42 +405,20 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _failed(args: argparse.Namespace, exc: Exception) -> int:
-    """The one line and exit status of a command that ``exc`` ended; the CLI promises no traceback
-    (``KCOMPACT_DEBUG`` shows it)."""
+    """The one line and exit status of a command that ``exc`` ended, decided by its class alone
+    (``kcompact.errors``): any other error is a bug. The CLI promises no traceback
+    (``KCOMPACT_DEBUG`` shows a bug's)."""
     from kcompact import storage
     from kcompact.jobs import spark
 
-    named = _spark_log()  # once Spark started, every message names its log
-    if isinstance(exc, BadArgument):
-        _warn(f"{exc}{named}")
-        return EXIT_USAGE
-    if isinstance(exc, FormatError):
-        _warn(f"{exc}{named}")
-        return EXIT_PROBLEMS
-    if isinstance(exc, ConfigError):
-        _warn(f"configuration error: {exc}{named}")
-        return EXIT_USAGE
-    if isinstance(exc, OSError):
-        _warn(f"error: {storage.describe_failure(exc, getattr(args, 'argv', ()))}{named}")
-        return EXIT_USAGE
-    if isinstance(exc, ValueError):
-        _warn(f"error: {exc}{named}")
-        return EXIT_USAGE
-    storage_failure = storage.describe_failure(exc, getattr(args, "argv", ()))  # unreachable, no credentials
-    if storage_failure is not None:
-        _warn(f"error: {storage_failure}{named}")
-        return EXIT_USAGE
+    if isinstance(exc, errors.KcompactError) and exc.exit_code != EXIT_INTERNAL:
+        said = storage.describe_failure(exc, args.argv) if isinstance(exc, errors.StorageError) else str(exc)
+        _warn(f"{exc.label}{said}{_spark_log()}")
+        return exc.exit_code
     if os.environ.get("KCOMPACT_DEBUG"):
         raise exc
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     log = f"; Spark's log: {spark.log_path()}" if spark.started_jvm() else ""
-    # a Spark task's (Python's MemoryError, the JVM's OutOfMemoryError, an allocation refused: ENOMEM,
-    # a thread whose stack could not be mapped)
-    if any(sign in str(exc) for sign in ("MemoryError", "ENOMEM", "Cannot allocate memory", "can't start new thread")):
-        _warn("error: a Spark task ran out of memory: give it more (spark.executor.pyspark.memory caps a Python "
-              "worker's address space, --driver-memory the JVM's heap; a partition over 256 MiB also takes the "
-              f"shared path once spark.kcompact.map.memory is lowered) (set KCOMPACT_DEBUG=1 for details{log})")
-        return EXIT_USAGE
     _warn(f"internal error: {type(exc).__name__}: {first[:300]} (set KCOMPACT_DEBUG=1 for details{log})")
     return EXIT_INTERNAL
 

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from kcompact.errors import BadArgument, CannotStart
 from kcompact.jobs import cds, signals
 
 LOG4J = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
@@ -53,7 +54,7 @@ class Sizing:
         if cores is None and os.environ.get("KCOMPACT_CORES"):
             text = os.environ["KCOMPACT_CORES"]
             if not (text.strip().isdigit() and int(text) >= 1):
-                raise ValueError(f"KCOMPACT_CORES={text}: the cores of embedded Spark (local[N]) are a whole "
+                raise BadArgument(f"KCOMPACT_CORES={text}: the cores of embedded Spark (local[N]) are a whole "
                                  "number of at least 1")
             cores = int(text)
         if driver_memory:
@@ -64,7 +65,7 @@ class Sizing:
         try:
             env_conf = tuple(parse_conf(item) for item in os.environ.get("KCOMPACT_SPARK_CONF", "").split())
         except ValueError as exc:
-            raise ValueError(f"KCOMPACT_SPARK_CONF: {exc}") from None
+            raise BadArgument(f"KCOMPACT_SPARK_CONF: {exc}") from None
         return cls(cores, driver_memory or None, env_conf + tuple(conf), ui, verbose)
 
 
@@ -78,9 +79,9 @@ def _check_jvm_size(what: str, text: str) -> None:
     optional k, m, g or t; a bare number is bytes."""
     size = re.fullmatch(r"([0-9]+)([kKmMgGtT]?)", text)
     if size is None:
-        raise ValueError(f"{what}: not a JVM heap size: digits with an optional k, m, g or t, as 512m or 2g")
+        raise BadArgument(f"{what}: not a JVM heap size: digits with an optional k, m, g or t, as 512m or 2g")
     if int(size[1]) * _JVM_UNITS[size[2].lower()] < MIN_DRIVER_MEMORY:
-        raise ValueError(f"{what}: below the {MIN_DRIVER_MEMORY >> 20}m Spark's driver needs to start "
+        raise BadArgument(f"{what}: below the {MIN_DRIVER_MEMORY >> 20}m Spark's driver needs to start "
                          "(a number without a unit is bytes)")
 
 
@@ -90,7 +91,7 @@ def parse_conf(item: str) -> tuple[str, str]:
 
     key, eq, value = item.partition("=")
     if not eq or not key.startswith("spark."):
-        raise ValueError(f"{item!r} is not a Spark setting KEY=VALUE (keys start with 'spark.')")
+        raise BadArgument(f"{item!r} is not a Spark setting KEY=VALUE (keys start with 'spark.')")
     check_setting(key, value)
     return key, value
 
@@ -151,10 +152,6 @@ def session(app_name: str, sizing: Sizing | None = None):
 
     check_settings(spark)  # before any command writes: spark-submit's --conf comes unchecked
     return spark
-
-
-class CannotStart(ValueError):
-    """Spark could not start for a reason of this host's, which the message names with its fix."""
 
 
 # What Spark's log says when the JVM could not start for a reason of the host's, and the fix.

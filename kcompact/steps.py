@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from kcompact import errors
+from kcompact.errors import memory
 from kcompact.operations.states import LEASE_MS, wall_ms
 
 if TYPE_CHECKING:
@@ -99,7 +101,7 @@ def configuration(log_dirs: Sequence[str], *, config: Config | None = None, conf
 
     if config is not None:
         if config_files or topic_config or broker_config or kafka_version:
-            raise ValueError("give config, or config_files/topic_config/broker_config/kafka_version, not both")
+            raise errors.UsageError("give config, or config_files/topic_config/broker_config/kafka_version, not both")
         return config
     return resolve.build(
         files=list(config_files),
@@ -126,7 +128,7 @@ def _assignments(values: Mapping[str, object]) -> str:
 
 @contextlib.contextmanager
 def _held(log_dirs: Sequence[str], dry_run: bool) -> Iterator[None]:
-    """Every log dir's broker ``.lock`` (``storage.LogDirBusy`` when another process holds one);
+    """Every log dir's broker ``.lock`` (``errors.LogDirBusy`` when another process holds one);
     a dry run creates no ``.lock``."""
     from kcompact import storage
     with contextlib.ExitStack() as held:
@@ -138,12 +140,21 @@ def _held(log_dirs: Sequence[str], dry_run: bool) -> Iterator[None]:
 @contextlib.contextmanager
 def _step(spark: SparkSession, name: str) -> Iterator[None]:
     """A step's Spark jobs, tagged: a Ctrl-C or SIGTERM (or any error) that ends the step
-    interrupts those still running, on a classic session or a Spark Connect server alike."""
+    interrupts those still running, on a classic session or a Spark Connect server alike. A job
+    that failed for want of memory ends the step as ``errors.OutOfMemory``."""
     from kcompact.operations import critical
     from kcompact.session import kinds
 
-    with critical.stops_as_interrupts(), kinds.cancellable(spark, name):
-        yield
+    try:
+        with critical.stops_as_interrupts(), kinds.cancellable(spark, name):
+            yield
+    except Exception as exc:
+        if not memory.out_of_memory(exc):
+            raise
+        raise errors.OutOfMemory(
+            "a Spark task ran out of memory: give it more (spark.executor.pyspark.memory caps a Python worker's "
+            "address space, spark.driver.memory, --driver-memory, the JVM's heap; a partition over 256 MiB also "
+            "takes the shared path once spark.kcompact.map.memory is lowered)") from exc
 
 
 def _recovered(log_dirs: Sequence[str], progress: Say, summary: Say) -> None:
@@ -231,10 +242,10 @@ def compact(
     ready = time.monotonic() if ready is None else ready
     _worker_python(spark)
     if plan is not None and (config is not None or config_files or topic_config or broker_config or kafka_version):
-        raise ValueError("a plan carries its configuration: give plan or a configuration, not both")
+        raise errors.UsageError("a plan carries its configuration: give plan or a configuration, not both")
     if log_dirs is None:
         if plan is None:
-            raise ValueError("compact needs log_dirs or a plan")
+            raise errors.UsageError("compact needs log_dirs or a plan")
         log_dirs = plan.log_dirs
     log_dirs = list(log_dirs)
     now = wall_ms() if now is None else now

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from kcompact import storage
-from kcompact.readers.errors import FormatError, Problem
+from kcompact.errors import FormatError, Problem
 from kcompact.storage import FileInfo
 
 STAGED = ".staged"

@@ -14,11 +14,11 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 
-from kcompact import storage
+from kcompact import errors, storage
+from kcompact.errors import FormatError
 from kcompact.logdir.listing import METADATA_DIR
 from kcompact.readers import metadata
 from kcompact.readers.batch import Batch
-from kcompact.readers.errors import FormatError
 from kcompact.readers.records import Record
 from kcompact.readers.segment import iter_batches
 from kcompact.storage import FileInfo
@@ -106,7 +106,7 @@ def _decode(batch: Batch, record: Record) -> metadata.MetadataRecord:
         raise FormatError(batch.path, batch.position, f"{where} has no value")
     try:
         return metadata.decode(record.value)
-    except metadata.MetadataError as exc:
+    except errors.MetadataError as exc:
         raise FormatError(
             batch.path, batch.position, f"{where}: byte {exc.position} of its value: {exc.what}"
         ) from None

@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass, field
 
 from kcompact import storage
+from kcompact.errors import Problem
 from kcompact.logdir.commits import CommitRecord, follow, latest_generations
 from kcompact.readers import checkpoint
-from kcompact.readers.errors import Problem
 from kcompact.storage import FileInfo
 
 NOT_LIVE_SUFFIXES = ("-delete", "-future", "-stray")

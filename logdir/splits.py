@@ -17,8 +17,8 @@ from typing import NamedTuple
 import numpy as np
 
 from kcompact import storage
+from kcompact.errors import FormatError
 from kcompact.logdir.listing import Partition, Segment
-from kcompact.readers.errors import FormatError
 from kcompact.readers.indexes import OffsetEntry, parse_offset_index
 
 DEFAULT_MAX_SPLIT_BYTES = 128 << 20

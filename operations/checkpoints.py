@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kcompact import storage
+from kcompact import errors, storage
 from kcompact.logdir.listing import held_partitions
 from kcompact.readers import checkpoint
 from kcompact.writers.checkpoint import render_checkpoint
@@ -47,7 +47,8 @@ def update_checkpoint(log_dir: str, name: str, change: Callable[[dict], dict | N
             return
         if storage.write_if(path, render_checkpoint(wanted), found[1] if found else None):
             return
-    raise OSError(f"{path}: changed by others {CAS_ATTEMPTS} times while this job set its entries; try again")
+    raise errors.StorageError(f"{path}: changed by others {CAS_ATTEMPTS} times while this job set its entries; "
+                              "try again")
 
 
 def update_cleaner_offsets(log_dir: str, change: Callable[[dict], dict | None],

@@ -62,7 +62,7 @@ def commit_cleaned(log_dir: str, partition_dir: str, topic: str, partition: int,
     base offsets), all of them or none, and set its cleaner checkpoint entry to ``end``; returns
     the ``.deleted`` files to remove (none on object stores, whose commit deletes what it
     replaces). ``owner``: the job's lease owner; ``seen``: the latest commit record generation
-    seen under its lease (object stores). Raises ``s3commit.CommitLost`` when another writer
+    seen under its lease (object stores). Raises ``errors.CommitLost`` when another writer
     committed the partition first; an OSError inside the swap leaves it for recovery. A signal
     that stops the command waits for the partition's commit to end (``operations.critical``).
     ``wave``: an object store's apply is finished with the wave's (else at once)."""
@@ -110,7 +110,7 @@ def commit_deletion(log_dir: str, partition_dir: str, topic: str, partition: int
     directory fsynced, then each removed: the caller then moves the log dir's checkpoints
     (``by_record`` says whether it must). ``owner``: names the run in its commit record; ``seen``:
     the partition's latest commit record generation, 0 for none (object stores). Raises
-    ``s3commit.CommitLost`` when another writer committed the partition first. A signal that stops
+    ``errors.CommitLost`` when another writer committed the partition first. A signal that stops
     the command waits for the partition's commit to end (``operations.critical``)."""
     with critical.section():
         _commit_deletion(log_dir, partition_dir, topic, partition, names, log_start, owner, seen)

@@ -38,12 +38,12 @@ import struct
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
-from kcompact import storage
+from kcompact import errors, storage
+from kcompact.errors import FormatError
 from kcompact.logdir import commits
 from kcompact.logdir.listing import Partition, segment_name
 from kcompact.operations import s3commit
 from kcompact.readers import indexes
-from kcompact.readers.errors import FormatError
 from kcompact.readers.segment import iter_batches, torn_tail
 from kcompact.storage import FileInfo
 from kcompact.writers.segment import DEFAULT_INDEX_INTERVAL_BYTES, SegmentWriter
@@ -341,7 +341,7 @@ def recover_log_dirs(paths: Iterable[str], progress=print, torn_tails: bool = Fa
         for log_dir in paths:
             try:
                 held.enter_context(storage.LogDirLock(log_dir))  # re-entrant: the caller's, usually
-            except storage.LogDirBusy as exc:
+            except errors.LogDirBusy as exc:
                 report.skipped[log_dir] = str(exc)
                 continue
             indexes = object_store_indexes or storage.is_local_path(log_dir)

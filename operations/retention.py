@@ -39,18 +39,14 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
-from kcompact import storage
+from kcompact import errors, storage
 from kcompact.conf.units import MB, UNIT_NOTE
 from kcompact.contracts.plan_row import PlanRow, RetentionDelete
-from kcompact.logdir.failure import Failure, outcome_counts
+from kcompact.errors import FormatError, LogChanged
+from kcompact.errors.failure import Failure, outcome_counts
 from kcompact.logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
-from kcompact.operations import commit, s3commit, states
+from kcompact.operations import commit, states
 from kcompact.operations.checkpoints import move_log_starts
-from kcompact.readers.errors import FormatError
-
-
-class Changed(Exception):
-    """The partition is no longer what the plan saw; nothing of it was touched."""
 
 
 # -- the report ---------------------------------------------------------------------------------
@@ -180,7 +176,7 @@ def execute(plan: Iterable[PlanRow], now: int, dry_run: bool = False,
                 continue
             try:
                 entry.skip(_delete_prefix(row, owner))
-            except (Changed, FormatError, OSError, s3commit.CommitLost) as exc:
+            except (LogChanged, FormatError, OSError, errors.CommitLost) as exc:
                 entry.error = str(exc)
                 continue
             if entry.skipped is None:
@@ -198,7 +194,7 @@ def execute(plan: Iterable[PlanRow], now: int, dry_run: bool = False,
 
 def _delete_prefix(row: PlanRow, owner: str) -> str | None:
     """Delete one partition's planned prefix; returns a skip reason instead when its cleaning
-    state changed since planning. Raises ``Changed`` when its segments did, ``CommitLost`` when
+    state changed since planning. Raises ``LogChanged`` when its segments did, ``CommitLost`` when
     a compaction committed the partition first (object stores)."""
     path = row.path
     files, _ = storage.list_dir(path)
@@ -206,11 +202,11 @@ def _delete_prefix(row: PlanRow, owner: str) -> str | None:
     planned = [(d.base_offset, d.size) for d in row.retention_deletes]
     found = [(s.base_offset, s.size) for s in part.segments]
     if len(found) <= len(planned) or found[:len(planned)] != planned or part.leftovers:
-        raise Changed(f"{path}: changed since planning (planned to delete (base, size) {planned}; "
+        raise LogChanged(f"{path}: changed since planning (planned to delete (base, size) {planned}; "
                       f"found {found[:len(planned) + 1]}{', leftovers' if part.leftovers else ''}); nothing deleted")
     unsettled = _unsettled_commit(part)
     if unsettled:
-        raise Changed(f"{path}: {unsettled}; nothing deleted")
+        raise LogChanged(f"{path}: {unsettled}; nothing deleted")
     skip = _state_skip(path, row.cleanup_policy or "")
     if skip:
         return skip

@@ -53,7 +53,8 @@ import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from kcompact import storage
+from kcompact import errors, storage
+from kcompact.errors import CommitLost
 from kcompact.logdir.commits import (
     CommitRecord,
     latest_generations,
@@ -65,9 +66,6 @@ from kcompact.logdir.listing import held_partitions
 from kcompact.operations.checkpoints import move_log_starts, update_cleaner_offsets
 from kcompact.storage import FileInfo
 
-
-class CommitLost(Exception):
-    """Another writer created this generation's record first; this job's result was discarded."""
 
 def plan_record(topic: str, partition: int, generation: int, owner: str, staged_paths: Iterable[str],
                 replaced: Iterable[str], checkpoint_offset: int) -> CommitRecord:
@@ -101,7 +99,7 @@ def _copy(partition_dir: str, staged: dict[str, str]) -> None:
     try:
         storage.copy_many(pairs)
     except FileNotFoundError as exc:
-        raise OSError(
+        raise errors.StorageError(
             f"{partition_dir}: a staged file is missing ({exc}); its commit record cannot be applied"
         ) from None
 
@@ -157,7 +155,7 @@ def _confirmed(path: str, record: CommitRecord) -> str:
     found = storage.read_versioned(path)
     now = CommitRecord.parse(path, found[0]) if found else None
     if now is None or (record.applied and not now.applied) or (record.copied and not now.copied):
-        raise OSError(f"{path}: commit record changed while it was being applied")
+        raise errors.StorageError(f"{path}: commit record changed while it was being applied")
     return found[1]
 
 
@@ -217,7 +215,7 @@ def latest_record(log_dir: str, topic: str, partition: int,
         path = record_path(log_dir, topic, partition, seen)
         found = storage.read_versioned(path)
         if found is None:
-            raise OSError(f"{path}: commit record deleted since the log dir was listed (a commit finished "
+            raise errors.StorageError(f"{path}: commit record deleted since the log dir was listed (a commit finished "
                           "meanwhile); try again")
         record, version = CommitRecord.parse(path, found[0]), found[1]
     while True:

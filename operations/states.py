@@ -43,8 +43,8 @@ from datetime import UTC, datetime
 from kcompact import storage
 from kcompact.conf.policy import is_compacted
 from kcompact.contracts.plan_row import LeaseHolder
-from kcompact.logdir.failure import Failure
-from kcompact.readers.errors import FormatError
+from kcompact.errors import FormatError, StateError
+from kcompact.errors.failure import Failure
 
 IDLE, IN_PROGRESS, ABORTED, PAUSED, UNCLEANABLE = "idle", "in_progress", "aborted", "paused", "uncleanable"
 STATES = (IDLE, IN_PROGRESS, ABORTED, PAUSED, UNCLEANABLE)
@@ -219,10 +219,6 @@ class Lease:
     partition_dir: str
     state: CleaningState
     version: str
-
-
-class StateError(ValueError):
-    """An operator command that does not apply to the partition's state (says why)."""
 
 
 def file_name(topic: str, partition: int) -> str:

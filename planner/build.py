@@ -25,14 +25,14 @@ from kcompact.conf import releases, resolve
 from kcompact.conf.policy import is_compacted, is_deleted
 from kcompact.conf.resolve import Config, TopicConfig
 from kcompact.contracts.plan_row import PlanRow, RetentionDelete, Segment
+from kcompact.errors import FormatError
+from kcompact.errors.failure import Failure
 from kcompact.logdir import kraft
-from kcompact.logdir.failure import Failure
 from kcompact.logdir.listing import METADATA_TOPIC, is_live_partition_dir, list_log_dir, parse_partition_dir
 from kcompact.operations import states
 from kcompact.planner import retention, rules, scan
 from kcompact.planner.plan import Plan
 from kcompact.readers import checkpoint
-from kcompact.readers.errors import FormatError
 from kcompact.session import kinds
 from kcompact.storage import FileInfo
 

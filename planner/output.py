@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kcompact import storage
+from kcompact import errors, storage
 from kcompact.conf.units import MB, UNIT_NOTE
 from kcompact.contracts.plan_row import PlanRow
-from kcompact.logdir.failure import Failure
+from kcompact.errors.failure import Failure
 from kcompact.planner.plan import Plan
 from kcompact.planner.rules import ratio_text
 
@@ -89,7 +89,7 @@ def write(plan: Plan, path: str) -> None:
     elif path.endswith(".json"):
         storage.write_durable(path, json.dumps([row.row() for row in plan.rows], indent=1).encode())
     else:
-        raise ValueError(f"{path}: the plan is written as .parquet or .json")
+        raise errors.UsageError(f"{path}: the plan is written as .parquet or .json")
 
 
 def read(path: str) -> Plan:
@@ -101,24 +101,24 @@ def read(path: str) -> Plan:
         try:
             table = pq.read_table(fs_path, filesystem=fs)
         except pa.ArrowException as exc:
-            raise ValueError(f"{not_a_plan} ({exc})") from None
+            raise errors.UsageError(f"{not_a_plan} ({exc})") from None
         columns = set(table.column_names)
     elif path.endswith(".json"):
         try:
             rows = json.loads(storage.read_bytes(path))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{not_a_plan} (not JSON: {exc})") from None
+            raise errors.UsageError(f"{not_a_plan} (not JSON: {exc})") from None
         if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-            raise ValueError(f"{not_a_plan} (not a list of partitions)")
+            raise errors.UsageError(f"{not_a_plan} (not a list of partitions)")
         columns = set(rows[0]) if rows else set()
         try:
             table = pa.Table.from_pylist(rows, schema=PlanRow.schema())
         except (pa.ArrowException, TypeError, ValueError) as exc:
-            raise ValueError(f"{not_a_plan} ({exc})") from None
+            raise errors.UsageError(f"{not_a_plan} ({exc})") from None
     else:
-        raise ValueError(f"{path}: a plan is read from .parquet or .json")
+        raise errors.UsageError(f"{path}: a plan is read from .parquet or .json")
     if "log_dir" not in table.column_names or None in table.column("log_dir").to_pylist():
-        raise ValueError(f"{not_a_plan} (a partition without its log dir)")
+        raise errors.UsageError(f"{not_a_plan} (a partition without its log dir)")
     return _complete(path, Plan(table), columns)
 
 
@@ -130,7 +130,8 @@ def _complete(path: str, plan: Plan, columns: set[str]) -> Plan:
 
     lacking = [name for name in PlanRow.schema().names if name not in columns]
     if lacking and plan.table.num_rows:
-        raise ValueError(f"{path}: a plan from another kcompact version (no {', '.join(lacking)} column); plan again")
+        raise errors.UsageError(f"{path}: a plan from another kcompact version (no {', '.join(lacking)} column); "
+                                "plan again")
 
     needed = {s.name for s in SETTINGS} | {BROKER_MESSAGE_MAX_BYTES}
     for row in plan.rows:
@@ -138,9 +139,9 @@ def _complete(path: str, plan: Plan, columns: set[str]) -> Plan:
             continue
         missing = needed - set(row.config)
         if missing:
-            raise ValueError(f"{path}: the configuration of {row.name} lacks "
+            raise errors.UsageError(f"{path}: the configuration of {row.name} lacks "
                              f"{', '.join(sorted(missing))}: a plan from another kcompact version; plan again")
         if row.kafka_version is None:
-            raise ValueError(f"{path}: {row.name} names no Kafka release (kafka_version): "
+            raise errors.UsageError(f"{path}: {row.name} names no Kafka release (kafka_version): "
                              "a plan from another kcompact version; plan again")
     return plan

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kcompact import storage
-from kcompact.logdir.failure import Failure, problem_kind
+from kcompact.errors import FormatError
+from kcompact.errors.failure import Failure, problem_kind
 from kcompact.logdir.listing import Partition, Segment, scan_partition
 from kcompact.planner.rules import SegmentFacts, dirty_non_active, first_dirty_offset
 from kcompact.readers import snapshot, walk
 from kcompact.readers.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
-from kcompact.readers.errors import FormatError
 from kcompact.readers.indexes import TIME_ENTRY, parse_time_index
 from kcompact.readers.segment import DEFAULT_CHUNK, iter_batches, to_torn_tail
 from kcompact.storage import FileInfo

@@ -13,8 +13,9 @@ import zlib
 import crc32c
 import numpy as np
 
+from kcompact import errors
+from kcompact.errors import FormatError
 from kcompact.readers import codecs, scan
-from kcompact.readers.errors import FormatError
 from kcompact.readers.records import Record, build_records, control_type
 
 LOG_OVERHEAD = 12  # baseOffset int64 + batchLength int32, not counted in batchLength
@@ -158,7 +159,7 @@ class Batch:
         raw = memoryview(self.buf)[self.start + V2_HEADER_SIZE : self.end]
         try:
             return codecs.decompress(self.codec, raw)
-        except codecs.CodecError as exc:
+        except errors.CodecError as exc:
             raise FormatError(self.path, self.position, f"batch at offset {self.base_offset_field}: {exc}") from None
 
     def scan_records(self) -> tuple[bytes, np.ndarray, np.ndarray]:
@@ -236,7 +237,7 @@ def _legacy_records(batch: Batch) -> tuple[list[Record], bool]:
         raise FormatError(batch.path, batch.position, "compressed legacy wrapper message has no value")
     try:
         inner = codecs.decompress_legacy(batch.magic, batch.codec, value)
-    except codecs.CodecError as exc:
+    except errors.CodecError as exc:
         raise FormatError(
             batch.path, batch.position, f"legacy wrapper at offset {batch.base_offset_field}: {exc}"
         ) from None

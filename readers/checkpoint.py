@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from kcompact.readers.errors import FormatError
+from kcompact.errors import FormatError
 
 VERSION = 0
 CLEANER_OFFSET = "cleaner-offset-checkpoint"  # first dirty offset per partition (the cleaner's)

@@ -21,6 +21,8 @@ import lz4.frame
 import xxhash
 import zstandard
 
+from kcompact.errors import CodecError
+
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
 BY_NAME = {name: code for code, name in NAMES.items()}
@@ -29,10 +31,6 @@ XERIAL_MAGIC = b"\x82SNAPPY\x00"
 XERIAL_HEADER = struct.Struct(">8sii")
 INT32 = struct.Struct(">i")
 _contexts = threading.local()
-
-
-class CodecError(ValueError):
-    """Compressed bytes that the codec cannot decode (the caller adds file and position)."""
 
 
 def name(codec: int) -> str:

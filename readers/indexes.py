@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kcompact.readers.errors import FormatError
+from kcompact.errors import FormatError
 
 OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")

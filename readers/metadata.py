@@ -15,21 +15,14 @@ import base64
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kcompact.errors import MetadataError
+
 FRAME_VERSION = 1
 TOPIC_RECORD, CONFIG_RECORD, REMOVE_TOPIC_RECORD, FEATURE_LEVEL_RECORD = 2, 4, 9, 12
 METADATA_VERSION = "metadata.version"  # the feature whose level names the cluster's release line
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4  # ConfigRecord.ResourceType values
 _SHORT_MAX = 0x7FFF
 _UVARINT_MAX_BYTES = 5  # Kafka's unsigned varints are 32-bit
-
-
-class MetadataError(ValueError):
-    """A metadata record value that cannot be decoded; ``position`` is the byte in the value."""
-
-    def __init__(self, position: int, what: str):
-        self.position = position
-        self.what = what
-        super().__init__(f"byte {position}: {what}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from typing import BinaryIO, TypeVar
 
 import crc32c
 
+from kcompact.errors import FormatError
 from kcompact.readers import codecs
 from kcompact.readers.batch import (
     ATTR_CODEC_MASK,
@@ -24,7 +25,6 @@ from kcompact.readers.batch import (
     V2_HEADER_SIZE,
     Batch,
 )
-from kcompact.readers.errors import FormatError
 
 T = TypeVar("T")
 

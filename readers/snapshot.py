@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import crc32c
 
-from kcompact.readers.errors import FormatError
+from kcompact.errors import FormatError
 
 VERSION = 1
 _HEADER = struct.Struct(">hIi")  # version, crc, entry count

@@ -21,10 +21,11 @@ from typing import BinaryIO
 import numpy as np
 from numba import njit
 
+from kcompact import errors
+from kcompact.errors import FormatError
 from kcompact.readers import codecs, compiled_codecs, scan
 from kcompact.readers.batch import LEGACY_MIN_SIZE, LOG_OVERHEAD, V2_CRC_START, V2_HEADER_SIZE, Batch
 from kcompact.readers.crc import crcs
-from kcompact.readers.errors import FormatError
 from kcompact.readers.segment import DEFAULT_CHUNK, problems
 
 # Columns of the entry matrix. Legacy entries fill POSITION, SIZE, MAGIC, BASE_OFFSET (the
@@ -142,7 +143,7 @@ class Chunk:
             return raw
         try:
             return codecs.decompress(codec, raw)
-        except codecs.CodecError as exc:
+        except errors.CodecError as exc:
             raise FormatError(self.path, self.file_position + pos,
                               f"batch at offset {int(self.entries[k, BASE_OFFSET])}: {exc}") from None
 

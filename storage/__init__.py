@@ -29,8 +29,8 @@ import fsspec
 from kcompact.storage import objects, ownership
 from kcompact.storage.cas import read_versioned, remove_if, write_if, write_if_many
 from kcompact.storage.direct import DIRECT_BLOCK, DIRECT_BUFFER, DirectFile
-from kcompact.storage.failures import describe_failure, environment_problem
-from kcompact.storage.lock import BROKER_LOCK, LogDirBusy, LogDirLock
+from kcompact.storage.failures import describe_failure, environment_problem, raising_typed, typed
+from kcompact.storage.lock import BROKER_LOCK, LogDirLock
 from kcompact.storage.paths import FileInfo, is_local, is_local_path, join, resolve, url
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "TMP",
     "DirectFile",
     "FileInfo",
-    "LogDirBusy",
     "LogDirLock",
     "copy",
     "copy_many",
@@ -94,6 +93,7 @@ def _file_info(fs: fsspec.AbstractFileSystem, info: dict) -> FileInfo:
     return FileInfo(url(fs, info["name"]), int(info.get("size") or 0), _mtime_ms(info))
 
 
+@typed
 def list_dir(path: str) -> tuple[list[FileInfo], list[str]]:
     """Files (with size and mtime) and sub-directory paths directly inside ``path``."""
     fs, fs_path = resolve(path)
@@ -126,6 +126,7 @@ def map_in_flight(function, items: list, path: str) -> list:
         return list(pool.map(function, items))
 
 
+@typed
 def list_tree(path: str) -> dict[str, list[FileInfo]]:
     """The files of ``path`` and of each directory directly inside it, by directory (as
     ``list_dir`` gives them; a directory with no file is left out). On an object store one
@@ -177,6 +178,7 @@ def _list_local(fs_path: str) -> tuple[list[FileInfo], list[str]]:
     return files, dirs
 
 
+@typed
 def info(path: str) -> FileInfo:
     """A file's size and mtime (on an object store one HEAD: no LIST when there is no such object)."""
     fs, fs_path = resolve(path)
@@ -189,11 +191,13 @@ def info(path: str) -> FileInfo:
     return FileInfo(path, int(found["ContentLength"]), _mtime_ms(found))
 
 
+@typed
 def exists(path: str) -> bool:
     fs, fs_path = resolve(path)
     return fs.exists(fs_path)
 
 
+@typed
 def kind(path: str) -> str | None:
     """``"file"``, ``"directory"`` (on an object store: a prefix with objects under it, or a
     bucket) or None when there is nothing at ``path``."""
@@ -219,7 +223,8 @@ def describe_error(exc: OSError, path: str | None = None) -> str:
     own = exc.filename or (first if names_a_key else None)
     where = path if own is None else _as_url(str(own), path)
     reason = exc.strerror or (None if names_a_key else first)
-    reason = reason[:1].lower() + reason[1:] if reason else _REASONS.get(type(exc), "I/O error")
+    said = next((text for kind, text in _REASONS.items() if isinstance(exc, kind)), "I/O error")
+    reason = reason[:1].lower() + reason[1:] if reason else said
     if isinstance(exc, FileNotFoundError) and where is not None and "://" in str(where):
         reason = _missing_on_object_store(str(where), reason)
     return f"{where}: {reason}" if where is not None else reason
@@ -239,12 +244,13 @@ def _naming(path: str, fs_path: str) -> Iterator[None]:
     """An object store's error names the URL read, as a local file's error names its path: s3fs
     names ``bucket/key`` or nothing (``PermissionError('Access Denied')``), and an error raised in
     a Spark task reaches the report with no other trace of the object it was about."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.filename is None or exc.filename == fs_path:
-            exc.filename = path
-        raise
+    with raising_typed():
+        try:
+            yield
+        except OSError as exc:
+            if exc.filename is None or exc.filename == fs_path:
+                exc.filename = path
+            raise
 
 
 class _NamedFile:
@@ -288,6 +294,7 @@ def _missing_on_object_store(url: str, reason: str) -> str:
     return f"no object at or under this path (bucket {bucket!r} exists)"
 
 
+@typed
 def open_read(path: str, size: int | None = None):
     """A seekable binary file object; callers read it in bounded chunks. ``size``: the file's size
     as listed (an object store is then not asked for it)."""
@@ -299,12 +306,14 @@ def open_read(path: str, size: int | None = None):
     return _NamedFile(objects.RangedReader(fs, fs_path, size), path, fs_path)
 
 
+@typed
 def read_bytes(path: str) -> bytes:
     fs, fs_path = resolve(path)
     with _naming(path, fs_path):
         return fs.cat_file(fs_path) if is_local(fs) else objects.get(fs, fs_path)[0]
 
 
+@typed
 def read_range(path: str, start: int, end: int) -> bytes:
     """Bytes [start, end) of a file (``end`` not past its size), without reading the rest."""
     fs, fs_path = resolve(path)
@@ -312,6 +321,7 @@ def read_range(path: str, start: int, end: int) -> bytes:
         return fs.cat_file(fs_path, start=start, end=end) if is_local(fs) else objects.get(fs, fs_path, start, end)[0]
 
 
+@typed
 def makedirs(path: str) -> None:
     """The directory and its missing parents; local ones get their parent's owner and bits."""
     fs, fs_path = resolve(path)
@@ -329,6 +339,7 @@ def makedirs(path: str) -> None:
         ownership.give_path(directory, owner)
 
 
+@typed
 def write_durable(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` and make it durable before returning (fsync locally)."""
     fs, fs_path = resolve(path)
@@ -353,32 +364,34 @@ def create_durable(path: str, direct: bool = False) -> Iterator[BinaryIO]:
     """A new file to stream into; on a clean exit it is flushed and fsynced (locally) or
     completed (object stores). A failure leaves a partial file for the caller to remove.
     ``direct``: a local file goes past the page cache where its file system allows (``DirectFile``)."""
-    fs, fs_path = resolve(path)
-    owner = ownership.for_file(fs_path) if is_local(fs) else None
-    if is_local(fs) and direct:
-        try:
-            fd = os.open(fs_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o666)
-        except OSError as exc:
-            if exc.errno != errno.EINVAL:  # EINVAL: this file system takes no O_DIRECT
-                raise
-        else:
-            ownership.give(fd, owner)
-            with DirectFile(fd) as f:
+    with raising_typed():
+        fs, fs_path = resolve(path)
+        owner = ownership.for_file(fs_path) if is_local(fs) else None
+        if is_local(fs) and direct:
+            try:
+                fd = os.open(fs_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o666)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:  # EINVAL: this file system takes no O_DIRECT
+                    raise
+            else:
+                ownership.give(fd, owner)
+                with DirectFile(fd) as f:
+                    yield f
+                    f.flush()
+                    os.fsync(fd)
+                return
+        if is_local(fs):
+            with open(fs_path, "wb", buffering=DIRECT_BUFFER) as f:  # as DirectFile: few large writes
+                ownership.give(f.fileno(), owner)
                 yield f
                 f.flush()
-                os.fsync(fd)
-            return
-    if is_local(fs):
-        with open(fs_path, "wb", buffering=DIRECT_BUFFER) as f:  # as DirectFile: few large writes
-            ownership.give(f.fileno(), owner)
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-    else:
-        with fs.open(fs_path, "wb") as f:
-            yield f
+                os.fsync(f.fileno())
+        else:
+            with fs.open(fs_path, "wb") as f:
+                yield f
 
 
+@typed
 def fsync_dir(path: str) -> None:
     """Make renames and creations inside a local directory durable (no-op elsewhere)."""
     fs, fs_path = resolve(path)
@@ -391,6 +404,7 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+@typed
 def rename(src: str, dst: str) -> None:
     """Atomic replace on a local filesystem; a copy-then-delete on object stores."""
     fs, src_path = resolve(src)
@@ -401,6 +415,7 @@ def rename(src: str, dst: str) -> None:
         fs.mv(src_path, dst_path)
 
 
+@typed
 def copy(src: str, dst: str) -> None:
     """Copy one file; on object stores a server-side copy (no bytes through this process)."""
     fs, src_path = resolve(src)
@@ -414,6 +429,7 @@ def copy(src: str, dst: str) -> None:
         objects.copy(fs, src_path, dst_path)
 
 
+@typed
 def copy_many(pairs: list[tuple[str, str]]) -> None:
     """``copy`` of each (source, destination); on an object store several at once."""
     if not pairs:
@@ -426,11 +442,13 @@ def copy_many(pairs: list[tuple[str, str]]) -> None:
     objects.copy_many(fs, [(resolve(src)[1], resolve(dst)[1]) for src, dst in pairs])
 
 
+@typed
 def remove(path: str) -> None:
     fs, fs_path = resolve(path)
     fs.rm_file(fs_path)
 
 
+@typed
 def remove_tree(path: str) -> None:
     """Remove a directory and all it holds (on an object store every key under the prefix); one
     that is not there is no error."""
@@ -442,6 +460,7 @@ def remove_tree(path: str) -> None:
         fs.rm(fs_path.rstrip("/"), recursive=True)
 
 
+@typed
 def remove_many(paths: list[str]) -> None:
     """Remove files, those already gone included; on an object store in batched deletes."""
     if not paths:
@@ -457,6 +476,7 @@ def remove_many(paths: list[str]) -> None:
             pass
 
 
+@typed
 def truncate(path: str, size: int) -> None:
     """Cut a file to its first ``size`` bytes, durably (a broker's recovery truncating a torn log
     tail); on object stores the object is written again with those bytes."""
@@ -470,6 +490,7 @@ def truncate(path: str, size: int) -> None:
         fs.pipe_file(fs_path, fs.cat_file(fs_path, start=0, end=size) if size else b"")
 
 
+@typed
 def set_mtime(path: str, mtime_ms: int) -> None:
     """Set a local file's modification time (object stores keep their own)."""
     fs, fs_path = resolve(path)
@@ -480,6 +501,7 @@ def set_mtime(path: str, mtime_ms: int) -> None:
 TMP = ".tmp"
 
 
+@typed
 def write_atomic(path: str, data: bytes) -> None:
     """Kafka's checkpoint discipline: ``<path>.tmp``, fsync, rename over, fsync the dir.
     On an object store one PUT already replaces an object whole."""

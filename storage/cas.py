@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kcompact import storage
 from kcompact.storage import objects
+from kcompact.storage.failures import typed
 from kcompact.storage.paths import is_local, resolve
 
 
@@ -57,6 +58,7 @@ def _precondition_failed(exc: OSError) -> bool:
     )
 
 
+@typed
 def read_versioned(path: str) -> tuple[bytes, str] | None:
     """A small file's bytes and version, or None when it does not exist (on an object store one
     GET, which returns the bytes and the ETag of the same version)."""
@@ -69,6 +71,7 @@ def read_versioned(path: str) -> tuple[bytes, str] | None:
         return None
 
 
+@typed
 def write_if(path: str, data: bytes, version: str | None) -> str | None:
     """Write ``data`` only if the file is still at ``version`` (None: only if it does not
     exist); the new version, or None when another writer got there first.
@@ -93,6 +96,7 @@ def write_if(path: str, data: bytes, version: str | None) -> str | None:
     return found[1] if found is not None and found[0] == data else None
 
 
+@typed
 def write_if_many(items: list[tuple[str, bytes, str | None]]) -> list[str | None]:
     """``write_if`` of each (path, data, version); on an object store several at once, each its
     own conditional PUT."""
@@ -105,6 +109,7 @@ def write_if_many(items: list[tuple[str, bytes, str | None]]) -> list[str | None
         return list(pool.map(lambda item: write_if(*item), items))
 
 
+@typed
 def remove_if(path: str, version: str) -> bool:
     """Delete the file only if it is still at ``version``."""
     fs, fs_path = resolve(path)

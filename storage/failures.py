@@ -1,18 +1,25 @@
-"""A failure of storage as one line a person can act on, for the command line (``jobs.cli``).
+"""A failure of storage: raised as kcompact's ``StorageError``, said as one line a person can act on.
 
-An object store that cannot be reached, credentials missing or refused: configuration, not a
-bug, so a command ends on them with one line naming the endpoint or the bucket and what to check.
-botocore raises some of these bare (``NoCredentialsError``, ``EndpointConnectionError``); s3fs
-turns a refusal into an OSError (``PermissionError('Forbidden')``) with botocore's error as its
-cause. Any other OSError is ``describe_error``'s.
+An object store that cannot be reached, credentials missing or refused, a file missing, a full
+disk: the environment's, not a bug, so every public function of ``storage`` raises them as
+``errors.StorageError`` (``typed``), and a command ends on one with a line naming the file, the
+endpoint or the bucket and what to check (``describe_failure``). botocore raises some of these bare
+(``NoCredentialsError``, ``EndpointConnectionError``); s3fs turns a refusal into an OSError
+(``PermissionError('Forbidden')``) with botocore's error as its cause. Any other OSError is
+``describe_error``'s.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 from urllib.parse import urlsplit
+
+from kcompact import errors
 
 _KEYS = "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
 _ENV_NAMES = {"access": "AWS_ACCESS_KEY_ID", "secret": "AWS_SECRET_ACCESS_KEY", "token": "AWS_SESSION_TOKEN"}
@@ -29,6 +36,54 @@ _REFUSALS = {  # botocore's error code of a refused request: what it means ({acc
 }
 _REFUSALS["Forbidden"] = _REFUSALS["403"]
 _REFUSALS["ExpiredTokenException"] = _REFUSALS["TokenRefreshRequired"] = _REFUSALS["ExpiredToken"]
+
+
+F = TypeVar("F", bound=Callable)
+
+
+def as_storage_error(exc: BaseException) -> errors.StorageError | None:
+    """``exc`` as kcompact's StorageError when it is a failure of storage (None for any other
+    error): an OSError, as the StorageError subclass of its own builtin subclass, its words, errno
+    and file names kept; or one of botocore's that ``describe_failure`` can say."""
+    if isinstance(exc, errors.KcompactError):
+        return None
+    if isinstance(exc, OSError):
+        kind = next((typed for base, typed in errors.STORAGE_ERRORS.items() if isinstance(exc, base)),
+                    errors.StorageError)
+        typed = kind(*exc.args)
+        for name in ("filename", "filename2"):
+            if getattr(exc, name) is not None:
+                setattr(typed, name, getattr(exc, name))
+        return typed
+    try:
+        from botocore import exceptions as boto
+    except ImportError:
+        return None
+    if isinstance(exc, boto.BotoCoreError | boto.ClientError) and _describe_boto(boto, exc) is not None:
+        return errors.StorageError(str(exc))
+    return None
+
+
+@contextlib.contextmanager
+def raising_typed() -> Iterator[None]:
+    """A failure of storage inside raised as a StorageError (``as_storage_error``), from the original."""
+    try:
+        yield
+    except Exception as exc:
+        typed = as_storage_error(exc)
+        if typed is None:
+            raise
+        raise typed from exc
+
+
+def typed(function: F) -> F:
+    """``function``, raising its failures of storage as StorageErrors (``raising_typed``)."""
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        with raising_typed():
+            return function(*args, **kwargs)
+
+    return call
 
 
 def environment_problem(urls: Iterable[str]) -> str | None:

@@ -9,17 +9,12 @@ import posixpath
 import struct
 import threading
 
+from kcompact.errors import LogDirBusy
 from kcompact.storage import ownership
+from kcompact.storage.failures import typed
 from kcompact.storage.paths import is_local, resolve
 
 BROKER_LOCK = ".lock"
-
-
-class LogDirBusy(OSError):
-    """Another process (a Kafka broker, or another kcompact job) holds the log dir's ``.lock``."""
-
-    def __str__(self) -> str:  # the sentence alone: no errno, no repeated path
-        return self.strerror or super().__str__()
 
 
 def _lock_holder(fd: int) -> int | None:
@@ -65,6 +60,7 @@ class LogDirLock:
         self.create = create  # False (a dry run): a missing .lock is not created, nothing is held
         self._path: str | None = None
 
+    @typed
     def __enter__(self) -> LogDirLock:
         fs, fs_path = resolve(self.log_dir)
         if not is_local(fs):

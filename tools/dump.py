@@ -14,7 +14,8 @@ import posixpath
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from kcompact import storage
+from kcompact import errors, storage
+from kcompact.errors import EXIT_OK, EXIT_PROBLEMS, FormatError, Problem
 from kcompact.logdir.listing import (
     LEFTOVER_SUFFIXES,
     SEGMENT_KINDS,
@@ -25,13 +26,11 @@ from kcompact.logdir.listing import (
 )
 from kcompact.readers import codecs
 from kcompact.readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Batch
-from kcompact.readers.errors import FormatError, Problem
 from kcompact.readers.indexes import parse_offset_index, parse_time_index, parse_txn_index
 from kcompact.readers.records import CONTROL_TYPES, Record, control_coordinator_epoch, control_type
 from kcompact.readers.segment import iter_batches, problems
 from kcompact.tools.verify import unreadable
 
-EXIT_OK, EXIT_PROBLEMS = 0, 1
 TIMESTAMP_TYPES = {NO_TIMESTAMP: "NoTimestampType", CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime"}
 BATCH_LABELS = {"compressCodec": "compresscodec", "isValid": "isvalid"}  # Kafka's spelling on batch lines
 RECORD_INDENT = "| "
@@ -119,7 +118,7 @@ def dump_dir(printer: Printer, path: str, print_data: bool) -> bool:
     files, dirs = storage.list_dir(path)
     name = posixpath.basename(path)
     if not dirs and [posixpath.basename(f.path) for f in files] == [name]:
-        raise ValueError(f"{path}: not a .log, .index, .timeindex or .txnindex file, nor a directory")
+        raise errors.UsageError(f"{path}: not a .log, .index, .timeindex or .txnindex file, nor a directory")
     parsed = parse_partition_dir(name)
     if parsed is not None and not dirs:
         part = scan_partition(path, *parsed, files=files)

@@ -28,10 +28,10 @@ from functools import partial
 from typing import TextIO
 
 from kcompact import storage
+from kcompact.errors import EXIT_OK, EXIT_PROBLEMS, FormatError, Problem
 from kcompact.logdir.listing import LogDir, Partition, Segment, scan_log_dir, segment_name
 from kcompact.readers import checkpoint, codecs
 from kcompact.readers.batch import NO_TIMESTAMP, Batch
-from kcompact.readers.errors import FormatError, Problem
 from kcompact.readers.indexes import (
     OFFSET_ENTRY,
     TIME_ENTRY,
@@ -43,7 +43,6 @@ from kcompact.readers.indexes import (
 from kcompact.readers.records import Record
 from kcompact.readers.segment import iter_batches, problems, torn_tail
 
-EXIT_OK, EXIT_PROBLEMS = 0, 1
 MAX_RELATIVE_OFFSET = 0x7FFFFFFF  # index entries store offset - base offset as an int32
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"  # a broker that finds it in a log dir skips recovery (LogLoader.recoverLog)
 LEFTOVER_MEANING = {

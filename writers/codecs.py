@@ -31,6 +31,7 @@ import lz4.frame
 import xxhash
 import zstandard
 
+from kcompact.errors import CodecError
 from kcompact.readers.codecs import (
     GZIP,
     INT32,
@@ -40,7 +41,6 @@ from kcompact.readers.codecs import (
     XERIAL_HEADER,
     XERIAL_MAGIC,
     ZSTD,
-    CodecError,
     lz4_header_checksum_at,
 )
 

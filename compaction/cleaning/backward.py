@@ -36,11 +36,11 @@ from kcompact.compaction.cleaning.rewrite import (
     unwritten,
     write_outputs,
 )
-from kcompact.logdir.failure import Failure
+from kcompact.errors import FormatError
+from kcompact.errors.failure import Failure
 from kcompact.logdir.listing import segment_name
 from kcompact.operations.cleaned import ChunkOut
 from kcompact.readers import walk
-from kcompact.readers.errors import FormatError
 
 RANGE_BYTES = 16 << 20  # a partition read from its end back is read in ranges of about this
 

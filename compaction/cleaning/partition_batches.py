@@ -56,7 +56,7 @@ class PartitionBatches(Record):
     config: CleanerConfig | None = nested(CleanerConfig)
     seconds: float = column(pa.float64(), 0.0)
     error: str | None = column(pa.string())
-    failure: str | None = column(pa.string())  # ``logdir.failure.Failure``'s value
+    failure: str | None = column(pa.string())  # ``errors.failure.Failure``'s value
     batches: bytes = column(pa.binary(), b"")
     groups: tuple[SegmentGroup, ...] = nested(SegmentGroup, many=True)
 

@@ -1,17 +1,17 @@
 """What a segment group's task reports to the driver: a ``GroupResult``, with the count of records
-per fate code, and a failure's kind (``logdir.failure.Failure``: what the driver decides on)
+per fate code, and a failure's kind (``errors.failure.Failure``: what the driver decides on)
 beside its message (what people read)."""
 
 from __future__ import annotations
 
-import errno
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from kcompact import storage
 from kcompact.contracts.records import Record, column
-from kcompact.logdir.failure import Failure
+from kcompact.errors import memory
+from kcompact.errors.failure import Failure
 from kcompact.planner.scan import unreadable
 
 # Each record's fate, one code per record: kept (a tombstone kept apart, since a kept tombstone
@@ -24,7 +24,6 @@ IO_ERROR = "I/O error (transient, retried next run): "
 OUT_OF_MEMORY = ("out of memory (give the Python workers more, spark.executor.pyspark.memory; a partition over "
                  "256 MiB also takes the shared path once spark.kcompact.map.memory is lowered): ")
 ABORTED_BY_OPERATOR = "aborted"
-THREAD_NOT_STARTED = "can't start new thread"  # Python's RuntimeError when a thread's stack cannot be mapped
 I64 = pa.int64()
 
 
@@ -45,7 +44,7 @@ class GroupResult(Record):
     seconds: float = column(pa.float64(), 0.0)
     error: str | None = column(pa.string())
     codes: tuple[int, ...] = column(pa.list_(I64))
-    failure: str | None = column(pa.string())  # ``logdir.failure.Failure``'s value
+    failure: str | None = column(pa.string())  # ``errors.failure.Failure``'s value
 
 
 def reason(exc: Exception, path: str | None = None) -> str:
@@ -105,13 +104,8 @@ def read_error(exc: Exception, path: str) -> str:
 
 
 def memory_error(exc: Exception) -> str | None:
-    """The error of a task that ran out of memory (a MemoryError, or an allocation the system
-    refused: ENOMEM, a capped address space's mmap, a thread whose stack it could not map); None
-    for any other failure."""
-    if (isinstance(exc, MemoryError) or getattr(exc, "errno", None) == errno.ENOMEM
-            or (isinstance(exc, RuntimeError) and THREAD_NOT_STARTED in str(exc))):
-        return f"{OUT_OF_MEMORY}{str(exc) or type(exc).__name__}"
-    return None
+    """The error of a task that ran out of memory (``errors.memory``); None for any other failure."""
+    return f"{OUT_OF_MEMORY}{str(exc) or type(exc).__name__}" if memory.out_of_memory(exc) else None
 
 
 def fate_counts(written: list[GroupResult]) -> dict[tuple[str, str], int]:

@@ -50,7 +50,8 @@ from kcompact.compaction.rules.decisions import (
     batch_outcome,
 )
 from kcompact.compaction.rules.model import BatchInfo
-from kcompact.logdir.failure import Failure
+from kcompact.errors import FormatError
+from kcompact.errors.failure import Failure
 from kcompact.logdir.listing import segment_name
 from kcompact.operations.cleaned import ChunkOut, WrittenGroup, output_path, write_group
 from kcompact.readers import codecs, scan, walk
@@ -63,7 +64,6 @@ from kcompact.readers.batch import (
     V2_HEADER_SIZE,
     Batch,
 )
-from kcompact.readers.errors import FormatError
 from kcompact.readers.indexes import AbortedTxn
 from kcompact.writers.chunks import BufferSizes
 from kcompact.writers.cleaned import output_bytes, records_written
@@ -362,8 +362,8 @@ class Rewriter:
             e[rebuilt, walk.BASE_TIMESTAMP], log_append, e[rebuilt, walk.MAX_TIMESTAMP], has_horizon, new_horizon)
         if bad >= 0:
             k = int(rebuilt[bad])
-            raise ValueError(f"{chunk.path}: byte {chunk.file_position + int(e[k, walk.POSITION])}: batch at offset "
-                             f"{int(e[k, walk.BASE_OFFSET])}: records section does not match its scan")
+            raise FormatError(chunk.path, chunk.file_position + int(e[k, walk.POSITION]),
+                              f"batch at offset {int(e[k, walk.BASE_OFFSET])}: records section does not match its scan")
         codec = e[rebuilt, walk.ATTRIBUTES] & ATTR_CODEC_MASK
         sources = [chunk.buf, spliced, _NONE, _NONE]  # what entries are copied from, by ``source``
         source[rebuilt], start[rebuilt], length[rebuilt] = 1, at[:-1], np.diff(at)

@@ -23,7 +23,7 @@ from kcompact.compaction.pipeline.settings import JobSettings
 from kcompact.compaction.pipeline.tasks import bins, ranged, task_count
 from kcompact.compaction.pipeline.to_clean import PartitionToClean
 from kcompact.compaction.rules.decisions import PLAN_FLAGS
-from kcompact.readers.errors import FormatError
+from kcompact.errors import FormatError
 
 # A partition's batch plans travel from its stage 1 task as one blob of these records: a nested
 # Arrow list of structs would cost Spark a row conversion per batch, twice.

@@ -4,9 +4,9 @@ update itself, in one function (``reset_checkpoints``)."""
 from __future__ import annotations
 
 from kcompact.contracts.plan_row import PlanRow
+from kcompact.errors import FormatError
 from kcompact.operations.checkpoints import update_cleaner_offsets
 from kcompact.operations.states import IDLE
-from kcompact.readers.errors import FormatError
 
 
 def reset_checkpoints(plan: list[PlanRow], taken: list[PlanRow], progress) -> list[dict]:

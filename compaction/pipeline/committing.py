@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from kcompact import storage
 from kcompact.compaction.cleaning.partition_batches import PartitionBatches
 from kcompact.compaction.cleaning.results import IO_ERROR, GroupResult
-from kcompact.logdir.failure import Failure
+from kcompact.errors import CommitLost
+from kcompact.errors.failure import Failure
 from kcompact.logdir.listing import Listing, list_log_dir, scan_partition
-from kcompact.operations import commit, critical, s3commit
+from kcompact.operations import commit, critical
 from kcompact.operations.cleaned import WrittenGroup
 from kcompact.operations.recover import recover_partition
 
@@ -88,7 +89,7 @@ def commit_partitions(rows: list[PartitionBatches], written: list[GroupResult], 
             return Outcome(pid, row, groups, ABORTED, failure=Failure.ABORTED)
         try:
             deleted = _commit(row, groups, owner, generations.get(row.path), wave)
-        except s3commit.CommitLost as exc:
+        except CommitLost as exc:
             return Outcome(pid, row, groups, NOT_COMMITTED, str(exc), Failure.LEASE_LOST)
         except OSError as exc:
             return Outcome(pid, row, groups, NOT_COMMITTED, _recovered_after(row, exc), Failure.IO)

@@ -40,11 +40,11 @@ from kcompact.compaction.pipeline.to_clean import PartitionToClean, to_clean
 from kcompact.compaction.reports.report import PartitionReport, Report
 from kcompact.compaction.rules.decisions import DISCARD, PLAN_FLAGS
 from kcompact.contracts.plan_row import PlanRow
+from kcompact.errors import FormatError
 from kcompact.operations import states
 from kcompact.operations.checkpoints import update_cleaner_offsets
 from kcompact.operations.deleted import Removal
 from kcompact.planner.plan import Plan
-from kcompact.readers.errors import FormatError
 from kcompact.session import kinds
 from kcompact.writers.chunks import BufferSizes
 

@@ -10,7 +10,7 @@ from kcompact.compaction.cleaning.partition_batches import PartitionBatches
 from kcompact.compaction.pipeline.committing import ABORTED, COMMITTED, NOT_WRITTEN, UNFINISHED, Outcome
 from kcompact.compaction.reports.report import PartitionReport, Report, group_outcomes
 from kcompact.contracts.plan_row import PlanRow
-from kcompact.logdir.failure import Failure
+from kcompact.errors.failure import Failure
 from kcompact.logdir.listing import Partition
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kcompact import errors
 from kcompact.compaction.pipeline.routing import (
     DEFAULT_MAP_MEMORY,
     MAP_MEMORY,
@@ -73,18 +74,18 @@ def check_setting(key: str, value: str) -> None:
         try:
             spark_size(value)
         except ValueError as exc:
-            raise ValueError(f"{key}: {exc}") from None
+            raise errors.SettingError(f"{key}: {exc}") from None
     if key == THREADS and not (value.isdigit() and int(value) >= 1):
-        raise ValueError(f"{key}={value!r}: the threads of a task are a whole number of at least 1")
+        raise errors.SettingError(f"{key}={value!r}: the threads of a task are a whole number of at least 1")
     if key == DIRECT_WRITES and value.strip().lower() not in ("true", "false"):
-        raise ValueError(f"{key}={value!r}: true or false")
+        raise errors.SettingError(f"{key}={value!r}: true or false")
     if key == WORKER_MEMORY:
         try:
             cap = spark_size(value)
         except ValueError as exc:
-            raise ValueError(f"{key}: {exc}") from None
+            raise errors.SettingError(f"{key}: {exc}") from None
         if cap < MIN_WORKER_MEMORY:
-            raise ValueError(
+            raise errors.SettingError(
                 f"{key}={value}: a Python worker so capped cannot clean a partition: its imports take "
                 f"{WORKER_IMPORTS >> 20} MiB, cleaning one on a thread {MIN_WORKER_MEMORY >> 20} MiB in all "
                 f"(measured): give it at least {MIN_WORKER_MEMORY >> 20}m, or leave it unset"

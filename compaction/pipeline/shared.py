@@ -30,7 +30,7 @@ from kcompact.compaction.cleaning.results import ABORTED_BY_OPERATOR, REASON_OF_
 from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans, Lookup, count_group, rewrite_group
 from kcompact.compaction.pipeline.routing import MIN_BUCKET_BYTES
 from kcompact.compaction.pipeline.tasks import SHARED_TASK_BYTES, bins, ranged, slots, task_count
-from kcompact.logdir.failure import Failure
+from kcompact.errors.failure import Failure
 from kcompact.logdir.listing import scan_partition
 from kcompact.logdir.splits import OffsetRange, partition_ranges
 from kcompact.operations import states

@@ -8,15 +8,15 @@ import contextlib
 import errno
 from typing import TYPE_CHECKING
 
-from kcompact import storage
+from kcompact import errors, storage
 from kcompact.compaction.pipeline.leases import LeaseKeeper
 from kcompact.compaction.reports.report import PartitionReport
 from kcompact.contracts.plan_row import PlanRow
-from kcompact.logdir.failure import Failure
+from kcompact.errors import FormatError
+from kcompact.errors.failure import Failure
 from kcompact.logdir.listing import list_log_dir
 from kcompact.operations.recover import needs_recovery, recover_partition
 from kcompact.readers import checkpoint
-from kcompact.readers.errors import FormatError
 
 if TYPE_CHECKING:
     from kcompact.compaction.pipeline.job_result import JobResult
@@ -37,7 +37,7 @@ def take_partitions(selected: list[PlanRow], keeper: LeaseKeeper, result: JobRes
             try:
                 held.enter_context(storage.LogDirLock(row.log_dir))
                 locked[row.log_dir] = None
-            except storage.LogDirBusy as exc:
+            except errors.LogDirBusy as exc:
                 locked[row.log_dir] = str(exc)
         try:
             busy = locked[row.log_dir] or keeper.acquire(row.path)

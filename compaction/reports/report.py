@@ -27,7 +27,7 @@ from kcompact.compaction.cleaning.partition_batches import PartitionBatches
 from kcompact.compaction.cleaning.results import GroupResult
 from kcompact.conf.units import MB, UNIT_NOTE
 from kcompact.contracts.plan_row import LeaseHolder, PlanRow
-from kcompact.logdir.failure import Failure, outcome_counts
+from kcompact.errors.failure import Failure, outcome_counts
 from kcompact.operations.states import IDLE, PAUSED, UNCLEANABLE, Refusal, kind_of, paused_lines
 
 REASONS = ("superseded", "tombstone", "aborted", "keyless", "marker")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kcompact.errors import FormatError
 from kcompact.logdir.listing import scan_log_dir
 from kcompact.operations import states
-from kcompact.readers.errors import FormatError
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,15 +11,16 @@ memory must say so, without calling the log uncleanable or the failure transient
 from __future__ import annotations
 
 import pytest
+from pyspark.errors import PythonException
 
-import kcompact
+from kcompact import errors
 from kcompact.compaction.cleaning.results import IO_ERROR, OUT_OF_MEMORY, failure_of, reason
-from kcompact.compaction.pipeline import routing
+from kcompact.compaction.pipeline import job, routing
 from kcompact.compaction.pipeline.job_result import JobResult
 from kcompact.compaction.reports.report import Report
 from kcompact.contracts.plan_row import PlanRow
+from kcompact.errors import FormatError
 from kcompact.jobs import cli
-from kcompact.readers.errors import FormatError
 
 MiB, GiB = 1 << 20, 1 << 30
 # the bench's corpora (tests/bench/compact.py): bytes, the records that feed the map, largest group
@@ -73,15 +74,16 @@ def test_only_a_fault_of_the_log_marks_it_uncleanable(exc, error, uncleanable):
 
 def test_a_spark_task_out_of_memory_is_a_configuration_error(tmp_path, monkeypatch, capsys):
     """A task's MemoryError reaches the command as Spark's exception, its text the worker's
-    traceback: the operator is told what ran out and which settings give more, not 'internal error'."""
-    def compact(*args, **kwargs):
-        raise RuntimeError("An exception was thrown from the Python worker:\n  File \"map_pass.py\"\n"
-                           "numpy._core._exceptions._ArrayMemoryError: Unable to allocate 10.9 MiB")
+    traceback: the step raises it as OutOfMemory, and the operator is told what ran out and which
+    settings give more, not 'internal error'."""
+    def run(*args, **kwargs):
+        raise PythonException("An exception was thrown from the Python worker:\n  File \"map_pass.py\"\n"
+                              "numpy._core._exceptions._ArrayMemoryError: Unable to allocate 10.9 MiB")
 
-    monkeypatch.setattr(kcompact, "compact", compact)
+    monkeypatch.setattr(job, "run", run)
     (tmp_path / "t-0").mkdir()
     (tmp_path / "t-0" / "00000000000000000000.log").write_bytes(b"")
     code = cli.main(["compact", str(tmp_path), "--now", "1720000000000", "--topic-config", "t:cleanup.policy=compact"])
     err = capsys.readouterr().err
-    assert code == cli.EXIT_USAGE
+    assert code == errors.EXIT_USAGE
     assert "ran out of memory" in err and "spark.executor.pyspark.memory" in err and "internal error" not in err

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from kcompact import errors
 from kcompact.jobs.cli import main
 from tests.e2e.test_operator_inputs import EXPECTED, dirty, files, not_log_dirs, one_line
 from tests.support import checkpoint_text, write_partition
@@ -84,7 +85,7 @@ def test_one_log_dir_named_twice_is_refused(tmp_path, command, capsys):
 def test_one_s3_log_dir_named_twice_is_refused():
     from kcompact.jobs import checks
 
-    with pytest.raises(checks.BadArgument, match="s3://b/logs and s3://b//logs/ are the same log dir"):
+    with pytest.raises(errors.BadArgument, match="s3://b/logs and s3://b//logs/ are the same log dir"):
         checks.distinct_log_dirs(["s3://b/logs", "s3://b//logs/"])
     checks.distinct_log_dirs(["s3://b/logs", "s3://b/logs2", "s3://c/logs"])
 

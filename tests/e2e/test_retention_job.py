@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
+from kcompact import errors
 from kcompact.conf import resolve
 from kcompact.conf.units import MB
 from kcompact.contracts.plan_row import PlanRow
@@ -297,8 +298,8 @@ def test_partition_changed_since_planning_is_left_alone(tmp_path):
     (entry,) = report.partitions
     assert "changed since planning" in entry.error and not entry.deleted
     assert listing(tmp_path) == before
-    assert report.totals()["failed"] == 1 and cli._exit_status(1, report.attempted) == cli.EXIT_FAILED
-    assert cli._exit_status(1, 2) == cli.EXIT_PARTIAL and cli._exit_status(0, 2) == cli.EXIT_OK
+    assert report.totals()["failed"] == 1 and cli._exit_status(1, report.attempted) == errors.EXIT_FAILED
+    assert cli._exit_status(1, 2) == errors.EXIT_PARTIAL and cli._exit_status(0, 2) == errors.EXIT_OK
 
 
 # -- object stores: deletions published by a commit record (operations.s3commit) -----------------------

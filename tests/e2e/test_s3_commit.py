@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from kcompact import errors
 from kcompact.jobs import cli
 from kcompact.logdir import commits
 from kcompact.logdir import names as log_dir_names
@@ -356,7 +357,7 @@ def test_two_writers_race_for_one_generation(s3, gen, local_truth, merged_truth,
         try:
             s3commit.commit_partition(url(prefix), url(f"{prefix}/{TARGET}"), records[owner])
             outcome[owner] = "won"
-        except s3commit.CommitLost:
+        except errors.CommitLost:
             outcome[owner] = "lost"
 
     threads = [threading.Thread(target=commit, args=(owner,)) for owner in records]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
+from kcompact import errors
 from kcompact.compaction.pipeline.leases import LeaseKeeper
 from kcompact.jobs.cli import main
 from kcompact.operations import states
@@ -111,7 +112,7 @@ def test_pause_is_nested_and_resume_undoes_one(tmp_path):
     assert isinstance(states.acquire(part, "job"), str)  # paused partitions are not cleaned
     assert states.resume(part).pause_count == 1
     assert states.resume(part).state == "idle"
-    with pytest.raises(states.StateError, match="not paused"):
+    with pytest.raises(errors.StateError, match="not paused"):
         states.resume(part)
 
 
@@ -150,10 +151,10 @@ def test_abort_of_a_dead_owner_clears_at_once(tmp_path):
 def test_reset_uncleanable(tmp_path):
     part = str(dirty_partition(tmp_path / "t-0"))
     states.mark_uncleanable(part, "x.log: byte 7: CRC mismatch")
-    with pytest.raises(states.StateError, match="uncleanable"):
+    with pytest.raises(errors.StateError, match="uncleanable"):
         states.pause(part)
     assert states.reset_uncleanable(part).state == "idle"
-    with pytest.raises(states.StateError, match="not uncleanable"):
+    with pytest.raises(errors.StateError, match="not uncleanable"):
         states.reset_uncleanable(part)
 
 
@@ -249,7 +250,7 @@ def test_log_dir_locked_by_a_broker_is_refused_untouched(spark, java_holding_loc
 def test_lock_is_free_again_once_the_broker_is_gone(java_holding_lock):
     from kcompact import storage
     log_dir, pid = java_holding_lock
-    with pytest.raises(storage.LogDirBusy, match=f"process {pid}"), storage.LogDirLock(str(log_dir)):
+    with pytest.raises(errors.LogDirBusy, match=f"process {pid}"), storage.LogDirLock(str(log_dir)):
         pass
     os.kill(pid, 9)
     os.waitpid(pid, 0)

@@ -18,9 +18,10 @@ from pathlib import Path
 import crc32c
 import pytest
 
+from kcompact import errors
+from kcompact.errors import FormatError
 from kcompact.jobs import cli
 from kcompact.readers import checkpoint
-from kcompact.readers.errors import FormatError
 from kcompact.readers.records import Record
 from kcompact.readers.segment import iter_batches
 from kcompact.tools.dump import dump_path
@@ -190,11 +191,11 @@ def test_verify_lists_it(case: LogCase, log_file: Path):
 
 def test_cli_exits_non_zero_without_traceback(case: LogCase, log_file: Path, capsys):
     logs = str(log_file.parent.parent)
-    assert cli.main(["verify", logs]) == (cli.EXIT_OK if case.torn else cli.EXIT_PROBLEMS)
+    assert cli.main(["verify", logs]) == (errors.EXIT_OK if case.torn else errors.EXIT_PROBLEMS)
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"{'note: ' if case.torn else ''}{log_file}: byte {case.position}: {case.what}")
-    assert cli.main(["verify", "--strict", logs]) == cli.EXIT_PROBLEMS
-    assert cli.main(["dump", "--print-data", str(log_file)]) == cli.EXIT_PROBLEMS
+    assert cli.main(["verify", "--strict", logs]) == errors.EXIT_PROBLEMS
+    assert cli.main(["dump", "--print-data", str(log_file)]) == errors.EXIT_PROBLEMS
     assert "Traceback" not in capsys.readouterr().err
 
 
@@ -213,7 +214,7 @@ def test_malformed_checkpoint(tmp_path: Path, text: bytes, position: int, what: 
     assert err.value.position == position and err.value.what.startswith(what)
     (found,) = verify_log_dir(str(tmp_path))
     assert str(found).startswith(f"{path}: byte {position}: {what}")
-    assert cli.main(["verify", str(tmp_path)]) == cli.EXIT_PROBLEMS
+    assert cli.main(["verify", str(tmp_path)]) == errors.EXIT_PROBLEMS
 
 
 @pytest.mark.parametrize("name", ["123.log", "foo.log"])
@@ -228,8 +229,8 @@ def test_misnamed_segment_file(tmp_path: Path, name: str, capsys):
     assert dump_path(str(part), print_data=False, as_json=False, out=out) == 1
     assert f"Error: {problem}" in out.getvalue().splitlines()
     assert "baseOffset: 0 " in out.getvalue()  # the well-named segment is still dumped
-    assert cli.main(["verify", str(tmp_path)]) == cli.EXIT_PROBLEMS
-    assert cli.main(["dump", str(part)]) == cli.EXIT_PROBLEMS
+    assert cli.main(["verify", str(tmp_path)]) == errors.EXIT_PROBLEMS
+    assert cli.main(["dump", str(part)]) == errors.EXIT_PROBLEMS
 
 
 def test_dumping_a_file_without_a_base_offset_in_its_name(tmp_path: Path, capsys):
@@ -249,7 +250,7 @@ def test_empty_segment_that_is_not_active(tmp_path: Path, capsys):
     part = write_partition(tmp_path / "t-0", [(0, [B0, B1]), (10, []), (10 + 1, make_batches(11, 1))])
     empty = part / f"{10:020d}.log"
     assert verify_log_dir(str(tmp_path)) == []
-    assert cli.main(["verify", str(tmp_path)]) == cli.EXIT_OK
+    assert cli.main(["verify", str(tmp_path)]) == errors.EXIT_OK
     out = io.StringIO()
     assert dump_path(str(empty), print_data=False, as_json=False, out=out) == 0
     assert f"{empty} is empty." in out.getvalue()

@@ -13,7 +13,8 @@ import pytest
 import zstandard
 from kafka import codec as kp
 
-from kcompact.readers.codecs import GZIP, LZ4, NONE, SNAPPY, ZSTD, CodecError, decompress
+from kcompact.errors import CodecError
+from kcompact.readers.codecs import GZIP, LZ4, NONE, SNAPPY, ZSTD, decompress
 from kcompact.writers.codecs import compress
 
 # Records-like text: compressible, yet not one repeated byte.

@@ -17,9 +17,9 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from kcompact.errors import FormatError
 from kcompact.readers import codecs
 from kcompact.readers.columns import SCHEMA, batch_columns
-from kcompact.readers.errors import FormatError
 from kcompact.readers.records import COMMIT, control_key
 from kcompact.readers.segment import iter_batches
 from tests.support import FIXTURE_DIR, hand_control_batch, hand_v2_batch

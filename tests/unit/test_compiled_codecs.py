@@ -14,6 +14,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kcompact import errors
 from kcompact.readers import codecs, compiled_codecs
 from kcompact.writers.codecs import compress
 from kcompact.writers.compiled_codecs import compress_many
@@ -94,7 +95,7 @@ def test_gzip_snappy_and_what_the_c_libraries_refuse_go_to_the_callers_decoder()
 
 def test_the_callers_error_for_bad_bytes_is_the_error_raised():
     packed = [_kafka_lz4(TEXT[:100]), b"\x28\xb5\x2f\xfd garbage"]
-    with pytest.raises(codecs.CodecError, match="zstd"):
+    with pytest.raises(errors.CodecError, match="zstd"):
         _decompressed(packed, [codecs.LZ4, codecs.ZSTD])
 
 
@@ -153,5 +154,5 @@ def test_a_zstd_frame_claiming_a_huge_size_goes_to_the_callers_streaming_decoder
     """Its header declares 2^40 bytes (single segment, 8-byte content size), its one raw block 3:
     the arena grows to its bound, no further, and the Python decoder says what is wrong."""
     frame = b"\x28\xb5\x2f\xfd\xe0" + (1 << 40).to_bytes(8, "little") + bytes([3 << 3 | 1, 0, 0]) + b"abc"
-    with pytest.raises(codecs.CodecError, match="zstd"):
+    with pytest.raises(errors.CodecError, match="zstd"):
         _decompressed([_kafka_lz4(b"before"), frame], [codecs.LZ4, codecs.ZSTD])

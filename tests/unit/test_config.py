@@ -20,7 +20,7 @@ from kcompact.conf.resolve import (
     build,
     split_assignments,
 )
-from kcompact.conf.settings import ConfigError
+from kcompact.errors import ConfigError
 
 KAFKA_DEFAULTS = {
     "cleanup.policy": ("delete",),

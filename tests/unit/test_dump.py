@@ -16,7 +16,7 @@ from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from kcompact import storage
+from kcompact import errors, storage
 from kcompact.jobs import cli
 from kcompact.readers.records import COMMIT, Record
 from kcompact.tools.dump import dump_path
@@ -275,7 +275,7 @@ def test_partition_dir_dumps_segments_in_offset_order(tmp_path: Path):
 def test_not_a_segment_file(tmp_path: Path, capsys):
     path = tmp_path / "leader-epoch-checkpoint"
     path.write_bytes(b"0\n0\n")
-    assert cli.main(["dump", str(path)]) == cli.EXIT_USAGE
+    assert cli.main(["dump", str(path)]) == errors.EXIT_USAGE
     assert "not a .log, .index, .timeindex or .txnindex file" in capsys.readouterr().err
 
 

@@ -11,6 +11,7 @@ The botocore errors are built as botocore raises them and passed through s3fs's 
 from __future__ import annotations
 
 import fsspec.config
+import pyarrow as pa
 import pytest
 from botocore.exceptions import (
     ClientError,
@@ -19,9 +20,10 @@ from botocore.exceptions import (
     NoCredentialsError,
     PartialCredentialsError,
 )
+from pyspark.errors import PythonException
 from s3fs.errors import translate_boto_error
 
-from kcompact import storage
+from kcompact import errors, storage
 from kcompact.compaction.pipeline import routing, settings
 from kcompact.conf.units import spark_size
 from kcompact.jobs import cli
@@ -108,30 +110,81 @@ def failing(monkeypatch, exc: BaseException) -> None:
     refused("InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records."),
 ], ids=["no-credentials", "unreachable", "unknown-key"])
 def test_the_command_line_says_one_line_and_exits_2(monkeypatch, capsys, exc):
-    failing(monkeypatch, exc)
-    assert cli.main(["status", URLS[0]]) == cli.EXIT_USAGE
+    """The store's error is met inside the storage seam, which raises it as a StorageError: the
+    command line decides on that class, not on botocore's or OSError."""
+    class Store:
+        def ls(self, path, detail=True):
+            raise exc
+
+    monkeypatch.setattr(storage, "resolve", lambda path: (Store(), path.removeprefix("s3://")))
+    monkeypatch.setattr(cli, "check", lambda args: None)
+    monkeypatch.setitem(cli.COMMANDS, "status", lambda args: storage.list_dir(args.paths[0]))
+    assert cli.main(["status", URLS[0]]) == errors.EXIT_USAGE
     err = capsys.readouterr().err
     assert one_line(err.strip()).startswith("kcompact: error: s3://nightly-logs"), err
     assert "internal error" not in err
 
 
-class PythonException(Exception):
-    """Stands for pyspark's: a Python worker's traceback as its text."""
+@pytest.mark.parametrize("exc", [
+    pa.ArrowInvalid("Column 2 named x expected length 3 but got length 2"),  # a ValueError
+    KeyError("values"),
+    OSError(5, "Input/output error"),  # not met through storage: raised by our code, a bug
+    ValueError("too many values to unpack"),
+    errors.KcompactError("caught by nobody"),
+], ids=["arrow", "key", "os", "value", "root"])
+def test_an_internal_bug_exits_3_whatever_builtin_it_is(monkeypatch, capsys, exc):
+    failing(monkeypatch, exc)
+    assert cli.main(["status", "/nowhere"]) == errors.EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert one_line(err.strip()).startswith(f"kcompact: internal error: {type(exc).__name__}: "), err
+
+
+@pytest.mark.parametrize(("exc", "code", "line"), [
+    (errors.FormatError("/x/t-0/00000000000000000000.log", 61, "CRC mismatch"), 1,
+     "kcompact: /x/t-0/00000000000000000000.log: byte 61: CRC mismatch"),
+    (errors.BadArgument("--now -1: a time cannot be negative"), 2, "kcompact: --now -1: a time cannot be negative"),
+    (errors.ConfigError("--topic-config: segment.bytes='abc'"), 2,
+     "kcompact: configuration error: --topic-config: segment.bytes='abc'"),
+    (errors.UsageError("p.json: not a plan"), 2, "kcompact: error: p.json: not a plan"),
+    (errors.MissingFile(2, "No such file or directory", "/x/c.properties"), 2,
+     "kcompact: error: /x/c.properties: no such file or directory"),
+    (errors.OutOfMemory("a Spark task ran out of memory"), 2, "kcompact: error: a Spark task ran out of memory"),
+], ids=["format", "argument", "config", "usage", "storage", "memory"])
+def test_the_command_line_decides_on_the_class(monkeypatch, capsys, exc, code, line):
+    failing(monkeypatch, exc)
+    assert cli.main(["status", "/nowhere"]) == code == exc.exit_code
+    assert one_line(capsys.readouterr().err.strip()) == line
+
+
+class Tagged:
+    """What ``steps._step`` asks of a session: tags for its jobs."""
+
+    def addTag(self, tag): ...  # Spark's names
+    def interruptTag(self, tag): ...
+    def removeTag(self, tag): ...
 
 
 @pytest.mark.parametrize("last", [
     "OSError: [Errno 12] Cannot allocate memory",
     "RuntimeError: mmap failed: ENOMEM",
     "MemoryError",
+    "java.lang.OutOfMemoryError: Java heap space",
 ])
-def test_a_worker_short_of_memory_while_importing_is_a_configuration_error(monkeypatch, capsys, last):
-    failing(monkeypatch, PythonException(
+def test_a_spark_job_short_of_memory_ends_the_step_as_a_configuration_error(last):
+    """A worker that ran out of memory (while importing, say) fails the Spark job, whose exception
+    carries only the worker's traceback as text: the step says so by class."""
+    from kcompact import steps
+
+    worker = PythonException(
         "\n  An exception was thrown from the Python worker. Please see the stack trace below.\n"
         "Traceback (most recent call last):\n  File \"pyspark/worker.py\", line 1883, in read_udfs\n"
-        f"  File \"numba/__init__.py\", line 19, in <module>\n{last}\n"))
-    assert cli.main(["status", "/nowhere"]) == cli.EXIT_USAGE
-    err = capsys.readouterr().err
-    assert "ran out of memory" in err and "spark.executor.pyspark.memory" in err and "internal error" not in err
+        f"  File \"numba/__init__.py\", line 19, in <module>\n{last}\n")
+    memory = r"spark\.executor\.pyspark\.memory"
+    with pytest.raises(errors.OutOfMemory, match=memory) as caught, steps._step(Tagged(), "p"):
+        raise worker
+    assert caught.value.__cause__ is worker and caught.value.exit_code == errors.EXIT_USAGE
+    with pytest.raises(ValueError, match="MemoryError"), steps._step(Tagged(), "p"):  # our own text: not Spark's
+        raise ValueError("MemoryError in a message")
 
 
 # -- a worker cap below its imports ---------------------------------------------------------------------

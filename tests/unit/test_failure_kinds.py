@@ -11,7 +11,7 @@ import pytest
 from kcompact.compaction.reports.report import PartitionReport, Report
 from kcompact.conf.policy import is_compacted, is_deleted
 from kcompact.contracts.plan_row import PlanRow
-from kcompact.logdir.failure import Failure, problem_kind
+from kcompact.errors.failure import Failure, problem_kind
 from kcompact.operations.retention import PartitionRetention, RetentionReport
 from kcompact.planner import output
 from kcompact.planner.build import PLAN_SCHEMA

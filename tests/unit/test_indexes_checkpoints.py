@@ -8,8 +8,8 @@ import struct
 import pytest
 
 from kcompact import storage
+from kcompact.errors import FormatError
 from kcompact.readers import checkpoint
-from kcompact.readers.errors import FormatError
 from kcompact.readers.indexes import (
     AbortedTxn,
     OffsetEntry,

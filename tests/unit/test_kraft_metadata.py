@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kcompact.conf.resolve import build
+from kcompact.errors import FormatError
 from kcompact.logdir.kraft import metadata_sources, read_metadata
-from kcompact.readers.errors import FormatError
 from kcompact.readers.metadata import (
     ConfigRecord,
     FeatureLevelRecord,

@@ -16,8 +16,9 @@ import pyarrow as pa
 
 from kcompact.compaction.reports.report import PartitionReport, Report
 from kcompact.contracts.plan_row import LeaseHolder, PlanRow
-from kcompact.jobs.cli import EXIT_OK, EXIT_PARTIAL, _exit_status
-from kcompact.logdir.failure import Failure
+from kcompact.errors import EXIT_OK, EXIT_PARTIAL
+from kcompact.errors.failure import Failure
+from kcompact.jobs.cli import _exit_status
 from kcompact.operations import states
 from kcompact.operations.recover import RecoveryReport
 from kcompact.planner.build import PLAN_SCHEMA

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.util import encode_varint as kp_encode_varint
 
+from kcompact.errors import FormatError
 from kcompact.readers import codecs, scan
 from kcompact.readers.batch import LOG_APPEND_TIME
-from kcompact.readers.errors import FormatError
 from kcompact.readers.records import ABORT, COMMIT, Record, control_coordinator_epoch, control_key, control_value
 from kcompact.writers.batch import encode_batch, varint
 from tests.oracles import encode_like

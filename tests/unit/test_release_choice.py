@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from kcompact.conf.resolve import build
-from kcompact.conf.settings import ConfigError
 from kcompact.contracts.plan_row import PlanRow
+from kcompact.errors import ConfigError
 
 DETECTED_41 = ({}, {}, "kraft-metadata /logs/__cluster_metadata-0", ("/logs", 27, "/logs/__cluster_metadata-0"))
 

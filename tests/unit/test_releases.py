@@ -4,7 +4,8 @@
 import pytest
 
 from kcompact.conf import releases
-from kcompact.conf.releases import MIB, UnknownRelease, resolve
+from kcompact.conf.releases import MIB, resolve
+from kcompact.errors import UnknownRelease
 
 # (release, per-batch index entries, last emptied batch kept at, v0/v1 converted, topic floor, broker floor)
 KAFKA = [

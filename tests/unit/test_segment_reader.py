@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kcompact.errors import FormatError
 from kcompact.readers import codecs
-from kcompact.readers.errors import FormatError
 from kcompact.readers.records import Record
 from kcompact.readers.segment import DEFAULT_CHUNK, iter_batches, problems
 from tests.support import kp_batches, kp_build, read_batches

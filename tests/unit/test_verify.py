@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from kcompact import storage
+from kcompact import errors, storage
+from kcompact.errors import Problem
 from kcompact.jobs import cli
-from kcompact.readers.errors import Problem
 from kcompact.readers.records import ABORT
 from kcompact.tools.verify import MISSING, TAIL_NOT_TORN, TORN_TAIL, TORN_TAIL_KEPT, Note, split, verify_log_dir
 from tests.support import (
@@ -263,8 +263,8 @@ def test_leftover_files_are_notes(clean_dir, suffix, capsys):
     assert (found.path, found.position) == (str(leftover), None)
     assert f"({suffix})" in found.what
     code, out, _ = cli_verify(clean_dir, capsys)
-    assert code == cli.EXIT_OK and out[0] == f"note: {leftover}: {found.what}"
-    assert cli_verify(clean_dir, capsys, "--strict")[0] == cli.EXIT_PROBLEMS
+    assert code == errors.EXIT_OK and out[0] == f"note: {leftover}: {found.what}"
+    assert cli_verify(clean_dir, capsys, "--strict")[0] == errors.EXIT_PROBLEMS
 
 
 def test_misnamed_files_and_dirs(clean_dir):
@@ -339,10 +339,10 @@ def test_kafka_written_dir_with_a_checkpoint_past_the_log_end_passes_with_a_note
             f"offset {end} (accounts-1 holds offsets [0, {end})); Kafka's cleaner ignores it and cleans the whole log "
             "from its start")
     code, out, err = cli_verify(root, capsys)
-    assert (code, out, err) == (cli.EXIT_OK, [note, f"{root}: OK (0 problem(s), 1 note(s): what the notes say, Kafka "
-                                                    "accepts and repairs)"], [])
+    assert (code, out, err) == (errors.EXIT_OK, [note, f"{root}: OK (0 problem(s), 1 note(s): what the notes say, "
+                                                       "Kafka accepts and repairs)"], [])
     code, out, err = cli_verify(root, capsys, "--strict")
-    assert (code, out, err) == (cli.EXIT_PROBLEMS, [note], [f"0 problem(s), 1 note(s) found in {root} (--strict: "
+    assert (code, out, err) == (errors.EXIT_PROBLEMS, [note], [f"0 problem(s), 1 note(s) found in {root} (--strict: "
                                                             "notes count)"])
 
 
@@ -381,8 +381,8 @@ def test_torn_tail_of_the_active_segment_is_a_note(tmp_path, capsys):
     assert isinstance(found, Note) and (found.path, found.position) == (str(log), at)
     assert found.what == f"torn batch: entry at offset 20 needs {len(make_batches(20, 1)[0])} bytes, the file ends " \
                          f"after 40 ({TORN_TAIL})"
-    assert cli_verify(tmp_path, capsys)[0] == cli.EXIT_OK
-    assert cli_verify(tmp_path, capsys, "--strict")[0] == cli.EXIT_PROBLEMS
+    assert cli_verify(tmp_path, capsys)[0] == errors.EXIT_OK
+    assert cli_verify(tmp_path, capsys, "--strict")[0] == errors.EXIT_PROBLEMS
 
 
 @pytest.mark.parametrize("tail", ["zeros", "last batch's CRC"])
@@ -438,15 +438,15 @@ def test_cli_lists_problems_then_notes_and_counts_both(clean_dir, capsys):
     problems, notes = split(verify_log_dir(str(clean_dir)))
     assert [type(p) for p in problems] == [Problem] and [type(n) for n in notes] == [Note]
     code, out, err = cli_verify(clean_dir, capsys)
-    assert code == cli.EXIT_PROBLEMS
+    assert code == errors.EXIT_PROBLEMS
     assert out == [str(problems[0]), str(notes[0])] and out[0].startswith(f"{seg}: byte 0: batch at offset 34: CRC")
     assert out[1].startswith(f"note: {leftover}: ")
     assert err == [f"1 problem(s), 1 note(s) found in {clean_dir}"]
 
 
 def test_cli_on_a_clean_dir(clean_dir, capsys):
-    assert cli_verify(clean_dir, capsys) == (cli.EXIT_OK, [f"{clean_dir}: OK (0 problem(s), 0 note(s))"], [])
-    assert cli_verify(clean_dir, capsys, "--strict")[0] == cli.EXIT_OK
+    assert cli_verify(clean_dir, capsys) == (errors.EXIT_OK, [f"{clean_dir}: OK (0 problem(s), 0 note(s))"], [])
+    assert cli_verify(clean_dir, capsys, "--strict")[0] == errors.EXIT_OK
 
 
 def test_every_checkpoint_must_parse(clean_dir):

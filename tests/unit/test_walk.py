@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kcompact.errors import FormatError
 from kcompact.readers import codecs, walk
-from kcompact.readers.errors import FormatError
 from kcompact.readers.records import Record
 from kcompact.readers.segment import iter_batches
 from kcompact.writers.codecs import compress

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from kcompact import storage
+from kcompact import errors, storage
 from kcompact.logdir.listing import METADATA_DIR, segment_name
 from kcompact.readers import checkpoint
 from kcompact.readers.records import Record
@@ -110,7 +110,7 @@ def _refuse_non_empty(out: str) -> None:
         return
     files, dirs = storage.list_dir(out)
     if files or dirs:
-        raise ValueError(f"{out}: exists and is not an empty directory; choose a new --out")
+        raise errors.UsageError(f"{out}: exists and is not an empty directory; choose a new --out")
 
 
 def _write_metadata_log(out: str, spec: dict[str, Any], ids: dict[str, str]) -> int:

@@ -10,7 +10,7 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-from kcompact import storage
+from kcompact import errors, storage
 from kcompact.logdir.listing import segment_name
 from kcompact.readers import snapshot
 from kcompact.tools.generator.producers import COORDINATOR_EPOCH, _PartitionProducer, _produce
@@ -173,7 +173,7 @@ def _append_partition(out: str, topic: dict[str, Any], partition: int, seed: int
     active = before[-1]
     path = storage.join(pdir, segment_name(active.files.base_offset, "log"))
     if not storage.exists(path) or storage.read_bytes(path) != active.log:
-        raise ValueError(f"{path}: not the active segment this spec and seed wrote; cannot append to it")
+        raise errors.UsageError(f"{path}: not the active segment this spec and seed wrote; cannot append to it")
     laid_out = [laid for laid in after if laid.files.base_offset >= active.files.base_offset]
     segments = [_write_segment(pdir, laid)[0] for laid in laid_out]
     _write_snapshots(pdir, producer.encoded, [laid.files.base_offset for laid in laid_out[1:]] + [producer.offset])

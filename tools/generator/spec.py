@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kcompact import storage
+from kcompact import errors, storage
 from kcompact.conf.policy import is_compacted
 from kcompact.readers import codecs
 
@@ -87,8 +87,8 @@ DEMO_SPEC: dict[str, Any] = {
 Check = Callable[[str, str, Any], Any]
 
 
-def _fail(where: str, key: str, why: str) -> ValueError:
-    return ValueError(f"spec{' ' + where if where else ''}: {key!r} {why}")
+def _fail(where: str, key: str, why: str) -> errors.UsageError:
+    return errors.UsageError(f"spec{' ' + where if where else ''}: {key!r} {why}")
 
 
 def _is_int(value: Any) -> bool:
@@ -302,7 +302,7 @@ def _is_compacted(config: dict[str, Any]) -> bool:
 
 def _validate_topic(index: int, topic: Any, start_ms: int) -> dict[str, Any]:
     if not isinstance(topic, dict):
-        raise ValueError(f"spec topics[{index}]: must be an object, got {topic!r}")
+        raise errors.UsageError(f"spec topics[{index}]: must be an object, got {topic!r}")
     name = topic.get("name")
     if not isinstance(name, str) or not _TOPIC_NAME.match(name) or name in (".", ".."):
         raise _fail(f"topics[{index}]", "name", f"must be a Kafka topic name ([A-Za-z0-9._-], 1-249), got {name!r}")
@@ -328,7 +328,7 @@ def _validate_topic(index: int, topic: Any, start_ms: int) -> dict[str, Any]:
 def validate(spec: Any) -> dict[str, Any]:
     """A normalized deep copy of ``spec`` with every default filled in; ValueError names a bad key."""
     if not isinstance(spec, dict):
-        raise ValueError(f"spec must be a JSON object, got {type(spec).__name__}")
+        raise errors.UsageError(f"spec must be a JSON object, got {type(spec).__name__}")
     for key in spec:
         if key not in _SPEC_KEYS:
             raise _fail("", key, f"is not a known spec key (known: {', '.join(_SPEC_KEYS)})")
@@ -358,7 +358,7 @@ def load_spec(path: str | None) -> dict[str, Any]:
     try:
         spec = json.loads(storage.read_bytes(path))
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON: {exc}") from None
+        raise errors.UsageError(f"{path}: not valid JSON: {exc}") from None
     return validate(spec)
 
 
