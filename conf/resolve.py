@@ -20,9 +20,10 @@ settings removed in 4.0): ``Config.check`` refuses what the chosen release refus
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import javaproperties
@@ -175,6 +176,22 @@ class Config:
         broker = entries[-1] if entries else Entry(BY_BROKER_NAME[BROKER_MESSAGE_MAX_BYTES].default, DEFAULT_SOURCE)
         values[BROKER_MESSAGE_MAX_BYTES], sources[BROKER_MESSAGE_MAX_BYTES] = broker.value, broker.source
         return TopicConfig(topic, values, sources)
+
+
+def check_topics(config: Config, held: Callable[[], Collection[str]]) -> None:
+    """A topic override given to kcompact (an option, a --config file) naming a topic that none of
+    the log dirs holds (``held()``: their topics, asked only when a topic is named) is a ConfigError
+    naming the nearest topics: most often a typo, which would leave the topic cleaned by other
+    settings without a word. Glob patterns, and what a log dir's KRaft metadata recorded (the
+    cluster's topics, held by other brokers too), are not checked."""
+    named = [entry for entries in config.topics.values() for entry in entries if entry.exact and not _recorded(entry)]
+    topics = set(held()) if named else set()
+    for entry in named:
+        if entry.pattern not in topics:
+            near = difflib.get_close_matches(entry.pattern, sorted(topics), n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(repr(t) for t in near)}?" if near else ""
+            raise ConfigError(f"{entry.source}: no topic {entry.pattern!r} in the log dirs{hint} "
+                              "(--allow-unknown-topics takes it as a topic that appears later)")
 
 
 def _recorded(entry: Entry) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from kcompact import storage
 from kcompact.errors import BadArgument
 from kcompact.jobs import checks
 
@@ -28,6 +29,9 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
                    help="topic override, as kafka-configs --add-config (lists in brackets); repeatable")
     p.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE...]",
                    help="broker-level default by its broker name; repeatable")
+    p.add_argument("--allow-unknown-topics", action="store_true",
+                   help="take a --topic-config or --config override of a topic no log dir holds yet (else refused "
+                        "as a likely typo)")
     p.add_argument("--kafka-version", metavar="X",
                    help="the Kafka release whose cleaner to reproduce: 3.9.0, 3.9.1, 3.9.2, 4.0.0, 4.0.1, 4.1, 4.2, "
                         "4.3, 4.4 (a patch such as 4.1.2 names its line; default: kafka.version in a --config "
@@ -209,12 +213,15 @@ def check(args: argparse.Namespace) -> None:
                               "give --kafka-version to 'kcompact plan' instead")
 
         checks.suffix(args.plan, "--plan", (".parquet", ".json"))
-        args.plan_read = output.read(args.plan)  # read once: the command takes it from here
-        planned = args.plan_read.log_dirs
-        given = sorted(path.rstrip("/") for path in args.paths)
-        if planned != given:
-            raise BadArgument(f"--plan {args.plan} was made for {', '.join(planned) or 'no log dir'}, "
-                              f"not {', '.join(given)}")
+        plan = output.read(args.plan)
+        planned = {storage.identity(log_dir): log_dir for log_dir in plan.log_dirs}
+        given = {storage.identity(path): path.rstrip("/") for path in args.paths}
+        if planned.keys() != given.keys():
+            raise BadArgument(f"--plan {args.plan} was made for {', '.join(planned.values()) or 'no log dir'}, "
+                              f"not {', '.join(given.values())}")
+        # read once: the command takes it from here, its log dirs named as this command names them
+        # (absolutely: executors do not share the driver's working directory)
+        args.plan_read = plan.renamed({log_dir: storage.absolute(given[key]) for key, log_dir in planned.items()})
     for attr in ("paths", "logdir"):
         value = getattr(args, attr, None)
         if value is not None:

@@ -93,7 +93,7 @@ def distinct_log_dirs(paths: list[str]) -> None:
     symlink left where a volume should be mounted) than a harmless repetition."""
     seen: dict[str, str] = {}
     for path in paths:
-        key = _identity(path)
+        key = storage.identity(path)
         if key not in seen:
             seen[key] = path
             continue
@@ -104,14 +104,6 @@ def distinct_log_dirs(paths: list[str]) -> None:
         real = "" if key in (first.rstrip("/"), path.rstrip("/")) else f" ({key})"
         raise BadArgument(f"{first} and {path} are the same log dir{real}: name each log dir once "
                           "(a Kafka broker refuses a duplicate in log.dirs too)")
-
-
-def _identity(path: str) -> str:
-    """What a log dir is, whatever it is called: its real path (local), its normalized URL."""
-    fs, fs_path = storage.resolve(path)
-    if storage.is_local(fs):
-        return os.path.realpath(fs_path)
-    return storage.url(fs, posixpath.normpath("/" + fs_path).lstrip("/"))
 
 
 def distinct_partitions(paths: list[str]) -> None:

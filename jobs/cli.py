@@ -32,6 +32,7 @@ from kcompact.errors import (
     EXIT_TERMINATED,
 )
 from kcompact.errors.failure import Failure
+from kcompact.jobs import home
 from kcompact.jobs.arguments import build_parser, check, version
 from kcompact.operations.states import wall_ms
 
@@ -95,11 +96,15 @@ def _config(args: argparse.Namespace, paths: list[str]):
     """The configuration every job takes: KRaft metadata < --config files < command line."""
     from kcompact.conf import resolve
     from kcompact.logdir import kraft
+    from kcompact.logdir.listing import held_partitions
 
-    return resolve.build(
+    config = resolve.build(
         files=args.config, topic_args=args.topic_config, broker_args=args.broker_config,
         metadata=kraft.metadata_sources(paths), kafka_version=args.kafka_version, log_dirs=paths,
     )
+    if not args.allow_unknown_topics:
+        resolve.check_topics(config, lambda: {topic for path in paths for topic, _ in held_partitions(path)})
+    return config
 
 
 def _session(args: argparse.Namespace):
@@ -364,6 +369,7 @@ def main(argv: list[str] | None = None, own_process: bool = False) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.started_ms = wall_ms()
     args.own_process = own_process
+    home.settle_matplotlib()
     if own_process:  # the process is the command's: a scheduler's SIGTERM stops it as a Ctrl-C does
         from kcompact.jobs import signals
 

@@ -82,7 +82,10 @@ def _line(r: PlanRow) -> list[str]:
 
 
 def write(plan: Plan, path: str) -> None:
-    """``.parquet`` as Parquet, ``.json`` as a JSON array of one object per partition."""
+    """``.parquet`` as Parquet, ``.json`` as a JSON array of one object per partition; its log
+    dirs named absolutely (``storage.absolute``), so that a job started from another working
+    directory (a scheduler's) finds them."""
+    plan = plan.renamed({log_dir: storage.absolute(log_dir) for log_dir in plan.log_dirs})
     if path.endswith(".parquet"):
         fs, fs_path = storage.resolve(path)
         pq.write_table(plan.table, fs_path, filesystem=fs)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -45,6 +46,24 @@ class Plan:
 
         return Plan(self.table.filter(pc.is_in(self.table.column("log_dir"), value_set=pa.array(log_dirs,
                                                                                                  pa.string()))))
+
+    def renamed(self, names: dict[str, str]) -> Plan:
+        """The plan with each log dir ``old`` of ``names`` called ``names[old]``, in its rows' log
+        dir and partition paths: a plan written under one name of a directory, run under another."""
+        if all(old == new for old, new in names.items()):
+            return self
+        log_dirs = self.table.column("log_dir").to_pylist()
+        def moved(log_dir: str, path: str | None) -> str | None:  # a partition dir is a child of its log dir
+            if path is None or log_dir not in names:
+                return path
+            return posixpath.join(names[log_dir], posixpath.basename(path.rstrip("/"))) + path[len(path.rstrip("/")):]
+
+        paths = [moved(d, path) for d, path in zip(log_dirs, self.table.column("path").to_pylist(), strict=True)]
+        table = self.table
+        for column, values in (("log_dir", [names.get(d, d) for d in log_dirs]), ("path", paths)):
+            at = table.schema.get_field_index(column)
+            table = table.set_column(at, table.schema.field(at), pa.array(values, pa.string()))
+        return Plan(table)
 
     def df(self, spark: SparkSession) -> DataFrame:
         """The plan as a Spark DataFrame (for a notebook: ``.filter("selected").show()``)."""

@@ -242,11 +242,12 @@ def _stamp_locator(py_func, py_file: str) -> caching._CacheLocator | None:
     return caching.InTreeCacheLocator(py_func, py_file) if os.path.exists(py_file) else None
 
 
-def private_dir() -> str | None:
-    """This user's own cache dir under the temp dir (``kcompact-numba-<uid>``, mode 0700), for a
-    user with no writable home and no ``NUMBA_CACHE_DIR`` (a broker's system user): None when it
-    cannot be made, or is not this user's alone (another user made it first, or a symlink)."""
-    path = os.path.join(tempfile.gettempdir(), f"kcompact-numba-{os.getuid()}")
+def private_dir(what: str = "numba") -> str | None:
+    """This user's own dir for ``what``'s files under the temp dir (``kcompact-<what>-<uid>``, mode
+    0700), for a user with no writable home (a broker's system user) and no setting naming one:
+    None when it cannot be made, or is not this user's alone (another user made it first, or a
+    symlink)."""
+    path = os.path.join(tempfile.gettempdir(), f"kcompact-{what}-{os.getuid()}")
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:

@@ -31,7 +31,7 @@ from kcompact.storage.cas import read_versioned, remove_if, write_if, write_if_m
 from kcompact.storage.direct import DIRECT_BLOCK, DIRECT_BUFFER, DirectFile
 from kcompact.storage.failures import describe_failure, environment_problem, raising_typed, typed
 from kcompact.storage.lock import BROKER_LOCK, LogDirLock
-from kcompact.storage.paths import FileInfo, is_local, is_local_path, join, resolve, url
+from kcompact.storage.paths import FileInfo, absolute, identity, is_local, is_local_path, join, resolve, url
 
 __all__ = [
     "BROKER_LOCK",
@@ -41,6 +41,7 @@ __all__ = [
     "DirectFile",
     "FileInfo",
     "LogDirLock",
+    "absolute",
     "copy",
     "copy_many",
     "create_durable",
@@ -49,6 +50,7 @@ __all__ = [
     "environment_problem",
     "exists",
     "fsync_dir",
+    "identity",
     "info",
     "is_local",
     "is_local_path",

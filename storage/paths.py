@@ -3,6 +3,7 @@ what a listing says about a file."""
 
 from __future__ import annotations
 
+import os
 import posixpath
 from dataclasses import dataclass
 
@@ -39,6 +40,23 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
 def is_local_path(path: str) -> bool:
     """``path`` is on local disk (else an object store, where renames are copies)."""
     return is_local(resolve(path)[0])
+
+
+def absolute(path: str) -> str:
+    """``path`` as it names the same place from any working directory: a local path made absolute
+    (symlinks kept: they are the operator's names), a URL normalized (no ``//`` or ``.``, no
+    trailing slash)."""
+    fs, fs_path = resolve(path)
+    if is_local(fs):
+        return os.path.abspath(fs_path)
+    return url(fs, posixpath.normpath("/" + fs_path).lstrip("/"))
+
+
+def identity(path: str) -> str:
+    """What a directory is, whatever it is called: its real path (local, symlinks followed), its
+    normalized URL (object stores)."""
+    named = absolute(path)
+    return os.path.realpath(named) if is_local_path(named) else named
 
 
 def join(base: str, *names: str) -> str:

@@ -177,6 +177,29 @@ def test_compact_refuses_a_plan_made_for_other_log_dirs(tmp_path, capsys):
     assert f"was made for {tmp_path / 'a'}, not {tmp_path / 'b'}" in one_line(capsys.readouterr().err)
 
 
+def test_a_plan_runs_under_any_name_of_its_log_dir(tmp_path, monkeypatch, capsys):
+    """A plan made for ``logs`` from one working directory is taken by compact from another (a
+    scheduler's), whatever the log dir is called there: absolutely, as ``./logs``, through a symlink."""
+    dirty(tmp_path / "logs" / "orders-0")
+    (tmp_path / "link").symlink_to(tmp_path / "logs")
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "logs", "--output", "plan.json", "--now", str(NOW), *COMPACT]) == 0
+    planned = json.loads((tmp_path / "plan.json").read_text())
+    assert {row["log_dir"] for row in planned} == {str(tmp_path / "logs")}
+    assert {row["path"] for row in planned} == {str(tmp_path / "logs" / "orders-0")}
+    (tmp_path / "elsewhere").mkdir()
+    plan = str(tmp_path / "plan.json")
+    for cwd, name in ((tmp_path, "./logs"), (tmp_path / "elsewhere", str(tmp_path / "logs") + "/")):
+        monkeypatch.chdir(cwd)
+        assert main(["compact", name, "--plan", plan, "--now", str(NOW), "--dry-run"]) == 0, capsys.readouterr().err
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main(["compact", "../link", "--plan", plan, "--now", str(NOW)]) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "committed orders-0" in out and str(tmp_path / "logs") not in out  # named as this command names it
+    assert (tmp_path / "logs" / "cleaner-offset-checkpoint").read_bytes() == checkpoint_text([("orders", 0, 3)])
+
+
 @pytest.mark.parametrize("text, why", [("x\n", "(not JSON: "), ('{"a": 1}', "(not a list of partitions)"),
                                        ('[{"x": 1}]', "(a partition without its log dir)")])
 def test_a_file_that_is_not_a_plan_is_named(tmp_path, text, why, capsys):
@@ -271,6 +294,20 @@ def test_config_file_errors_name_file_and_line(tmp_path, capsys):
     assert main(["plan", str(tmp_path / "logs"), "--config", str(config)]) == 2
     line = one_line(capsys.readouterr().err)
     assert f"{config}: line 1: log.cleaner.min.cleanable.ratio=" in line and "no comments after a value" in line
+
+
+@pytest.mark.parametrize("command", ["plan", "compact", "retain", "run"])
+def test_an_override_of_an_unknown_topic_is_refused_before_anything_is_written(tmp_path, command, capsys):
+    dirty(tmp_path / "logs" / "orders-0")
+    before = files(tmp_path)
+    typo = ["--topic-config", "ordres:min.cleanable.dirty.ratio=0.01", "--now", str(NOW)]
+    assert main([command, str(tmp_path / "logs"), *typo]) == 2
+    assert one_line(capsys.readouterr().err) == (
+        "kcompact: configuration error: --topic-config: no topic 'ordres' in the log dirs; did you mean 'orders'? "
+        "(--allow-unknown-topics takes it as a topic that appears later)")
+    assert files(tmp_path) == before
+    if command == "plan":  # a topic named before it exists
+        assert main([command, str(tmp_path / "logs"), *typo, "--allow-unknown-topics"]) == 0
 
 
 def test_sample_properties_file_loads_as_documented():

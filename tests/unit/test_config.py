@@ -18,6 +18,7 @@ from kcompact.conf.resolve import (
     add_properties_file,
     add_topic_arg,
     build,
+    check_topics,
     split_assignments,
 )
 from kcompact.errors import ConfigError
@@ -378,3 +379,31 @@ def test_unreadable_properties_file(tmp_path):
 def test_missing_properties_file_is_an_os_error(tmp_path):
     with pytest.raises(OSError):
         build(files=[str(tmp_path / "nope.properties")])
+
+
+# -- a topic override naming no topic of the log dirs ---------------------------------------------
+HELD = {"orders", "payments", "__consumer_offsets"}
+
+
+def test_an_override_of_a_topic_no_log_dir_holds_is_refused_with_the_nearest_names(tmp_path):
+    config = build(topic_args=["ordres:min.cleanable.dirty.ratio=0.01"])
+    with pytest.raises(ConfigError) as err:
+        check_topics(config, lambda: HELD)
+    assert str(err.value) == ("--topic-config: no topic 'ordres' in the log dirs; did you mean 'orders'? "
+                              "(--allow-unknown-topics takes it as a topic that appears later)")
+    props = tmp_path / "c.properties"
+    props.write_text("topic[paymnets].cleanup.policy=compact\n")
+    with pytest.raises(ConfigError, match=rf"^{props}: no topic 'paymnets' in the log dirs; did you mean 'payments'"):
+        check_topics(build(files=[str(props)]), lambda: HELD)
+    with pytest.raises(ConfigError, match=r"no topic 'zzz' in the log dirs \(--allow"):  # nothing near
+        check_topics(build(topic_args=["zzz:cleanup.policy=compact"]), lambda: HELD)
+
+
+def test_known_topics_globs_and_recorded_topics_are_not_questioned():
+    asked = []
+    check_topics(build(topic_args=["orders-*:cleanup.policy=compact", "*:min.compaction.lag.ms=5"]),
+                 lambda: asked.append(1) or HELD)
+    assert asked == []  # no topic named exactly: the log dirs are not even listed
+    check_topics(build(topic_args=["orders:cleanup.policy=compact"]), lambda: HELD)
+    recorded = build(metadata=[({}, {"elsewhere": {"cleanup.policy": "compact"}}, "kraft-metadata x")])
+    check_topics(recorded, lambda: HELD)  # the cluster's topic, held by another broker
