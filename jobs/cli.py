@@ -210,8 +210,8 @@ def _plan(args: argparse.Namespace) -> int:
     config = _config(args, args.paths)
     spark = _session(args)
     plan = kcompact.plan(spark, args.paths, config=config, now=args.now, top=args.top, max_bytes=args.max_bytes)
-    print(output.describe(plan.rows))
-    print(output.describe_retention(plan.rows))
+    print(output.describe(plan.rows, each=not args.quiet))
+    print(output.describe_retention(plan.rows, each=not args.quiet))
     if args.output:
         output.write(plan, args.output)
         print(f"plan written to {args.output}")
@@ -261,7 +261,7 @@ def _compact(args: argparse.Namespace) -> int:
                                         progress=say, summary=_summary, ready=ready, removal=removal,
                                         watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
         empty = _empty(free, plan)
-        print(report.text())
+        print(report.text(each=not args.quiet))
         if args.report:
             _write_report(args, report.to_json(), spark=spark, paths=paths)
     totals = report.totals()
@@ -347,7 +347,7 @@ def _run(args: argparse.Namespace) -> int:
                               max_partitions=args.max_partitions, progress=say, summary=_summary, removal=removal,
                               watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
         empty = _empty(free, result.plan)
-        print(result.text())
+        print(result.text(each=not args.quiet))
         if args.report:
             _write_report(args, result.to_json(), spark=spark)
     return _exit_status(result.failed + len(busy), result.attempted + len(busy),
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None, own_process: bool = False) -> int:
 
     if own_process:
         spark.let_go()
-    if code in (EXIT_PARTIAL, EXIT_FAILED) and spark.started_jvm():  # the other exits' messages name it
+    if code in (EXIT_PARTIAL, EXIT_FAILED) and spark.log_says_something():  # the other exits' messages name it
         _warn(f"Spark's log: {spark.log_path()}")
     spark.close_log(keep=code != EXIT_OK)
     return code
@@ -424,16 +424,17 @@ def _failed(args: argparse.Namespace, exc: Exception) -> int:
     if os.environ.get("KCOMPACT_DEBUG"):
         raise exc
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    log = f"; Spark's log: {spark.log_path()}" if spark.started_jvm() else ""
+    log = f"; Spark's log: {spark.log_path()}" if spark.log_says_something() else ""
     _warn(f"internal error: {type(exc).__name__}: {first[:300]} (set KCOMPACT_DEBUG=1 for details{log})")
     return EXIT_INTERNAL
 
 
 def _spark_log() -> str:
-    """`` (Spark's log: PATH)`` once this command started Spark with its log in a file, else nothing."""
+    """`` (Spark's log: PATH)`` once this command started Spark with its log in a file that says
+    something, else nothing."""
     from kcompact.jobs import spark
 
-    return f" (Spark's log: {spark.log_path()})" if spark.started_jvm() else ""
+    return f" (Spark's log: {spark.log_path()})" if spark.log_says_something() else ""
 
 
 def _interrupted() -> int:

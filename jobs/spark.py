@@ -204,9 +204,25 @@ def _note_interrupts() -> None:
     signals.install()
 
 
-def started_jvm() -> bool:
-    """This process started an embedded JVM whose output went to ``log_path()``."""
-    return bool(_LOG)
+# What every JVM start prints, whatever happens next: a log holding these lines alone says nothing.
+_START_NOISE = ("WARNING: Using incubator modules:", "Picked up JAVA_TOOL_OPTIONS:", "Picked up _JAVA_OPTIONS:",
+                "Picked up JDK_JAVA_OPTIONS:")
+
+
+def log_says_something() -> bool:
+    """The embedded JVM's log holds more than what every JVM prints as it starts: only such a log
+    is named in a message and kept. One that cannot be read says something (it may hold the why)."""
+    if not _LOG:
+        return False
+    try:
+        with open(_LOG[0], "rb") as f:
+            head = f.read(64 * 1024)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    lines = head.decode(errors="replace").splitlines()
+    return any(line.strip() and not line.startswith(_START_NOISE) for line in lines)
 
 
 def let_go() -> None:
@@ -236,9 +252,9 @@ def let_go() -> None:
 
 
 def close_log(keep: bool) -> None:
-    """At the end of a command: the JVM's log kept when the command failed (the error names it), else
-    removed, unless KCOMPACT_SPARK_LOG asked for it."""
-    if _LOG and not keep and not os.environ.get("KCOMPACT_SPARK_LOG"):
+    """At the end of a command: the JVM's log kept when the command failed and the log says
+    something (the error names it), else removed, unless KCOMPACT_SPARK_LOG asked for it."""
+    if _LOG and not (keep and log_says_something()) and not os.environ.get("KCOMPACT_SPARK_LOG"):
         with contextlib.suppress(OSError):
             os.remove(_LOG[0])
 

@@ -72,9 +72,10 @@ class NightlyReport:
         """Partitions bad input or an uncleanable state kept from retention or compaction (once each)."""
         return len({p.path for p in self.retention.blocked} | {b["path"] for b in self.compaction.blocked()})
 
-    def text(self) -> str:
-        """The compaction's summary: recovery's and retention's went to ``summary`` as each ended."""
-        return self.compaction.text()
+    def text(self, each: bool = True) -> str:
+        """The compaction's summary (``Report.text``): recovery's and retention's went to ``summary``
+        as each ended."""
+        return self.compaction.text(each)
 
     def to_json(self) -> dict:
         from kcompact.conf.units import UNIT_NOTE

@@ -23,12 +23,12 @@ def selected_bytes(plan: Sequence[PlanRow]) -> int:
     return sum(r.cleanable_bytes or 0 for r in plan if r.selected)
 
 
-def describe(plan: Sequence[PlanRow]) -> str:
-    """One line per partition of ``plan`` (a plan's rows), selected first by rank, then the rest
-    with their skip reason."""
-    rows = [_line(r) for r in plan]
+def describe(plan: Sequence[PlanRow], each: bool = True) -> str:
+    """One line per partition of ``plan`` (a plan's rows; none unless ``each``), selected first by
+    rank, then the rest with their skip reason; then the totals and notes."""
+    rows = [_line(r) for r in plan] if each else []
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(TABLE_COLUMNS)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(TABLE_COLUMNS, widths)).rstrip()]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(TABLE_COLUMNS, widths)).rstrip()] if each else []
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     selected = sum(1 for r in plan if r.selected)
     lines.append(f"{len(plan)} partition{'' if len(plan) == 1 else 's'}, {selected} selected, "
@@ -41,13 +41,14 @@ def describe(plan: Sequence[PlanRow]) -> str:
 RETENTION_COLUMNS = ("partition", "segments", "MB", "log start", "reasons")
 
 
-def describe_retention(plan: Sequence[PlanRow]) -> str:
+def describe_retention(plan: Sequence[PlanRow], each: bool = True) -> str:
     """What retention deletes: one line per partition with segments to delete (or a retention
-    skip for bad input, or for a cleaning state that holds back segments due), then a total."""
+    skip for bad input, or for a cleaning state that holds back segments due; none unless
+    ``each``), then a total."""
     rows = [r for r in plan if r.retention_deletes or r.retention_skip_kind == Failure.BAD_INPUT]
-    lines = [_retention_line(r) for r in rows]
+    lines = [_retention_line(r) for r in rows] if each else []
     widths = [max(len(c), *(len(r[i]) for r in lines)) if lines else len(c) for i, c in enumerate(RETENTION_COLUMNS)]
-    out = ["retention:", "  ".join(c.ljust(w) for c, w in zip(RETENTION_COLUMNS, widths)).rstrip()]
+    out = ["retention:", "  ".join(c.ljust(w) for c, w in zip(RETENTION_COLUMNS, widths)).rstrip()] if each else []
     out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in lines]
     due = [r for r in rows if r.retention_skip_reason is None]
     segments = sum(len(r.retention_deletes) for r in due)

@@ -111,5 +111,8 @@ def cleaned_since_plan(row: PlanRow, entries: dict | str) -> str | None:
     now = entries.get((row.topic, row.partition))
     if now == row.checkpoint_offset:
         return None
-    return (f"cleaned by another job since it was planned (checkpoint {row.checkpoint_offset} -> {now}); "
-            "planned again next run")
+    def entry(offset: int | None) -> str:
+        return "no entry" if offset is None else str(offset)
+
+    return (f"cleaned by another job since it was planned (its cleaner checkpoint went from "
+            f"{entry(row.checkpoint_offset)} to {entry(now)}); planned again next run")

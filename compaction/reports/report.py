@@ -325,15 +325,17 @@ class Report:
                 out.setdefault(r.log_dir, []).append(r.name)
         return {log_dir: sorted(names, key=_by_number) for log_dir, names in sorted(out.items())}
 
-    def text(self) -> str:
-        """The stats message of every partition; what the run left undone and why (partitions blocked
+    def text(self, each: bool = True) -> str:
+        """The stats message of every partition (``each``; else of those that failed alone, as
+        ``--quiet`` asks); what the run left undone and why (partitions blocked
         by bad input or an uncleanable state, cleaner checkpoints reset, the uncleanable partitions
         of every log dir, the paused ones with the way out: a forgotten pause must not stop cleaning
         silently); then the run's totals, in the same units, or, when it cleaned no partition at
         all, what happened instead."""
         names = [(p.topic, p.partition) for p in self.partitions]
         lines = release_lines(self.releases())
-        lines += [p.summary(where=names.count((p.topic, p.partition)) > 1) for p in self.partitions]
+        lines += [p.summary(where=names.count((p.topic, p.partition)) > 1) for p in self.partitions
+                  if each or p.error]
         blocked = self.blocked()
         if blocked:
             lines.append(f"not cleaned until fixed ({_count(len(blocked), 'partition')}):")

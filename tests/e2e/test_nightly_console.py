@@ -60,7 +60,17 @@ def test_quiet_keeps_the_summary_only(spark, tmp_path, capsys):
     assert main(["compact", str(tmp_path), "--now", str(NOW), "--quiet", *COMPACT]) == 0
     out = capsys.readouterr().out.splitlines()
     assert not [line for line in out if line.startswith(("stage", "  committed", "compaction:"))], out
+    assert not [line for line in out if "orders-0" in line], out  # no partition's stats message (issue 43)
     assert out[-1].startswith("1 partition: 1 cleaned, 0 failed, 0 skipped;")
+
+
+def test_quiet_plan_keeps_the_totals_only(spark, tmp_path, capsys):
+    dirty(tmp_path / "orders-0")
+    assert main(["plan", str(tmp_path), "--now", str(NOW), "--quiet", *COMPACT]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert not [line for line in out if "orders-0" in line or line.startswith(("rank", "partition"))], out
+    assert out[0].startswith("1 partition, 1 selected, 0.0 MB to clean;"), out
+    assert "0 partitions with 0 segments (0.0 MB) to delete, 0 skipped" in out
 
 
 def test_quiet_run_keeps_every_steps_summary(spark, tmp_path, capsys):

@@ -111,7 +111,8 @@ def assert_terminated(proc: subprocess.Popen, out: str, err: str) -> None:
     assert proc.returncode == 143, (out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kcompact: terminated"), err
-    assert "(Spark's log: " in lines[0], err  # named on every exit but 0 (issue 33 item 4)
+    if "(Spark's log: " in lines[0]:  # named on every exit but 0 when it says something (issues 33, 43)
+        assert os.path.exists(lines[0].rpartition("(Spark's log: ")[2].rstrip(")")), err
     assert "Traceback" not in err and "Py4J" not in err
 
 
