@@ -114,7 +114,7 @@ def _top_bytes(ax, rows: list[PlanRow]) -> None:
     top.reverse()  # barh draws the first row at the bottom
     sizes = [r.cleanable_bytes / MB for r in top]
     ax.barh(range(len(top)), sizes, color=[SELECTED if r.selected else SKIPPED for r in top])
-    ax.set_yticks(range(len(top)), [_label(r) for r in top], fontsize=9)
+    ax.set_yticks(range(len(top)), [short_label(r.name) for r in top], fontsize=9)
     for i, (row, size) in enumerate(zip(top, sizes)):
         note = f" #{row.rank} selected" if row.selected else " skipped"
         ax.text(
@@ -134,9 +134,9 @@ def _mb(size: float) -> str:
     return f"{size:,.2f}" if size >= 1 else f"{size:.3g}"
 
 
-def _label(row: PlanRow) -> str:
-    """``topic-partition``, shortened in the middle so long topic names keep the axis readable."""
-    name = row.name
+def short_label(name: str) -> str:
+    """A partition's name for an axis (``topic-partition``), shortened in the middle: a topic name
+    may have 249 characters, and a label wider than the figure collapses matplotlib's layout."""
     if len(name) <= _LABEL_CHARS:
         return name
     half = (_LABEL_CHARS - 1) // 2

@@ -26,6 +26,7 @@ from kcompact import storage
 from kcompact.compaction.reports.report import METRICS, REASONS
 from kcompact.conf.units import MB
 from kcompact.operations.states import utc
+from kcompact.planner.plot import short_label
 
 TOP = 40  # partitions drawn in a per-partition plot: the largest ones
 DPI = 100
@@ -208,7 +209,7 @@ def _bytes_plot(parts: list[dict]) -> Plot:
                 color="#adb5bd")
         ax.barh([i - 0.2 for i in y], [p["bytes_written"] / MB for p in done], 0.4, label="after (bytes written)",
                 color="#2b8a3e")
-        ax.set_yticks(list(y), [_name(p) for p in done])
+        ax.set_yticks(list(y), [short_label(_name(p)) for p in done])
         ax.set_xlabel("MB (2^20 bytes)")
         fig.legend(loc="outside right upper")
     else:
@@ -226,7 +227,7 @@ def _removed_plot(parts: list[dict]) -> Plot:
             counts = [p["removed"].get(reason, 0) for p in done]
             ax.barh(range(len(done)), counts, left=left, label=reason, color=REASON_COLOURS[reason])
             left = [a + b for a, b in zip(left, counts)]
-        ax.set_yticks(range(len(done)), [_name(p) for p in done])
+        ax.set_yticks(range(len(done)), [short_label(_name(p)) for p in done])
         ax.set_xlabel("records removed")
         fig.legend(loc="outside right upper")
     else:
@@ -250,7 +251,7 @@ def _retention_plots(parts: list[dict]) -> list[Plot]:
     fig, ax = _figure(len(due))
     if due:
         ax.barh(range(len(due)), [p["bytes_deleted"] / MB for p in due], color="#c92a2a")
-        ax.set_yticks(range(len(due)), [_name(p) for p in due])
+        ax.set_yticks(range(len(due)), [short_label(_name(p)) for p in due])
         ax.set_xlabel("MB (2^20 bytes)")
     else:
         _nothing(ax, "no segment due for deletion")

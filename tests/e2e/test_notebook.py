@@ -43,6 +43,10 @@ def notebook(tmp_path_factory):
     prefix = root / "jupyter"
     (root / "tmp").mkdir()
     nb = nbformat.read(NOTEBOOK, as_version=4)
+    # the sample log dir, kept for the tests before the last cell removes it
+    sample = root / "sample"
+    nb.cells.insert(len(nb.cells) - 1, nbformat.v4.new_code_cell(
+        f"shutil.copytree(log_dir, {str(sample)!r}, symlinks=True)", id="keep-sample"))
     with pytest.MonkeyPatch.context() as env:  # the kernel inherits these; its temp dirs land under root
         env.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
         env.setenv("JUPYTER_RUNTIME_DIR", str(root / "runtime"))
@@ -51,7 +55,7 @@ def notebook(tmp_path_factory):
         install(kernel_name=KERNEL, display_name="kcompact (.venv)", prefix=str(prefix))
         spec = json.loads((prefix / "share" / "jupyter" / "kernels" / KERNEL / "kernel.json").read_text())
         NotebookClient(nb, kernel_name=KERNEL, timeout=600, resources={"metadata": {"path": str(root)}}).execute()
-    return nb, spec
+    return nb, spec, sample
 
 
 def outputs(nb, cell_id: str) -> tuple[str, list[dict]]:
@@ -74,13 +78,13 @@ def shown_rows(text: str) -> list[list[str]]:
 
 
 def test_kernel_is_this_interpreter(notebook):
-    _, spec = notebook
+    _, spec, _ = notebook
     assert Path(spec["argv"][0]) == Path(sys.executable)
     assert spec["argv"][spec["argv"].index("-m") + 1] == "ipykernel_launcher"
 
 
 def test_plan_lists_every_generated_partition(notebook):
-    nb, _ = notebook
+    nb, _, _ = notebook
     setup, _ = outputs(nb, "setup")
     assert "3 topics, 8 partitions" in setup
     rows = shown_rows(outputs(nb, "plan")[0])
@@ -96,7 +100,7 @@ def test_plan_lists_every_generated_partition(notebook):
 
 
 def test_plot_is_the_plans_picture(notebook):
-    nb, _ = notebook
+    nb, _, _ = notebook
     _, shown = outputs(nb, "plot")
     pixels = image.imread(io.BytesIO(base64.b64decode(shown[0]["image/png"])), format="png")
     assert pixels.shape[:2] == (round(FIGSIZE[1] * DPI), round(FIGSIZE[0] * DPI))
@@ -105,7 +109,7 @@ def test_plot_is_the_plans_picture(notebook):
 
 
 def test_dry_run_removes_records(notebook):
-    nb, _ = notebook
+    nb, _, _ = notebook
     text, result = outputs(nb, "dry-run")
     summary = ast.literal_eval(result[0]["text/plain"])
     assert summary["records_removed"] > 0 and summary["records_read"] > summary["records_removed"]
@@ -113,8 +117,7 @@ def test_dry_run_removes_records(notebook):
 
 
 def test_records_read_back_are_kafkas(notebook):
-    nb, _ = notebook
-    log_dir = Path(re.search(r"^wrote (\S+) \(seed", outputs(nb, "setup")[0], re.M)[1])
+    nb, _, log_dir = notebook
     rows = shown_rows(outputs(nb, "read")[0])
     expected = []
     for log in sorted((log_dir / "orders-0").glob("*.log")):
@@ -130,7 +133,7 @@ def test_records_read_back_are_kafkas(notebook):
 
 
 def test_real_compaction_of_a_copy_removed_afterwards(notebook):
-    nb, _ = notebook
+    nb, _, _ = notebook
     text, _ = outputs(nb, "compact")
     cleaned = re.findall(r"^Log cleaner thread 0 cleaned log (\S+) ", text, re.M)
     assert cleaned and "users-1" in cleaned
@@ -154,8 +157,7 @@ def latest_per_key(partition_dir: Path) -> tuple[int, dict[bytes, tuple[int, byt
 
 
 def test_latest_value_per_key_is_the_same_after_cleaning(notebook):
-    nb, _ = notebook
-    log_dir = Path(re.search(r"^wrote (\S+) \(seed", outputs(nb, "setup")[0], re.M)[1])
+    nb, _, log_dir = notebook
     count, latest = latest_per_key(log_dir / "users-1")
     text, _ = outputs(nb, "latest")
     summary = re.search(r"^users-1: (\d+) -> (\d+) keyed records; (\d+) keys, (\d+) with another latest", text, re.M)
@@ -172,8 +174,7 @@ def test_latest_value_per_key_is_the_same_after_cleaning(notebook):
 def test_table_cell_writes_the_live_keys(notebook):
     """The table written out holds, per partition of ``users``, the keys whose latest record
     (kafka-python's reading) has a value; the first rows shown are users-1's smallest keys."""
-    nb, _ = notebook
-    log_dir = Path(re.search(r"^wrote (\S+) \(seed", outputs(nb, "setup")[0], re.M)[1])
+    nb, _, log_dir = notebook
     text, _ = outputs(nb, "table")
     counts = {int(n): int(c) for n, c in re.findall(r"^users-(\d+): (\d+) live keys", text, re.M)}
     live = {}
@@ -183,3 +184,13 @@ def test_table_cell_writes_the_live_keys(notebook):
     assert counts == {n: len(keys) for n, keys in live.items()} and all(counts.values())
     expected = sorted(live[1].items())[:5]
     assert [r[:2] for r in shown_rows(text)] == [[show(k.decode()), str(o)] for k, (o, _) in expected]
+
+
+def test_the_last_cell_leaves_no_temporary_dir(notebook):
+    """Every dir the notebook made under the temp dir is gone at its end (issue 43: the sample log
+    dir was left behind)."""
+    nb, _, _ = notebook
+    text, _ = outputs(nb, "stop")
+    sample = Path(re.search(r"^removed (\S+)$", text, re.M)[1])
+    assert not sample.exists()
+    assert not list(sample.parent.glob("kcompact-example-*")), list(sample.parent.iterdir())

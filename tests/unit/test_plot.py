@@ -14,7 +14,7 @@ from PIL import Image
 
 from kcompact.planner.build import PLAN_SCHEMA
 from kcompact.planner.plan import Plan
-from kcompact.planner.plot import DPI, FIGSIZE, plot_plan, show_plan
+from kcompact.planner.plot import DPI, FIGSIZE, plot_plan, short_label, show_plan
 
 SIZE = (round(FIGSIZE[0] * DPI), round(FIGSIZE[1] * DPI))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -97,3 +97,18 @@ def test_a_skipped_ratio_never_reads_as_its_threshold():
     ratios = [tokens[tokens.index(name) + 1] for tokens in (line.split() for line in lines)
               for name in tokens if name.startswith("orders-")]
     assert sorted(ratios) == ["0.499", "0.4996", "0.900"]
+
+
+def test_the_longest_topic_names_keep_the_layout(tmp_path, recwarn):
+    """A topic name may have 249 characters (Kafka's limit); labels that long collapsed the
+    report's constrained layout ("constrained_layout not applied" on stderr, issue 43)."""
+    from kcompact.compaction.reports import report_html
+
+    topic = "streams-app-KSTREAM-AGGREGATE-STATE-STORE-" + "x" * 190 + "-changelog"
+    parts = [{"topic": topic, "partition": i, "path": f"/logs/{topic}-{i}", "error": None, "skipped": None,
+              "bytes_read": (i + 1) << 20, "bytes_written": 1 << 18, "removed": {"older": 10 * i}}
+             for i in range(4)]
+    report_html._bytes_plot(parts)
+    report_html._removed_plot(parts)
+    assert not [w for w in recwarn if "constrained_layout" in str(w.message)], [str(w.message) for w in recwarn]
+    assert len(short_label(f"{topic}-3")) <= 32 and short_label(f"{topic}-3").endswith("changelog-3")
