@@ -400,13 +400,13 @@ def _main(args: argparse.Namespace) -> int:
         # The reader went away (``kcompact dump ... | head``): stop quietly.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except KeyboardInterrupt:
-        return _interrupted()
+    except KeyboardInterrupt as stop:
+        return _interrupted(getattr(stop, "__notes__", []))
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line and an exit code
         # After a Ctrl-C or SIGTERM, what broke on the way out (Spark's cancelled jobs, a JVM the
         # same signal ended, as a signal to the whole process group does) is not news
         if spark.interrupted():
-            return _interrupted()
+            return _interrupted(getattr(exc, "__notes__", []))
         return _failed(args, exc)
 
 
@@ -437,12 +437,14 @@ def _spark_log() -> str:
     return f" (Spark's log: {spark.log_path()})" if spark.log_says_something() else ""
 
 
-def _interrupted() -> int:
+def _interrupted(notes: list[str] = ()) -> int:
+    """The one line of a stopped command; ``notes``: what the stop's clean-up removed, and left."""
     from kcompact.jobs import signals
 
     how = "terminated" if signals.terminated() else "interrupted"
-    _warn(f"{how}: nothing half-done is left in place (partitions being cleaned keep their old segments; "
-          f"the next run, or 'kcompact recover', removes unfinished files){_spark_log()}")
+    done = "; ".join(notes) + "; " if notes else ""
+    _warn(f"{how}: partitions being cleaned keep their old segments ({done}the next run, or 'kcompact "
+          f"recover', removes any unfinished file left){_spark_log()}")
     return EXIT_TERMINATED if signals.terminated() else EXIT_INTERRUPTED
 
 

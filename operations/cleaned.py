@@ -128,3 +128,26 @@ def _append_chunks(writer: SegmentWriter, outputs: Iterable[ChunkOut], buffers: 
     if last is not None:
         writer.append(b"".join(parts), *last)
     return batches, records
+
+
+def remove_unfinished(partition_dir: str) -> tuple[list[str], str | None]:
+    """Remove the ``.cleaned`` files of a local partition dir whose cleaning a stop cut short: the
+    files removed, and why some were left (None: none were). Where a ``.swap`` file is there too
+    (a swap interrupted), they are the broker's rule to apply (``kcompact recover``), not ours to
+    change: without them it would complete a swap it must undo."""
+    files, _ = storage.list_dir(partition_dir)
+    names = [info.path for info in files]
+    cleaned = [path for path in names if path.endswith(CLEANED)]
+    if not cleaned:
+        return [], None
+    if any(path.endswith(".swap") for path in names):
+        return [], f"{partition_dir}: an interrupted swap is there too: 'kcompact recover' finishes it"
+    removed = []
+    for path in cleaned:
+        try:
+            storage.remove(path)
+        except OSError as exc:
+            return removed, f"not removed: {storage.describe_error(exc, path)}"
+        removed.append(path)
+    return removed, None
+

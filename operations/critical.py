@@ -15,6 +15,13 @@ from collections.abc import Iterator
 
 _depth = 0
 _held: list[BaseException] = []
+_asked: list[BaseException] = []  # every stop a signal handler asked for
+
+
+def stop_asked() -> bool:
+    """A signal asked this process to stop: what fails from here on (Spark's cancelled jobs, say)
+    fails because of it."""
+    return bool(_asked)
 
 
 @contextlib.contextmanager
@@ -35,6 +42,7 @@ def section() -> Iterator[None]:
 
 def hold(exc: BaseException) -> bool:
     """Keep ``exc`` (a signal handler's) to raise when the section ends, if one is running."""
+    _asked.append(exc)
     if _depth == 0:
         return False
     _held.append(exc)

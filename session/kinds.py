@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -122,3 +123,22 @@ class _ConnectStatus:
         if i >= len(stages):
             return None
         return SimpleNamespace(numTasks=stages[i].num_tasks, numCompletedTasks=stages[i].num_completed_tasks)
+
+
+def wait_for_jobs(spark, seconds: float) -> bool:
+    """Wait until no Spark job of this session runs (cancelled ones ending with their tasks), for at
+    most ``seconds``; whether none runs. A Connect server's jobs are its own to end: not waited for."""
+    if is_connect(spark):
+        return True
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            active = spark.sparkContext.statusTracker().getActiveJobsIds()
+        except Exception:  # noqa: BLE001 - a JVM the same signal ended runs nothing
+            return True
+        if not active:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+

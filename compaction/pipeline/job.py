@@ -15,6 +15,7 @@ A dry run counts and writes nothing.
 from __future__ import annotations
 
 import contextlib
+import posixpath
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from kcompact import storage
 from kcompact.compaction.cleaning.map_pass import Planned
 from kcompact.compaction.cleaning.partition_batches import PartitionBatches
 from kcompact.compaction.cleaning.results import GroupResult, fate_counts
@@ -41,12 +43,15 @@ from kcompact.compaction.reports.report import PartitionReport, Report
 from kcompact.compaction.rules.decisions import DISCARD, PLAN_FLAGS
 from kcompact.contracts.plan_row import PlanRow
 from kcompact.errors import FormatError
-from kcompact.operations import states
+from kcompact.operations import critical, states
 from kcompact.operations.checkpoints import update_cleaner_offsets
+from kcompact.operations.cleaned import remove_unfinished
 from kcompact.operations.deleted import Removal
 from kcompact.planner.plan import Plan
 from kcompact.session import kinds
 from kcompact.writers.chunks import BufferSizes
+
+STOP_GRACE_S = 10.0  # how long a stop waits for Spark's cancelled tasks, within a scheduler's grace time
 
 
 class Stopwatch:
@@ -197,7 +202,6 @@ def _done_cleaning(result: JobResult, progress) -> None:
 
 def _clean(spark, settings: JobSettings, taken: list[PartitionToClean], now: int, dry_run: bool, progress,
            watch: Stopwatch, result: JobResult, keeper: LeaseKeeper) -> None:
-    report = result.report
     progress(f"stage 1/5: batch plans of {len(taken)} partition{'s' * (len(taken) != 1)}")
     kinds.name_jobs(spark, "kcompact-batch-plans", f"batch-level decisions for {len(taken)} partitions")
     partitions = batch_plans(spark, taken, now, settings)
@@ -210,6 +214,17 @@ def _clean(spark, settings: JobSettings, taken: list[PartitionToClean], now: int
 
     rows = PartitionBatches.read(ok, [name for name in ok.column_names if name != "batches"])  # Batches has them
     batches = Batches.of(ok)
+    try:
+        _rewrite_and_commit(spark, settings, rows, batches, now, dry_run, progress, watch, result, keeper)
+    except BaseException as stop:  # Ctrl-C, SIGTERM (or the error of a Spark job they cancelled)
+        if not dry_run and (isinstance(stop, KeyboardInterrupt) or critical.stop_asked()):
+            _remove_unfinished(spark, rows, result, stop)  # what this job wrote and did not commit goes first
+        raise
+
+
+def _rewrite_and_commit(spark, settings: JobSettings, rows: list[PartitionBatches], batches: Batches, now: int,
+                        dry_run: bool, progress, watch: Stopwatch, result: JobResult, keeper: LeaseKeeper) -> None:
+    report = result.report
     jobs = _group_jobs(rows, batches, now, keeper.owner, settings.direct_writes)
     stage = "2-3 offset map, keep flags" if dry_run else "2-4 offset map, keep flags, rewrite"
     progress(f"stages {stage} ({len(jobs)} segment group{'s' * (len(jobs) != 1)})")
@@ -232,6 +247,33 @@ def _clean(spark, settings: JobSettings, taken: list[PartitionToClean], now: int
     finally:  # what was committed before a signal stopped the command is reported (and its files removed)
         result.record(outcomes, batches.bytes_read, counts)
     watch.lap("5 commit")
+
+
+def _remove_unfinished(spark, rows: list[PartitionBatches], result: JobResult, stop: BaseException) -> None:
+    """A stop's clean-up, within the grace time a scheduler gives: once Spark's cancelled tasks
+    have ended (none writes after), the ``.cleaned`` files of the partitions this job took and did
+    not commit are removed (local disk: an object store's staged files are invisible to readers,
+    and recovery sorts them by their commit records); what was removed and what could not be is
+    told in the stop's notes (``add_note``), which the command line prints."""
+    kinds.wait_for_jobs(spark, STOP_GRACE_S)
+    committed = {p.path for p in result.report.partitions if p.committed}
+    removed, left = [], []
+    for row in rows:
+        if row.path in committed or not storage.is_local_path(row.path):
+            continue
+        try:
+            gone, why = remove_unfinished(row.path)
+        except OSError as exc:
+            gone, why = [], f"not listed: {storage.describe_error(exc, row.path)}"
+        removed += gone
+        if why:
+            left.append(why)
+    if removed:
+        touched = len({posixpath.dirname(path) for path in removed})
+        stop.add_note(f"removed {len(removed)} unfinished .cleaned file{'s' * (len(removed) != 1)} of {touched} "
+                      f"partition{'s' * (touched != 1)}")
+    for why in left:
+        stop.add_note(f"left: {why}")
 
 
 def corrupt_in_plan(plan: Iterable[PlanRow]) -> list[PlanRow]:
