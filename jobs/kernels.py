@@ -1,5 +1,5 @@
 """Build the compiled kernels shipped in the package (``readers/compiled-kernels``; ``readers.kernel_cache``
-says why and how they are used): ``python -m jobs.kernels [--out DIR]``, run by ``make install``
+says why and how they are used): ``python -m kcompact.jobs.kernels [--out DIR]``, run by ``make install``
 and by ``make dist`` before the wheel and the zip are made.
 
 A child process runs a small workload that takes every path with kernels: a generated log dir
@@ -73,7 +73,7 @@ def _library(logs: Path) -> None:
 
 def workload(work: Path) -> None:
     """Every path with kernels, in this process (its driver side) and Spark's workers."""
-    from kcompact.compaction.pipeline import routing
+    from kcompact.compaction.pipeline import settings
     from kcompact.jobs.cli import main
     from kcompact.tools import generator
 
@@ -91,10 +91,10 @@ def workload(work: Path) -> None:
         print(f"  kcompact {step[0]}: {time.perf_counter() - started:.0f} s", flush=True)
         if code != 0:
             raise SystemExit(f"kcompact {step[0]} exited {code}")
-    routing.WHOLE_BYTES = 0  # as the tests' "shared" path: every partition taken for larger than a task
     started = time.perf_counter()
-    with quiet:
-        code = main(["compact", str(shared), "--now", str(NOW), "--spark-conf", f"{routing.MAP_MEMORY}=0",
+    with quiet:  # as the tests' "shared" path: every partition taken for larger than a task
+        code = main(["compact", str(shared), "--now", str(NOW), "--spark-conf", f"{settings.MAP_MEMORY}=0",
+                     "--spark-conf", f"{settings.WHOLE}=0",
                      "--report", str(work / "shared.json"), "--kafka-version", "4.0.0"])  # one append per read chunk
     if code != 0:
         raise SystemExit(f"kcompact compact (shared path) exited {code}")

@@ -427,15 +427,15 @@ def use_job_path(request, spark) -> None:
     "threads" (the same by four threads: four key shards), "shared" (every partition treated as larger
     than a task and its map as larger than a task's memory: the map made by many tasks and a shuffle),
     "page cache" (the .log files written through the page cache, ``spark.kcompact.write.direct=false``)."""
-    from kcompact.compaction.pipeline import routing, settings
+    from kcompact.compaction.pipeline import settings
 
     if request.param == "shared":
-        saved, routing.WHOLE_BYTES = routing.WHOLE_BYTES, 0
-        spark.conf.set(routing.MAP_MEMORY, "0")
-        request.addfinalizer(lambda: (setattr(routing, "WHOLE_BYTES", saved), spark.conf.unset(routing.MAP_MEMORY)))
+        spark.conf.set(settings.WHOLE, "0")
+        spark.conf.set(settings.MAP_MEMORY, "0")
+        request.addfinalizer(lambda: (spark.conf.unset(settings.WHOLE), spark.conf.unset(settings.MAP_MEMORY)))
     if request.param == "threads":
-        spark.conf.set(routing.THREADS, "4")
-        request.addfinalizer(lambda: spark.conf.unset(routing.THREADS))
+        spark.conf.set(settings.THREADS, "4")
+        request.addfinalizer(lambda: spark.conf.unset(settings.THREADS))
     if request.param == "page cache":
         spark.conf.set(settings.DIRECT_WRITES, "false")
         request.addfinalizer(lambda: spark.conf.unset(settings.DIRECT_WRITES))

@@ -317,7 +317,7 @@ def _clean_groups(spark, settings: JobSettings, rows: list[PartitionBatches], ba
         groups_of.setdefault(int(pid_of_gid[gid]), []).append(gid)
     keys = [batches.map_keys(pid) for pid in range(len(rows))]
     largest = {pid: max(int(jobs[gid][1].size.sum()) for gid in gids) for pid, gids in groups_of.items()}
-    routes = route(settings, list(groups_of), sizes, keys, largest)
+    routes = route(settings.limits, list(groups_of), sizes, keys, largest)
     frames = []
     if routes.whole:
         frames.append(whole.clean(spark, routes.whole, sizes, keys, jobs, groups_of, dry_run, owner, settings))

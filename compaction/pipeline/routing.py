@@ -7,8 +7,9 @@ as many buckets as keep each share within a task's map memory. So no task ever h
 map, and a key set may exceed any one worker's memory.
 
 The rule (``reads_whole``), per partition:
-- one of at most ``WHOLE_BYTES`` is read whole (``compaction.pipeline.whole``): one task reads it once,
-  from its end back, and makes its map on the way;
+- one of at most ``whole_limit`` (the Spark setting ``spark.kcompact.whole.bytes``, by default
+  ``WHOLE_BYTES``: ``compaction.pipeline.settings``) is read whole (``compaction.pipeline.whole``):
+  one task reads it once, from its end back, and makes its map on the way;
 - a larger one is read whole too when its map fits a task's map memory (``map_memory``: a key
   costs ``MAP_BYTES_PER_KEY``, a partition has at most as many keys as records feeding its map)
   and, under a worker cap (``spark.executor.pyspark.memory``, which caps the worker's address
@@ -20,20 +21,15 @@ The rule (``reads_whole``), per partition:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kcompact.compaction.cleaning.backward import OUTPUT_MEMORY
 from kcompact.compaction.cleaning.offset_map import KeyTable
 
-if TYPE_CHECKING:
-    from kcompact.compaction.pipeline.settings import JobSettings
-
-WHOLE_BYTES = 256 << 20  # a partition of at most this is read by one task, which makes its map too
-# A task's map memory: the Spark setting MAP_MEMORY, by default a quarter of the Python worker's
-# cap (Python, numba and Arrow take a good part of the cap before any data) or, uncapped,
+WHOLE_BYTES = 256 << 20  # by default a partition of at most this is read by one task, which makes its map too
+# A task's map memory (``settings.MAP_MEMORY``): by default a quarter of the Python worker's cap
+# (Python, numba and Arrow take a good part of the cap before any data) or, uncapped,
 # DEFAULT_MAP_MEMORY. A key costs the map at most MAP_BYTES_PER_KEY (a 40-byte row, two index
 # slots, up to 40 bytes of key).
-MAP_MEMORY = "spark.kcompact.map.memory"
 DEFAULT_MAP_MEMORY = 2 << 30
 MAP_BYTES_PER_KEY = 96
 MIN_BUCKET_BYTES = 64 << 20  # the least map memory a hash bucket of the shared path is given
@@ -51,9 +47,6 @@ WHOLE_PER_THREAD = 140 << 20
 # 700m, none under 600m, where the first table's allocation fails). Each thread more takes
 # WHOLE_PER_THREAD, so under a cap a task uses only the threads the cap holds.
 MIN_WORKER_MEMORY = 700 << 20
-# Threads a task of batch plans or of whole partitions uses (rounded down to a power of two: the
-# map's key shards); by default the cores its job leaves idle (one large partition: all of them).
-THREADS = "spark.kcompact.threads"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,23 +59,35 @@ class Routes:
     budget: int  # a task's map memory
 
 
-def route(settings: JobSettings, pids: list[int], sizes: list[int], keys: list[int],
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What routing asks of a job's settings (``settings.JobSettings.limits``)."""
+
+    whole_bytes: int  # a partition of at most this is read whole
+    budget: int  # a task's map memory
+    cap: int | None  # a Python worker's address space, None: uncapped
+    threads: int  # threads of a task reading a partition whole
+
+
+def route(limits: Limits, pids: list[int], sizes: list[int], keys: list[int],
           largest_group: dict[int, int]) -> Routes:
     """Partitions ``pids`` to the whole path or the shared path (``reads_whole``): ``sizes``,
     ``keys`` (at most, per partition) and ``largest_group`` (its largest segment group's bytes)."""
-    budget, cap, threads = settings.map_memory, settings.worker_cap, settings.task_threads(1)
-    read_whole = [reads_whole(size, keys[pid], largest_group.get(pid, 0), budget, cap, threads)
-                  for pid, size in enumerate(sizes)]
+    budget = limits.budget
+    read_whole = [reads_whole(size, keys[pid], largest_group.get(pid, 0), budget, limits.cap, limits.threads,
+                              limits.whole_bytes) for pid, size in enumerate(sizes)]
     shared = [pid for pid in pids if not read_whole[pid]]
     return Routes([pid for pid in pids if read_whole[pid]], shared,
                   sum(keys[pid] for pid in shared) * MAP_BYTES_PER_KEY, budget)
 
 
-def reads_whole(size: int, keys: int, largest_group: int, budget: int, cap: int | None, threads: int) -> bool:
+def reads_whole(size: int, keys: int, largest_group: int, budget: int, cap: int | None, threads: int,
+                whole_limit: int = WHOLE_BYTES) -> bool:
     """Whether a task reads a partition of ``size`` bytes whole (its map made as it is rewritten),
-    rather than by the shared path: when it is small, or when its map fits the map ``budget`` and,
-    under a worker ``cap``, the cap holds the worker's imports and all that reading it whole holds."""
-    return size <= WHOLE_BYTES or (keys * MAP_BYTES_PER_KEY <= budget and (
+    rather than by the shared path: when it is small (at most ``whole_limit``), or when its map fits
+    the map ``budget`` and, under a worker ``cap``, the cap holds the worker's imports and all that
+    reading it whole holds."""
+    return size <= whole_limit or (keys * MAP_BYTES_PER_KEY <= budget and (
         cap is None or WORKER_IMPORTS + whole_bytes(keys, largest_group, threads) <= cap))
 
 

@@ -10,15 +10,24 @@ from dataclasses import dataclass
 from kcompact import errors
 from kcompact.compaction.pipeline.routing import (
     DEFAULT_MAP_MEMORY,
-    MAP_MEMORY,
     MIN_WORKER_MEMORY,
-    THREADS,
+    WHOLE_BYTES,
     WHOLE_PER_THREAD,
     WORKER_IMPORTS,
+    Limits,
 )
 from kcompact.conf.units import spark_size
 from kcompact.session import kinds
 
+# The bytes a task may give one partition's offset map (``routing``: by default a quarter of the
+# worker's cap, uncapped DEFAULT_MAP_MEMORY).
+MAP_MEMORY = "spark.kcompact.map.memory"
+# Threads a task of batch plans or of whole partitions uses (rounded down to a power of two: the
+# map's key shards); by default the cores its job leaves idle (one large partition: all of them).
+THREADS = "spark.kcompact.threads"
+# A partition of at most these bytes is read whole by one task whatever its keys (``routing``);
+# 0 sends every partition whose map exceeds a task's map memory down the shared path.
+WHOLE = "spark.kcompact.whole.bytes"
 # Whether the rewrite writes its .log files past the page cache (``storage.DirectFile``), "true" by
 # default; "false" writes them through it, as Kafka's cleaner does, leaving them in the cache.
 DIRECT_WRITES = "spark.kcompact.write.direct"
@@ -35,6 +44,7 @@ class JobSettings:
     threads: int | None  # threads per task (THREADS), None: the cores the job's tasks leave idle
     cores: int  # Spark's default parallelism
     direct_writes: bool  # DIRECT_WRITES
+    whole_bytes: int = WHOLE_BYTES  # WHOLE
 
     @classmethod
     def of(cls, spark) -> JobSettings:
@@ -45,9 +55,16 @@ class JobSettings:
         chosen = spark.conf.get(MAP_MEMORY, None)
         budget = spark_size(chosen) if chosen is not None else cap // 4 if cap else DEFAULT_MAP_MEMORY
         threads = spark.conf.get(THREADS, None)
+        whole = spark.conf.get(WHOLE, None)
         return cls(map_memory=budget, worker_cap=cap, threads=int(threads) if threads else None,
                    cores=kinds.parallelism(spark),
-                   direct_writes=spark.conf.get(DIRECT_WRITES, "true").strip().lower() == "true")
+                   direct_writes=spark.conf.get(DIRECT_WRITES, "true").strip().lower() == "true",
+                   whole_bytes=spark_size(whole) if whole is not None else WHOLE_BYTES)
+
+    @property
+    def limits(self) -> Limits:
+        """What the routing of partitions asks of these settings."""
+        return Limits(self.whole_bytes, self.map_memory, self.worker_cap, self.task_threads(1))
 
     def task_threads(self, tasks: int) -> int:
         """Threads per task when ``tasks`` tasks share the cores: batch plans and whole partitions;
@@ -62,7 +79,7 @@ def check_settings(spark) -> None:
     """The session's values of this job's settings, checked as ``check_setting`` checks one (the
     command line checks its own ``--spark-conf``; spark-submit's ``--conf`` and a notebook's come
     unchecked)."""
-    for key in (MAP_MEMORY, THREADS, DIRECT_WRITES, WORKER_MEMORY):
+    for key in (MAP_MEMORY, THREADS, WHOLE, DIRECT_WRITES, WORKER_MEMORY):
         value = spark.conf.get(key, None)
         if value is not None:
             check_setting(key, value)
@@ -70,7 +87,7 @@ def check_settings(spark) -> None:
 
 def check_setting(key: str, value: str) -> None:
     """A ValueError naming the setting unless ``value`` suits ``key`` (any key but this job's passes)."""
-    if key == MAP_MEMORY:
+    if key in (MAP_MEMORY, WHOLE):
         try:
             spark_size(value)
         except ValueError as exc:

@@ -119,13 +119,13 @@ def test_a_compaction_sends_at_most_40_requests_a_cleaned_partition(s3, s3_serve
 @pytest.fixture
 def shared_path(spark_s3):
     """The job's shared path for every partition (``tests.support.use_job_path``'s "shared")."""
-    from kcompact.compaction.pipeline import routing
+    from kcompact.compaction.pipeline import settings
 
-    saved, routing.WHOLE_BYTES = routing.WHOLE_BYTES, 0
-    spark_s3.conf.set(routing.MAP_MEMORY, "0")
+    spark_s3.conf.set(settings.WHOLE, "0")
+    spark_s3.conf.set(settings.MAP_MEMORY, "0")
     yield spark_s3
-    routing.WHOLE_BYTES = saved
-    spark_s3.conf.unset(routing.MAP_MEMORY)
+    spark_s3.conf.unset(settings.WHOLE)
+    spark_s3.conf.unset(settings.MAP_MEMORY)
 
 
 def test_the_shared_path_reads_by_listed_sizes_too(s3, s3_server, shared_path, tmp_path):
