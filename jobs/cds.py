@@ -4,7 +4,7 @@ A kcompact command's JVM lives seconds, and finding, parsing and verifying Spark
 large share of them. A dynamic CDS archive (JEP 350) holds the classes a representative run
 loaded, already parsed and verified; a JVM started with it maps them instead (bench-compact:
 session start and the first Spark jobs take seconds less, see docs/benchmarks.md). ``make install``
-runs ``python -m jobs.cds``: one ``kcompact run`` of a small generated log dir with
+runs ``python -m kcompact.jobs.cds``: one ``kcompact run`` of a small generated log dir with
 ``-XX:ArchiveClassesAtExit``, whose archive then moves into place in one rename, so a job never
 sees half an archive. A JVM that finds the archive made by another Java or for another class
 path ignores it without a word and loads classes as usual: the archive only ever saves time.

@@ -361,7 +361,7 @@ COMMANDS = {"dump": _dump, "verify": _verify, "gen": _gen, "plan": _plan, "compa
 
 def main(argv: list[str] | None = None, own_process: bool = False) -> int:
     """Run one command. ``own_process``: the process ends with the command (the console script,
-    ``python -m jobs.cli``), so Spark, if the command started it, is stopped as soon as it is
+    ``python -m kcompact.jobs.cli``), so Spark, if the command started it, is stopped as soon as it is
     needed no more (``jobs.spark.let_go``: the JVM then exits with this process, not after
     it); called in a process that goes on (a test, a notebook), the session stays."""
     parser = build_parser()

@@ -8,7 +8,7 @@ each executor's first tasks, more than the tiny job itself (docs/benchmarks.md).
 ``--py-files`` zip, a read-only site-packages) start every run with an empty cache, so every run
 paid it on every executor.
 
-What: ``python -m jobs.kernels`` (run by ``make install`` and ``make dist``) runs a small but
+What: ``python -m kcompact.jobs.kernels`` (run by ``make install`` and ``make dist``) runs a small but
 complete workload (the whole and the shared compaction paths, every codec, legacy messages, the
 data source, dump, verify) and keeps every kernel it compiled, for every signature, under
 ``readers/compiled-kernels/`` (package data: in the wheel and in ``kcompact-py.zip``), with

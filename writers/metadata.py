@@ -1,5 +1,5 @@
 """Encode the KRaft metadata records that carry topic configuration (TopicRecord,
-ConfigRecord) and feature levels (FeatureLevelRecord), framed as a KRaft controller writes them to
+ConfigRecord), framed as a KRaft controller writes them to
 ``__cluster_metadata-0``:
 frame version 1, api key and version as unsigned varints, then the message in
 Kafka's flexible encoding (compact strings, a trailing empty tagged-field section)."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import struct
 
-from kcompact.readers.metadata import CONFIG_RECORD, FEATURE_LEVEL_RECORD, FRAME_VERSION, RESOURCE_TOPIC, TOPIC_RECORD
+from kcompact.readers.metadata import CONFIG_RECORD, FRAME_VERSION, RESOURCE_TOPIC, TOPIC_RECORD
 from kcompact.writers.batch import uvarint
 
 
@@ -35,7 +35,3 @@ def topic_config_record(topic: str, key: str, value: str | None) -> bytes:
     return _frame(CONFIG_RECORD, struct.pack(">b", RESOURCE_TOPIC) + _compact_string(topic)
                   + _compact_string(key) + _compact_string(value))
 
-
-def feature_level_record(name: str, level: int) -> bytes:
-    """A finalized feature level (``metadata.version``: a release line's level)."""
-    return _frame(FEATURE_LEVEL_RECORD, _compact_string(name) + struct.pack(">h", level))

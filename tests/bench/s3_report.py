@@ -88,7 +88,7 @@ def render(results: dict, args: argparse.Namespace) -> str:
         f"machine: {mc['nproc']} cores (nproc), {mc['model']}, {mc['memory_gb']} GB memory; load average "
         f"before {load(*mc['load_before'])}, after {load(*mc['load_after'])}",
         "S3: moto behind tests.s3server.CountingS3 on 127.0.0.1, the command a child process "
-        f"(`python -m jobs.cli <command> s3://... --now <ms>`); {lat}: every request held that long; "
+        f"(`python -m kcompact.jobs.cli <command> s3://... --now <ms>`); {lat}: every request held that long; "
         f"local: the same command on a copy on local disk; walls: whole process, median of {args.runs} run(s)",
         "corpora: " + "; ".join(
             f"{name}: {m['compacted']} compacted partition(s), {m['log_bytes'] / GB:.3f} GB of .log, "

@@ -42,7 +42,7 @@ def test_jobs_map_the_installed_archive(tmp_path):
 
     archive = cds.archive()
     if not archive.is_file():
-        pytest.fail(f"{archive} missing: `make install` builds it (python -m jobs.cds)")
+        pytest.fail(f"{archive} missing: `make install` builds it (python -m kcompact.jobs.cds)")
     assert cli.main(["gen", "--out", str(tmp_path / "logs"), "--records", "200", "--partitions", "1"]) == 0
     env = os.environ | {"JDK_JAVA_OPTIONS": "-Xshare:on", "KCOMPACT_CDS": "on"}
     done = subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", "plan", str(tmp_path / "logs")], env=env,

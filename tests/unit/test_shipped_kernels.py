@@ -86,7 +86,7 @@ def shipped() -> dict:
     manifest = kernel_cache.manifest()
     if manifest is None:
         pytest.fail("no shipped kernels (readers/compiled-kernels/target.json): make install builds them "
-                    "(python -m jobs.kernels)")
+                    "(python -m kcompact.jobs.kernels)")
     return manifest
 
 
