@@ -226,7 +226,7 @@ def compact(paths: list[Path], now: int, *extra: str) -> int:
     # cleaner: its legacy entries keep their magic (4.0 on rewrites them as v2: test_legacy_rebuild.py
     # and tests/unit/test_legacy_conversion.py); its other rules are 4.3's, the default
     args = ["compact", *map(str, paths), "--now", str(now), "--allow-duplicate-partitions", "--kafka-version", "3.9.2",
-            *extra]
+            "--allow-unknown-topics", *extra]  # one list of overrides for every round's log dirs
     # r-empty: one 2-record segment per group (S + S > S); 3.9 takes a segment.bytes that small
     for t in TOPIC_ARGS + [f"r-empty:segment.bytes={len(recs(0, [b'a', b'b']))}"]:
         args += ["--topic-config", t]
@@ -585,7 +585,8 @@ def planned_dir(spark, tmp_path_factory):
     Part(p / "p-g-0", grp).write()
     size = len(grp[0][0])
     plan = root / "plan.json"
-    args = ["plan", str(p), "--now", str(NOW1), "--top", "2", "--output", str(plan), "--topic-config",
+    args = ["plan", str(p), "--now", str(NOW1), "--top", "2", "--output", str(plan), "--allow-unknown-topics",
+            "--topic-config",
             f"p-g:internal.segment.bytes={2 * size}"] + [a for t in TOPIC_ARGS for a in ("--topic-config", t)]
     plan_code = main(args)
     before = tree(p)

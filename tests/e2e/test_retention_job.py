@@ -58,7 +58,7 @@ TOPIC_ARGS = [
 
 
 def cli_args(*paths: Path) -> list[str]:
-    args = [str(p) for p in paths] + ["--now", str(NOW)]
+    args = [str(p) for p in paths] + ["--now", str(NOW), "--allow-unknown-topics"]  # one list for every log dir
     for arg in TOPIC_ARGS + ["both:cleanup.policy=[compact,delete],retention.ms=3600000"]:
         args += ["--topic-config", arg]
     return args
