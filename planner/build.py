@@ -35,6 +35,7 @@ from kcompact.planner.plan import Plan
 from kcompact.readers import checkpoint
 from kcompact.session import kinds
 from kcompact.storage import FileInfo
+from kcompact.writers import snappy_library
 
 RETENTION_ONLY = "not planned for compaction (retention-only plan)"
 PLAN_SCHEMA = PlanRow.schema()
@@ -185,6 +186,9 @@ def _columns(task: Task, now: int, retention_only: bool) -> dict:
         columns["notes"] = [*facts.notes, f"{task.path}: high watermark unknown ({task.high_watermark_problem}): Kafka "
                         f"{task.kafka_version}'s rule for the round's last emptied batch takes the log end offset "
                         f"{facts.log_end} instead (docs/compaction-semantics.md)"]
+    # as this worker finds it (the report adds the compacting driver's)
+    if compact and facts.segments and snappy_library.missing():
+        columns["notes"] = [*columns["notes"], snappy_library.NOT_EXACT]
     columns["segments"] = [
         Segment(s.base_offset, s.size, s.mtime_ms, s.largest_timestamp, s.first_batch_timestamp)
         for s in facts.segments

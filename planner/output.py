@@ -33,7 +33,7 @@ def describe(plan: Sequence[PlanRow], each: bool = True) -> str:
     selected = sum(1 for r in plan if r.selected)
     lines.append(f"{len(plan)} partition{'' if len(plan) == 1 else 's'}, {selected} selected, "
                  f"{selected_bytes(plan) / MB:.1f} MB to clean; {UNIT_NOTE}")
-    lines += [f"note: {note}" for r in plan for note in r.notes]
+    lines += [f"note: {note}" for note in dict.fromkeys(note for r in plan for note in r.notes)]
     lines += [f"reproducing {why}" for why in dict.fromkeys(r.kafka_version_source for r in plan) if why]
     return "\n".join(lines)
 

@@ -6,9 +6,8 @@ decoders, and the codec numbers, are ``readers.codecs``):
   time and OS byte 255 (what Java 16 and later write, JDK-8244706), the deflate stream, CRC-32
   and size. zlib's deflate writes the same stream whether it gets the input whole or in Java's
   8 KiB and 16 KiB buffers.
-- snappy: snappy-java's xerial framing (16-byte header, 32 KiB blocks each behind its length).
-  Kafka's blocks come from Google's C++ snappy 1.1.10; cramjam's Rust encoder writes the same
-  blocks for inputs of about 8 KiB and more, not for every smaller one (docs/compaction-semantics.md).
+- snappy: snappy-java's xerial framing (16-byte header, 32 KiB blocks each behind its length),
+  the blocks from Google's snappy through ``writers.snappy_library`` (cramjam's without it).
 - lz4: Kafka's Lz4BlockOutputStream: an LZ4 frame of independent 64 KiB blocks, no checksums,
   no content size (liblz4's frame API writes exactly that).
 - zstd: zstd-jni's ZstdOutputStreamNoFinalizer at level 3: a streamed frame (no content size),
@@ -26,7 +25,6 @@ import struct
 import threading
 import zlib
 
-import cramjam
 import lz4.frame
 import xxhash
 import zstandard
@@ -43,6 +41,7 @@ from kcompact.readers.codecs import (
     ZSTD,
     lz4_header_checksum_at,
 )
+from kcompact.writers.snappy_library import compress_block
 
 XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size, as Kafka uses it
 ZSTD_LEVEL = 3  # the level Kafka's producer and cleaner use by default
@@ -89,9 +88,9 @@ def _zstd_encode(data: bytes) -> bytes:
 
 def _snappy_encode(data: bytes) -> bytes:
     out = [XERIAL_HEADER.pack(XERIAL_MAGIC, 1, 1)]
-    view = memoryview(data)
-    for start in range(0, len(data), XERIAL_BLOCK):
-        block = bytes(cramjam.snappy.compress_raw(view[start : start + XERIAL_BLOCK]))
+    view = memoryview(data).cast("B")
+    for start in range(0, len(view), XERIAL_BLOCK):
+        block = compress_block(bytes(view[start : start + XERIAL_BLOCK]))
         out.append(INT32.pack(len(block)))
         out.append(block)
     return b"".join(out)

@@ -29,6 +29,7 @@ from kcompact.conf.units import MB, UNIT_NOTE
 from kcompact.contracts.plan_row import LeaseHolder, PlanRow
 from kcompact.errors.failure import Failure, outcome_counts
 from kcompact.operations.states import IDLE, PAUSED, UNCLEANABLE, Refusal, kind_of, paused_lines
+from kcompact.writers import snappy_library
 
 REASONS = ("superseded", "tombstone", "aborted", "keyless", "marker")
 MIB = MB  # LogCleaner.recordStats: mb(bytes) = bytes / (1024 * 1024)
@@ -304,8 +305,13 @@ class Report:
         return [{"log_dir": d, "kafka_version": v, "why": why} for d, (v, why) in sorted(seen.items())]
 
     def notes(self) -> list[str]:
-        """What the plan noted without holding anything back (torn tails of active segments)."""
-        return [note for r in self.planned or [] for note in r.notes or []]
+        """What the plan noted without holding anything back (torn tails of active segments, snappy
+        blocks without Google's snappy), each once; and when this process lacks Google's snappy
+        while the plan's did not, that too."""
+        notes = dict.fromkeys(note for r in self.planned or [] for note in r.notes or [])
+        if self.partitions and snappy_library.missing():
+            notes[snappy_library.NOT_EXACT] = None
+        return list(notes)
 
     def uncleanable(self) -> dict[str, list[str]]:
         """Per planned log dir, the partition dirs marked uncleanable (before the run, or by it)."""
