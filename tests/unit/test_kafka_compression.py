@@ -8,17 +8,20 @@ its README), the way Kafka's cleaner compresses a rebuilt batch; snappy also for
 from __future__ import annotations
 
 import importlib.util
+import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zstandard
+from kafka import codec as kp
 
 from kcompact.conf import releases
 from kcompact.readers.codecs import GZIP, LZ4, SNAPPY, ZSTD
 from kcompact.writers import snappy_library
 from kcompact.writers.codecs import compress, compress_legacy
 from kcompact.writers.compiled_codecs import compress_many
+from tests.support import FIXTURE_INPUT
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "java-compression"
 _spec = importlib.util.spec_from_file_location("java_compression_inputs", FIXTURES / "inputs.py")
@@ -81,4 +84,28 @@ def test_snappy_blocks_of_every_size_are_kafkas():
     assert snappy_library.library() is not None, "libsnappy.so.1 not found: make install installs libsnappy1v5"
     differ = [n for n, data in SNAPPY_PAYLOADS.items() if compress(SNAPPY, data) != kafka("snappy", n)]
     assert len(SNAPPY_PAYLOADS) == 81
+    assert differ == []
+
+
+def _kafka_snappy_payloads(root: Path) -> list[bytes]:
+    """The compressed records sections of every snappy v2 batch in the .log files under ``root``
+    (read here with struct: base offset, length, then attributes at byte 21, records at 61)."""
+    out = []
+    for log in sorted(root.rglob("*.log")):
+        data, pos = log.read_bytes(), 0
+        while pos + 61 <= len(data):
+            (length,) = struct.unpack_from(">i", data, pos + 8)
+            (attributes,) = struct.unpack_from(">h", data, pos + 21)
+            if data[pos + 16] == 2 and attributes & 7 == SNAPPY:
+                out.append(data[pos + 61 : pos + 12 + length])
+            pos += 12 + length
+    return out
+
+
+def test_kafka_written_snappy_batches_are_ours():
+    """The Kafka-written fixture's snappy batches (kafka-clients 3.9.1 with snappy-java 1.1.10.5;
+    131, 54 B to 2.9 KiB uncompressed), decoded by kafka-python and compressed again, are their own bytes."""
+    payloads = _kafka_snappy_payloads(FIXTURE_INPUT)
+    assert len(payloads) == 131
+    differ = [i for i, p in enumerate(payloads) if compress(SNAPPY, kp.snappy_decode(p)) != p]
     assert differ == []
