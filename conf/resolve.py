@@ -108,7 +108,7 @@ class Config:
 
     def name_release(self, version: str, source: str, where: str) -> None:
         try:
-            self.release = Choice(releases.resolve(version), source, where)
+            self.release = Choice(releases.resolve(version), source, where, named=str(version).strip())
         except UnknownRelease as exc:
             raise ConfigError(f"{where}: {exc}") from None
 
