@@ -105,6 +105,7 @@ class Config:
     release: Choice | None = None  # named by an option or a --config file (the later wins)
     detections: dict[str, tuple[int | None, str]] = field(default_factory=dict)  # log dir -> (level, where)
     removed_keys: list[tuple[str, str]] = field(default_factory=list)  # (key, where): settings 4.0 removed
+    gzip_os: int | None = None  # --gzip-os: the gzip header's OS byte where a log dir does not show it
 
     def name_release(self, version: str, source: str, where: str) -> None:
         try:
@@ -358,12 +359,13 @@ def build(
     kafka_version: str | None = None,
     kafka_version_source: str = "--kafka-version",
     log_dirs: Iterable[str] = (),
+    gzip_os: int | None = None,
 ) -> Config:
     """A configuration from every source, weakest first. ``metadata``: (broker defaults, topics,
     source[, (log dir, metadata.version level, where)]) per log dir (``logdir.kraft.metadata_sources``);
     ``kafka_version``: the release named by an option (``kafka_version_source`` says which); each of
     ``log_dirs`` is checked against the release chosen for it (``Config.check``)."""
-    config = Config()
+    config = Config(gzip_os=gzip_os)
     for broker_defaults, topics, source, *detection in metadata:
         add_metadata(config, broker_defaults, topics, source)
         for log_dir, level, where in detection:
