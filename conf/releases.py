@@ -44,6 +44,8 @@ class Release:
     zstd_jni: str
     libzstd: str
     released: bool = True  # False: a branch not released yet (its head as read)
+    # KAFKA-19112 (4.2): a list setting naming a value twice is refused ("cleanup.policy=delete,delete")
+    unique_lists: bool = False
 
     @property
     def line(self) -> str:
@@ -56,10 +58,11 @@ _LZ4_YAWK = ("at.yawk.lz4:lz4-java:1.10.1", "1.10.0")
 
 def _release(name, aliases, index_per_batch, keep_last_empty, four, broker_floor, topic_floor, lz4, snappy, zstd,
              released=True) -> Release:
+    line = tuple(int(n) for n in name.split(".")[:2])
     return Release(name, aliases, index_per_batch, keep_last_empty, legacy_to_v2=four, message_format_removed=four,
                    topic_segment_bytes_floor=topic_floor, broker_segment_bytes_floor=broker_floor,
                    internal_segment_bytes=topic_floor == MIB, lz4_java=lz4[0], liblz4=lz4[1],
-                   snappy_java=snappy, zstd_jni=zstd, libzstd="1.5.6", released=released)
+                   snappy_java=snappy, zstd_jni=zstd, libzstd="1.5.6", released=released, unique_lists=line >= (4, 2))
 
 
 _FLOOR = LEGACY_SEGMENT_BYTES_FLOOR
