@@ -216,6 +216,9 @@ def check(args: argparse.Namespace) -> None:
         if args.kafka_version:
             raise BadArgument("--plan carries the Kafka release it was made for (its kafka_version column): "
                               "give --kafka-version to 'kcompact plan' instead")
+        if getattr(args, "gzip_os", None) is not None:
+            raise BadArgument("--plan carries the gzip header byte it was made for (its gzip_os column): "
+                              "give --gzip-os to 'kcompact plan' instead")
 
         checks.suffix(args.plan, "--plan", (".parquet", ".json"))
         plan = output.read(args.plan)

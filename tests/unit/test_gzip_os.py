@@ -153,3 +153,10 @@ def test_the_rewrite_writes_the_log_dirs_os_byte(tmp_path):
         pos += 12 + length
     kept = [(r.offset, r.key) for batch in kp_batches(data) for r in batch]
     assert kept == [(27, b"k0"), (28, b"k1"), (29, b"k2")]
+
+
+def test_a_plan_carries_its_byte_so_compact_refuses_the_option(tmp_path, capsys):
+    from kcompact.jobs.cli import main
+
+    code = main(["compact", str(tmp_path), "--plan", str(tmp_path / "p.json"), "--gzip-os", "0"])
+    assert code != 0 and "give --gzip-os to 'kcompact plan' instead" in capsys.readouterr().err
