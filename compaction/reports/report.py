@@ -304,6 +304,13 @@ class Report:
                 if r.kafka_version}
         return [{"log_dir": d, "kafka_version": v, "why": why} for d, (v, why) in sorted(seen.items())]
 
+    def gzip_headers(self) -> list[dict]:
+        """Per planned 3.9 log dir (whose broker may run Java 8 or 11), the gzip header OS byte its
+        rewritten batches carry and why (``planner.gzip_os``)."""
+        seen = {r.log_dir: (r.gzip_os, r.gzip_os_source) for r in self.planned or []
+                if (r.kafka_version or "").startswith("3.9") and r.gzip_os_source}
+        return [{"log_dir": d, "gzip_os": b, "why": why} for d, (b, why) in sorted(seen.items())]
+
     def notes(self) -> list[str]:
         """What the plan noted without holding anything back (torn tails of active segments, snappy
         blocks without Google's snappy), each once; and when this process lacks Google's snappy
@@ -340,6 +347,8 @@ class Report:
         all, what happened instead."""
         names = [(p.topic, p.partition) for p in self.partitions]
         lines = release_lines(self.releases())
+        lines += [f"gzip header OS byte {b} ({why})" for b, why in dict.fromkeys((g["gzip_os"], g["why"])
+                                                                                 for g in self.gzip_headers())]
         lines += [p.summary(where=names.count((p.topic, p.partition)) > 1) for p in self.partitions
                   if each or p.error]
         blocked = self.blocked()
@@ -398,6 +407,7 @@ class Report:
                 "totals": self.totals(), "stages": self.stages, "metrics": metrics, "metric_notes": notes,
                 "blocked": self.blocked(), "held": self.held(), "paused": self.paused(),
                 "checkpoint_resets": self.checkpoint_resets, "kafka_releases": self.releases(),
+                "gzip_headers": self.gzip_headers(),
                 "notes": self.notes(),
                 "partitions": [asdict(p) | {"mb_per_s": p.mb_per_s} for p in self.partitions]}
 

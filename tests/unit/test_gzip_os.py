@@ -9,6 +9,8 @@ struct as Java's GZIPOutputStream lays them out, batch headers with struct.
 from __future__ import annotations
 
 import gzip
+import html
+import json
 import struct
 import zlib
 from pathlib import Path
@@ -20,6 +22,8 @@ from kcompact.compaction.cleaning.backward import clean_partition
 from kcompact.compaction.cleaning.partition_batches import PartitionBatches
 from kcompact.compaction.pipeline import batch_plans, job
 from kcompact.compaction.pipeline.to_clean import PartitionToClean
+from kcompact.compaction.reports.report import Report
+from kcompact.compaction.reports.report_html import render
 from kcompact.compaction.rules.cleaner_config import CleanerConfig
 from kcompact.conf import resolve
 from kcompact.conf.resolve import Config
@@ -92,6 +96,13 @@ def test_the_latest_cleaner_written_gzip_batch_of_the_log_dir_decides(tmp_path):
                                       f"delete horizon {horizon + 86_400_000}) has OS byte 255: a broker on Java 16 "
                                       "or later")
     assert f"gzip header OS byte 255 ({rows[0].gzip_os_source})" in describe(rows).splitlines()
+    report = Report(now=NOW, dry_run=True)
+    report.observe_plan(rows)
+    line = f"gzip header OS byte 255 ({rows[0].gzip_os_source})"
+    assert report.text().splitlines().count(line) == 1  # the console summary, once per log dir's choice
+    doc = json.loads(json.dumps(report.to_json()))
+    assert doc["gzip_headers"] == [{"log_dir": str(log_dir), "gzip_os": 255, "why": rows[0].gzip_os_source}]
+    assert f"OS byte 255 ({rows[0].gzip_os_source})" in html.unescape(render(doc))
 
 
 def test_java_11_detected_and_an_option_does_not_override_it(tmp_path):
