@@ -379,6 +379,8 @@ def build(
     source[, (log dir, metadata.version level, where)]) per log dir (``logdir.kraft.metadata_sources``);
     ``kafka_version``: the release named by an option (``kafka_version_source`` says which); each of
     ``log_dirs`` is checked against the release chosen for it (``Config.check``)."""
+    if gzip_os not in (None, 0, 255):
+        raise ConfigError(f"gzip_os={gzip_os!r}: a gzip header's OS byte is 0 (Java 8 or 11) or 255 (Java 16 on)")
     config = Config(gzip_os=gzip_os)
     for broker_defaults, topics, source, *detection in metadata:
         add_metadata(config, broker_defaults, topics, source)

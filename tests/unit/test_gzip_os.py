@@ -171,3 +171,12 @@ def test_a_plan_carries_its_byte_so_compact_refuses_the_option(tmp_path, capsys)
 
     code = main(["compact", str(tmp_path), "--plan", str(tmp_path / "p.json"), "--gzip-os", "0"])
     assert code != 0 and "give --gzip-os to 'kcompact plan' instead" in capsys.readouterr().err
+
+
+def test_the_api_takes_the_byte_and_refuses_others(tmp_path):
+    from kcompact import steps
+    from kcompact.errors import ConfigError
+
+    assert steps.configuration([str(tmp_path)], gzip_os=0).gzip_os == 0
+    with pytest.raises(ConfigError, match=r"gzip_os=7: a gzip header's OS byte is 0 \(Java 8 or 11\) or 255"):
+        steps.configuration([str(tmp_path)], gzip_os=7)
