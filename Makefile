@@ -12,9 +12,24 @@ export PYSPARK_DRIVER_PYTHON := $(BIN)/python
 DEMO_DIR := demo-logs
 BENCH_DIR := bench-data
 
-.PHONY: install demo lint test test-fast test-deep dist bench-format bench-plan bench-rebuild bench-compact bench-s3 bench-read clean
+.PHONY: install libsnappy demo lint test test-fast test-deep dist bench-format bench-plan bench-rebuild bench-compact bench-s3 bench-read clean
 
-install: $(STAMP) $(KERNELS)
+install: $(STAMP) $(KERNELS) libsnappy
+
+# Google's snappy, which writes Kafka's snappy blocks (writers/snappy_library.py): Debian's libsnappy1v5,
+# installed when missing and make runs as root with apt-get; else said (snappy batches then not byte-identical).
+LIBSNAPPY_CHECK := $(PYTHON) -c "import ctypes; ctypes.CDLL('libsnappy.so.1').snappy_compress"
+libsnappy:
+	@$(LIBSNAPPY_CHECK) 2>/dev/null || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "libsnappy.so.1 missing: installing Debian's libsnappy1v5 (Google's snappy, for Kafka's snappy bytes)"; \
+		{ apt-get install -y --no-install-recommends libsnappy1v5 >/dev/null 2>&1 || \
+		  { apt-get update >/dev/null && apt-get install -y --no-install-recommends libsnappy1v5 >/dev/null; }; } && \
+		$(LIBSNAPPY_CHECK) || echo "libsnappy1v5 did not install: snappy batches will not be byte-identical to Kafka's"; \
+	else \
+		echo "libsnappy.so.1 not found and not installable here (needs root and apt-get): snappy batches will not be" \
+		     "byte-identical to Kafka's; install Google's snappy 1.1.9 or 1.1.10 (Debian: libsnappy1v5)"; \
+	fi
 
 $(STAMP): setup.py setup.cfg constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +39,7 @@ $(STAMP): setup.py setup.cfg constraints.txt pyproject.toml
 	$(BIN)/python -m kcompact.jobs.cds || true
 	touch $(STAMP)
 
-demo: $(STAMP) $(KERNELS)
+demo: $(STAMP) $(KERNELS) libsnappy
 	rm -rf $(DEMO_DIR) $(DEMO_DIR)-plan.json $(DEMO_DIR)-plan.png $(DEMO_DIR)-report.json $(DEMO_DIR)-report.html
 	$(BIN)/kcompact gen --out $(DEMO_DIR) --seed 7
 	$(BIN)/kcompact dump $(DEMO_DIR)/orders-0 | head -n 12
@@ -41,11 +56,11 @@ lint: $(STAMP)
 # The whole suite, its test files spread over one worker per core (pytest-xdist; a file stays on one
 # worker, so its module fixtures run once): most e2e time is waiting on JVMs, moto and timeouts.
 TEST_WORKERS ?= auto
-test: lint $(KERNELS)
+test: lint $(KERNELS) libsnappy
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The unit tier alone, its tests marked slow left out (tests/unit: no Spark, no whole command; under 2 minutes).
-test-fast: lint $(KERNELS)
+test-fast: lint $(KERNELS) libsnappy
 	$(BIN)/pytest -q -m "not slow" tests/unit
 
 # The property tests against the reference model of Kafka's cleaner, with many more generated

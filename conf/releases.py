@@ -44,6 +44,8 @@ class Release:
     zstd_jni: str
     libzstd: str
     released: bool = True  # False: a branch not released yet (its head as read)
+    # KAFKA-19112 (4.2): a list setting naming a value twice is refused ("cleanup.policy=delete,delete")
+    unique_lists: bool = False
 
     @property
     def line(self) -> str:
@@ -56,10 +58,11 @@ _LZ4_YAWK = ("at.yawk.lz4:lz4-java:1.10.1", "1.10.0")
 
 def _release(name, aliases, index_per_batch, keep_last_empty, four, broker_floor, topic_floor, lz4, snappy, zstd,
              released=True) -> Release:
+    line = tuple(int(n) for n in name.split(".")[:2])
     return Release(name, aliases, index_per_batch, keep_last_empty, legacy_to_v2=four, message_format_removed=four,
                    topic_segment_bytes_floor=topic_floor, broker_segment_bytes_floor=broker_floor,
                    internal_segment_bytes=topic_floor == MIB, lz4_java=lz4[0], liblz4=lz4[1],
-                   snappy_java=snappy, zstd_jni=zstd, libzstd="1.5.6", released=released)
+                   snappy_java=snappy, zstd_jni=zstd, libzstd="1.5.6", released=released, unique_lists=line >= (4, 2))
 
 
 _FLOOR = LEGACY_SEGMENT_BYTES_FLOOR
@@ -68,9 +71,7 @@ SUPPORTED: tuple[Release, ...] = (
     _release("3.9.1", (), True, None, False, _FLOOR, _FLOOR, _LZ4_OLD, "1.1.10.5", "1.5.6-4"),
     _release("3.9.2", (), True, "first_uncleanable", False, _FLOOR, _FLOOR, _LZ4_YAWK, "1.1.10.5", "1.5.6-4"),
     _release("4.0.0", (), False, "first_uncleanable", True, MIB, _FLOOR, _LZ4_OLD, "1.1.10.5", "1.5.6-6"),
-    # 4.0.2 ships lz4-java 1.10.1 (liblz4 1.10.0), whose LZ4_compress_default output equals 1.9.3's
     _release("4.0.1", ("4.0.2",), True, "first_uncleanable", True, MIB, _FLOOR, _LZ4_OLD, "1.1.10.5", "1.5.6-6"),
-    # 4.1.0 ships org.lz4 1.8.0, 4.1.2 at.yawk 1.10.1: the same bytes (above)
     _release("4.1", ("4.1.0", "4.1.1", "4.1.2"), True, "first_uncleanable", True, MIB, MIB, _LZ4_YAWK, "1.1.10.7",
              "1.5.6-10"),
     _release("4.2", ("4.2.0", "4.2.1"), True, "first_uncleanable", True, MIB, MIB, _LZ4_YAWK, "1.1.10.7", "1.5.6-10"),
@@ -81,6 +82,29 @@ SUPPORTED: tuple[Release, ...] = (
              "1.1.10.7", "1.5.6-10", released=False),
 )
 BY_NAME: dict[str, Release] = {v: r for r in SUPPORTED for v in (r.name, *r.aliases)}
+# Every released version (a "Bump version to" commit): the row whose cleaner it has, and what it
+# changes against the patch before it in the cleaner's or the log's bytes, or in the libraries
+# that write them (gradle/dependencies.gradle). A row's library fields are its newest patch's.
+_YAWK = ("lz4-java moved to the at.yawk.lz4 fork (KAFKA-19951: 1.8.0 to 1.10.1, liblz4 1.9.3 to 1.10.0): "
+         "the same lz4 frames")
+PATCHES: dict[str, tuple[str, str]] = {
+    "3.9.0": ("3.9.0", "lz4-java 1.8.0 (liblz4 1.9.3), snappy-java 1.1.10.5, zstd-jni 1.5.6-4"),
+    "3.9.1": ("3.9.1", "an index entry per batch (KAFKA-806)"),
+    "3.9.2": ("3.9.2", f"the round's last emptied batch kept (KAFKA-17076); {_YAWK}"),
+    "4.0.0": ("4.0.0", "against 3.9.2: v0/v1 entries rewritten as v2 and message-format settings refused (KIP-724), "
+                       "log.segment.bytes floor 1 MiB (KAFKA-16368), at most one index entry per cleaner append "
+                       "(KAFKA-806 not yet), lz4-java 1.8.0 again, zstd-jni 1.5.6-6"),
+    "4.0.1": ("4.0.1", "an index entry per batch (KAFKA-806)"),
+    "4.0.2": ("4.0.1", f"{_YAWK}, so 4.0.1's cleaner bytes"),
+    "4.1.0": ("4.1", "against 4.0.2: segment.bytes floor 1 MiB and internal.segment.bytes (KIP-1030, KAFKA-19080), "
+                     "lz4-java 1.8.0, snappy-java 1.1.10.7 (the same native library), zstd-jni 1.5.6-10"),
+    "4.1.1": ("4.1", "nothing in the cleaner's or the log's bytes"),
+    "4.1.2": ("4.1", _YAWK),
+    "4.2.0": ("4.2", "against 4.1.2: nothing in the cleaner's bytes"),
+    "4.2.1": ("4.2", "nothing in the cleaner's or the log's bytes"),
+    "4.3.0": ("4.3", "lz4-java at.yawk.lz4 1.10.2 (the same liblz4 1.10.0 and JNI call): the same lz4 frames"),
+    "4.3.1": ("4.3", "nothing in the cleaner's or the log's bytes"),
+}
 # The newest released line: 4.4 is a branch with no release yet, chosen only by name.
 DEFAULT: Release = BY_NAME["4.3"]
 # A line named without its patch (detection reads only a line): its newest patch release.
@@ -121,10 +145,15 @@ class Choice:
     release: Release
     source: str
     detail: str = ""
+    named: str = ""  # the version as given ("4.0.2"), when it is not the row's own name
 
     def describe(self) -> str:
         unreleased = " (unreleased branch)" if not self.release.released else ""
         why = f"{self.source}: {self.detail}" if self.detail else self.source
+        patch = PATCHES.get(self.named)
+        if self.named and self.named != self.release.name:
+            cleans = f"{self.named}, cleaned as {self.release.name}" + (f" ({self.named}: {patch[1]})" if patch else "")
+            return f"Kafka {cleans}{unreleased} ({why})"
         return f"Kafka {self.release.name}{unreleased} ({why})"
 
 

@@ -42,6 +42,7 @@ from kcompact.conf.settings import (
     SETTINGS,
     Setting,
     parse_value,
+    policy_items,
 )
 from kcompact.errors import ConfigError, UnknownRelease
 
@@ -105,10 +106,12 @@ class Config:
     release: Choice | None = None  # named by an option or a --config file (the later wins)
     detections: dict[str, tuple[int | None, str]] = field(default_factory=dict)  # log dir -> (level, where)
     removed_keys: list[tuple[str, str]] = field(default_factory=list)  # (key, where): settings 4.0 removed
+    gzip_os: int | None = None  # --gzip-os: the gzip header's OS byte where a log dir does not show it
+    repeated_lists: list[tuple[str, str]] = field(default_factory=list)  # (key, where): a list naming a value twice
 
     def name_release(self, version: str, source: str, where: str) -> None:
         try:
-            self.release = Choice(releases.resolve(version), source, where)
+            self.release = Choice(releases.resolve(version), source, where, named=str(version).strip())
         except UnknownRelease as exc:
             raise ConfigError(f"{where}: {exc}") from None
 
@@ -126,6 +129,9 @@ class Config:
         if release.message_format_removed and self.removed_keys:
             key, where = self.removed_keys[0]
             raise ConfigError(f"{where}: {key} was removed in Kafka 4.0 (KIP-724): Kafka {release.name} refuses it")
+        if release.unique_lists and self.repeated_lists:
+            key, where = self.repeated_lists[0]
+            raise ConfigError(f"{where}: {key} names a value twice: Kafka {release.name} refuses it (KAFKA-19112)")
         for entry in self.topics.get(INTERNAL_SEGMENT_BYTES, []):
             if not release.internal_segment_bytes and not _recorded(entry):
                 raise ConfigError(f"{entry.source}: {INTERNAL_SEGMENT_BYTES} for topic {entry.pattern!r}: Kafka "
@@ -138,6 +144,7 @@ class Config:
     def add_broker(self, key: str, raw: str, source: str, where: str | None = None) -> None:
         """``where``: the place errors name (a file and line), when more precise than ``source``."""
         setting, value = _broker_value(key, raw, where or source)
+        self._note_repeats(setting, key, raw, where or source)
         self.broker.setdefault(setting.name, []).append(Entry(value, source))
 
     def add_topic(self, pattern: str, key: str, raw: str, source: str, where: str | None = None) -> None:
@@ -157,7 +164,15 @@ class Config:
             hint = f" (the topic-level name is {BY_BROKER_NAME[key].topic_name})" if key in BY_BROKER_NAME else ""
             raise ConfigError(f"{where}: unknown topic-level key {key!r} for topic {pattern!r}{hint}")
         value = parse_value(setting, raw, key, where)
+        self._note_repeats(setting, key, raw, where)
         self.topics.setdefault(setting.name, []).append(Entry(value, source, pattern))
+
+    def _note_repeats(self, setting, key: str, raw: str, where: str) -> None:
+        """A cleanup.policy naming a value twice, given to kcompact (``check`` refuses it for 4.2 on);
+        KRaft metadata's values are taken as the cluster recorded them."""
+        recorded = where.startswith(METADATA_SOURCE)
+        if setting.name == "cleanup.policy" and not recorded and len(set(items := policy_items(raw))) != len(items):
+            self.repeated_lists.append((key, where))
 
     def for_topic(self, topic: str) -> TopicConfig:
         values, sources = {}, {}
@@ -358,12 +373,15 @@ def build(
     kafka_version: str | None = None,
     kafka_version_source: str = "--kafka-version",
     log_dirs: Iterable[str] = (),
+    gzip_os: int | None = None,
 ) -> Config:
     """A configuration from every source, weakest first. ``metadata``: (broker defaults, topics,
     source[, (log dir, metadata.version level, where)]) per log dir (``logdir.kraft.metadata_sources``);
     ``kafka_version``: the release named by an option (``kafka_version_source`` says which); each of
     ``log_dirs`` is checked against the release chosen for it (``Config.check``)."""
-    config = Config()
+    if gzip_os not in (None, 0, 255):
+        raise ConfigError(f"gzip_os={gzip_os!r}: a gzip header's OS byte is 0 (Java 8 or 11) or 255 (Java 16 on)")
+    config = Config(gzip_os=gzip_os)
     for broker_defaults, topics, source, *detection in metadata:
         add_metadata(config, broker_defaults, topics, source)
         for log_dir, level, where in detection:

@@ -42,13 +42,19 @@ def _ratio(raw: str) -> float:
     return value
 
 
-def _policy(raw: str) -> tuple[str, ...]:
+def policy_items(raw: str) -> tuple[str, ...]:
+    """The names of a ``cleanup.policy`` value as written, in order (duplicates kept)."""
     text = raw.strip()
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
-    items = tuple(part.strip().lower() for part in text.split(",") if part.strip())
-    if not items:
-        raise ValueError("must name at least one of compact, delete")
+    return tuple(part.strip().lower() for part in text.split(",") if part.strip())
+
+
+def _policy(raw: str) -> tuple[str, ...]:
+    """The policies named; none (an empty list, which every release accepts) means neither
+    compaction nor retention by time or size: UnifiedLog.deleteOldSegments then deletes only
+    segments below the log start offset (KIP-1161 documents it as infinite retention in 4.2)."""
+    items = policy_items(raw)
     unknown = [item for item in items if item not in POLICIES]
     if unknown:
         raise ValueError(f"unknown policy {', '.join(unknown)} (allowed: compact, delete)")

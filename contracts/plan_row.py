@@ -96,6 +96,10 @@ class PlanRow(Record):
     # high watermark its rule for the round's last emptied batch reads (4.4 on; None: not read or none)
     kafka_version: str | None = column(STR)
     kafka_version_source: str | None = column(STR)
+    # the OS byte of rewritten gzip batches' header (the broker's JVM: 255 from Java 16 on, 0 on Java 8
+    # and 11) and where it was taken from (planner.gzip_os)
+    gzip_os: int | None = column(I32)
+    gzip_os_source: str | None = column(STR)
     high_watermark: int | None = column(I64)
 
     @property

@@ -34,8 +34,13 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
                         "as a likely typo)")
     p.add_argument("--kafka-version", metavar="X",
                    help="the Kafka release whose cleaner to reproduce: 3.9.0, 3.9.1, 3.9.2, 4.0.0, 4.0.1, 4.1, 4.2, "
-                        "4.3, 4.4 (a patch such as 4.1.2 names its line; default: kafka.version in a --config "
-                        "file, else the log dir's metadata.version, else the newest release)")
+                        "4.3, 4.4 or any released patch (4.0.2 cleans as 4.0.1, 4.1.2 as 4.1: the plan says so; "
+                        "default: kafka.version in a --config file, else the log dir's metadata.version, else "
+                        "the newest release)")
+    p.add_argument("--gzip-os", type=int, choices=(0, 255), metavar="0|255",
+                   help="the OS byte of rewritten gzip batches' header for a 3.9 log dir whose own cleaner-written "
+                        "gzip batches do not show it: 0 for a broker on Java 8 or 11, 255 on Java 16 and later "
+                        "(the default; every 4.x broker)")
     p.add_argument("--now", type=int, metavar="MS",
                    help="the current time in epoch milliseconds (default: the clock); values outside 2000-2100 "
                         "are refused unless --force-now")
@@ -211,6 +216,9 @@ def check(args: argparse.Namespace) -> None:
         if args.kafka_version:
             raise BadArgument("--plan carries the Kafka release it was made for (its kafka_version column): "
                               "give --kafka-version to 'kcompact plan' instead")
+        if getattr(args, "gzip_os", None) is not None:
+            raise BadArgument("--plan carries the gzip header byte it was made for (its gzip_os column): "
+                              "give --gzip-os to 'kcompact plan' instead")
 
         checks.suffix(args.plan, "--plan", (".parquet", ".json"))
         plan = output.read(args.plan)

@@ -101,6 +101,7 @@ def _config(args: argparse.Namespace, paths: list[str]):
     config = resolve.build(
         files=args.config, topic_args=args.topic_config, broker_args=args.broker_config,
         metadata=kraft.metadata_sources(paths), kafka_version=args.kafka_version, log_dirs=paths,
+        gzip_os=getattr(args, "gzip_os", None),
     )
     if not args.allow_unknown_topics:
         resolve.check_topics(config, lambda: {topic for path in paths for topic, _ in held_partitions(path)})

@@ -88,14 +88,16 @@ class NightlyReport:
 # -- configuration ---------------------------------------------------------------------------------
 def configuration(log_dirs: Sequence[str], *, config: Config | None = None, config_files: Sequence[str] = (),
                   topic_config: TopicConfig | None = None, broker_config: BrokerConfig | None = None,
-                  kafka_version: str | None = None, allow_unknown_topics: bool = False) -> Config:
+                  kafka_version: str | None = None, allow_unknown_topics: bool = False,
+                  gzip_os: int | None = None) -> Config:
     """The configuration of every step, weakest first: Kafka's defaults, the log dirs' KRaft
     metadata, ``config_files`` (properties files, as ``--config``), ``broker_config``
     (``{"log.cleaner.min.cleanable.ratio": 0.3}``, as ``--broker-config``), ``topic_config``
     (``{"orders": {"cleanup.policy": "compact,delete"}}``, a topic name or glob, as
     ``--topic-config``), ``kafka_version`` (the Kafka release whose cleaner to reproduce, as
     ``--kafka-version``: "4.1", "3.9.2"; default: ``kafka.version`` in a config file, else the log
-    dir's finalized metadata.version, else the newest release). ``config``: one already resolved
+    dir's finalized metadata.version, else the newest release), ``gzip_os`` (0 or 255, as
+    ``--gzip-os``: the gzip header byte for a 3.9 log dir that does not show it). ``config``: one already resolved
     (``conf.resolve.build``), taken as it is. A ``topic_config`` or file naming a topic no log dir
     holds is refused as a likely typo (``conf.resolve.check_topics``), unless ``allow_unknown_topics``."""
     from kcompact.conf import resolve
@@ -103,15 +105,16 @@ def configuration(log_dirs: Sequence[str], *, config: Config | None = None, conf
     from kcompact.logdir.listing import held_partitions
 
     if config is not None:
-        if config_files or topic_config or broker_config or kafka_version:
-            raise errors.UsageError("give config, or config_files/topic_config/broker_config/kafka_version, not both")
+        if config_files or topic_config or broker_config or kafka_version or gzip_os is not None:
+            raise errors.UsageError("give config, or config_files/topic_config/broker_config/kafka_version/gzip_os, "
+                                    "not both")
         return config
     built = resolve.build(
         files=list(config_files),
         topic_args=[f"{topic}:{_assignments(values)}" for topic, values in (topic_config or {}).items() if values],
         broker_args=[_assignments(broker_config)] if broker_config else [],
         metadata=kraft.metadata_sources(list(log_dirs)),
-        kafka_version=kafka_version, kafka_version_source="kafka_version=", log_dirs=list(log_dirs),
+        kafka_version=kafka_version, kafka_version_source="kafka_version=", log_dirs=list(log_dirs), gzip_os=gzip_os,
     )
     if not allow_unknown_topics:
         resolve.check_topics(built, lambda: {topic for path in log_dirs for topic, _ in held_partitions(path)})

@@ -30,11 +30,12 @@ from kcompact.errors.failure import Failure
 from kcompact.logdir import kraft
 from kcompact.logdir.listing import METADATA_TOPIC, is_live_partition_dir, list_log_dir, parse_partition_dir
 from kcompact.operations import states
-from kcompact.planner import retention, rules, scan
+from kcompact.planner import gzip_os, retention, rules, scan
 from kcompact.planner.plan import Plan
 from kcompact.readers import checkpoint
 from kcompact.session import kinds
 from kcompact.storage import FileInfo
+from kcompact.writers import snappy_library
 
 RETENTION_ONLY = "not planned for compaction (retention-only plan)"
 PLAN_SCHEMA = PlanRow.schema()
@@ -185,6 +186,11 @@ def _columns(task: Task, now: int, retention_only: bool) -> dict:
         columns["notes"] = [*facts.notes, f"{task.path}: high watermark unknown ({task.high_watermark_problem}): Kafka "
                         f"{task.kafka_version}'s rule for the round's last emptied batch takes the log end offset "
                         f"{facts.log_end} instead (docs/compaction-semantics.md)"]
+    if compact and not facts.problems and task.kafka_version.startswith("3.9."):  # 4.x: always Java 17 on
+        columns.update(gzip_os.finding(facts.partition))
+    # as this worker finds it (the report adds the compacting driver's)
+    if compact and facts.segments and snappy_library.missing():
+        columns["notes"] = [*columns["notes"], snappy_library.NOT_EXACT]
     columns["segments"] = [
         Segment(s.base_offset, s.size, s.mtime_ms, s.largest_timestamp, s.first_batch_timestamp)
         for s in facts.segments
@@ -288,7 +294,7 @@ def plan(spark, paths: Sequence[str], conf: Config | None = None, now: int | Non
         kinds.name_jobs(spark, "kcompact-retention-plan" if retention_only else "kcompact-plan",
                         f"{'retention' if retention_only else 'cleaning'} plan of {len(tasks)} partitions")
     # with no partition too: the empty table then has Spark's Arrow shape, as every plan's table has
-    return Plan(ranked(_planned(spark, tasks, now, retention_only), top, max_bytes))
+    return Plan(ranked(gzip_os.apply(_planned(spark, tasks, now, retention_only), config.gzip_os), top, max_bytes))
 
 
 def _planned(spark, tasks: list[Task], now: int, retention_only: bool) -> pa.Table:

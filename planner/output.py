@@ -33,8 +33,11 @@ def describe(plan: Sequence[PlanRow], each: bool = True) -> str:
     selected = sum(1 for r in plan if r.selected)
     lines.append(f"{len(plan)} partition{'' if len(plan) == 1 else 's'}, {selected} selected, "
                  f"{selected_bytes(plan) / MB:.1f} MB to clean; {UNIT_NOTE}")
-    lines += [f"note: {note}" for r in plan for note in r.notes]
+    lines += [f"note: {note}" for note in dict.fromkeys(note for r in plan for note in r.notes)]
     lines += [f"reproducing {why}" for why in dict.fromkeys(r.kafka_version_source for r in plan) if why]
+    # where a broker may run Java 8 or 11 (3.9): which gzip header its cleaner writes, and why
+    lines += [f"gzip header OS byte {os_byte} ({why})" for os_byte, why in dict.fromkeys(
+        (r.gzip_os, r.gzip_os_source) for r in plan if (r.kafka_version or "").startswith("3.9") and r.gzip_os_source)]
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kcompact.readers.batch import Batch
+from kcompact.writers.codecs import GZIP_OS_JAVA_16
 from kcompact.writers.convert import legacy_as_v2
 from kcompact.writers.legacy import rebuild_wrapper
 from kcompact.writers.rebuild import empty, rebuild
@@ -28,11 +29,13 @@ class Outcome:
     delete_horizon_ms: int | None = None  # to stamp (REWRITE), else None
 
 
-def output_bytes(batch: Batch, outcome: Outcome, keep: np.ndarray | None, legacy_to_v2: bool = False) -> bytes | None:
+def output_bytes(batch: Batch, outcome: Outcome, keep: np.ndarray | None, legacy_to_v2: bool = False,
+                 gzip_os: int = GZIP_OS_JAVA_16) -> bytes | None:
     """The bytes a batch becomes, or None when it is dropped. A legacy (v0/v1) entry is
     copied, dropped, or rebuilt: as a v2 batch with ``legacy_to_v2`` (Kafka 4.0 on, which never
-    copies one), else (a compressed wrapper) around its kept inner messages in its own magic. It
-    has no empty form, and Kafka's cleaner fails on one it must keep empty."""
+    copies one), else (a compressed wrapper) around its kept inner messages in its own magic
+    (a gzip one with the header OS byte ``gzip_os``). It has no empty form, and Kafka's cleaner
+    fails on one it must keep empty."""
     if outcome.kind == DROP:
         return None
     if outcome.kind == COPY:
@@ -44,11 +47,13 @@ def output_bytes(batch: Batch, outcome: Outcome, keep: np.ndarray | None, legacy
                              "the cleaning round): empty batches are only supported for magic v2 and above, "
                              "so Kafka's cleaner fails here too")
         assert outcome.kind == REWRITE and keep is not None
-        return legacy_as_v2(batch, keep, outcome.delete_horizon_ms) if legacy_to_v2 else rebuild_wrapper(batch, keep)
+        if legacy_to_v2:
+            return legacy_as_v2(batch, keep, outcome.delete_horizon_ms)
+        return rebuild_wrapper(batch, keep, gzip_os)
     if outcome.kind == EMPTY:
         return empty(batch)
     assert outcome.kind == REWRITE and keep is not None
-    return rebuild(batch, keep, outcome.delete_horizon_ms)
+    return rebuild(batch, keep, outcome.delete_horizon_ms, gzip_os)
 
 
 def records_written(batch: Batch, outcome: Outcome, keep: np.ndarray | None, written: Batch) -> int:

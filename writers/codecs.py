@@ -3,12 +3,11 @@
 decoders, and the codec numbers, are ``readers.codecs``):
 
 - gzip: Java's GZIPOutputStream around zlib's raw deflate at level 6: a 10-byte header with no
-  time and OS byte 255 (what Java 16 and later write, JDK-8244706), the deflate stream, CRC-32
-  and size. zlib's deflate writes the same stream whether it gets the input whole or in Java's
-  8 KiB and 16 KiB buffers.
-- snappy: snappy-java's xerial framing (16-byte header, 32 KiB blocks each behind its length).
-  Kafka's blocks come from Google's C++ snappy 1.1.10; cramjam's Rust encoder writes the same
-  blocks for inputs of about 8 KiB and more, not for every smaller one (docs/compaction-semantics.md).
+  time and OS byte 255 (what Java 16 and later write, JDK-8244706; 0 on Java 8 and 11, which a
+  3.9 broker may run: ``gzip_os``), the deflate stream, CRC-32 and size. zlib's deflate writes
+  the same stream whether it gets the input whole or in Java's 8 KiB and 16 KiB buffers.
+- snappy: snappy-java's xerial framing (16-byte header, 32 KiB blocks each behind its length),
+  the blocks from Google's snappy through ``writers.snappy_library`` (cramjam's without it).
 - lz4: Kafka's Lz4BlockOutputStream: an LZ4 frame of independent 64 KiB blocks, no checksums,
   no content size (liblz4's frame API writes exactly that).
 - zstd: zstd-jni's ZstdOutputStreamNoFinalizer at level 3: a streamed frame (no content size),
@@ -26,7 +25,6 @@ import struct
 import threading
 import zlib
 
-import cramjam
 import lz4.frame
 import xxhash
 import zstandard
@@ -43,21 +41,24 @@ from kcompact.readers.codecs import (
     ZSTD,
     lz4_header_checksum_at,
 )
+from kcompact.writers.snappy_library import compress_block
 
 XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size, as Kafka uses it
 ZSTD_LEVEL = 3  # the level Kafka's producer and cleaner use by default
 GZIP_LEVEL = 6  # zlib's default, Java's Deflater.DEFAULT_COMPRESSION
-# Java's gzip header: magic, deflate, no flags, no time, no extra flags, OS 255 ("unknown")
-GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+# Java's gzip header: magic, deflate, no flags, no time, no extra flags, then the OS byte
+JAVA_GZIP_PREFIX = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00"
+GZIP_OS_JAVA_16, GZIP_OS_JAVA_8 = 255, 0  # "unknown" from Java 16 on (JDK-8244706); 0 on Java 8 and 11
 _GZIP_TRAILER = struct.Struct("<II")  # CRC-32 and size mod 2^32
 _contexts = threading.local()
 
 
-def compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: bytes, gzip_os: int = GZIP_OS_JAVA_16) -> bytes:
+    """``data`` compressed as Kafka's cleaner compresses it; ``gzip_os``: the JVM's gzip header OS byte."""
     if codec == NONE:
         return bytes(data)
     if codec == GZIP:
-        return _gzip_encode(data)
+        return _gzip_encode(data, gzip_os)
     if codec == SNAPPY:
         return _snappy_encode(data)
     if codec == LZ4:
@@ -74,10 +75,10 @@ def compress(codec: int, data: bytes) -> bytes:
     raise CodecError(f"unknown compression codec {codec}")
 
 
-def _gzip_encode(data: bytes) -> bytes:
+def _gzip_encode(data: bytes, os_byte: int) -> bytes:
     deflate = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
     body = deflate.compress(data) + deflate.flush()
-    return GZIP_HEADER + body + _GZIP_TRAILER.pack(zlib.crc32(data), len(data) & 0xFFFFFFFF)
+    return JAVA_GZIP_PREFIX + bytes([os_byte]) + body + _GZIP_TRAILER.pack(zlib.crc32(data), len(data) & 0xFFFFFFFF)
 
 
 def _zstd_encode(data: bytes) -> bytes:
@@ -89,9 +90,9 @@ def _zstd_encode(data: bytes) -> bytes:
 
 def _snappy_encode(data: bytes) -> bytes:
     out = [XERIAL_HEADER.pack(XERIAL_MAGIC, 1, 1)]
-    view = memoryview(data)
-    for start in range(0, len(data), XERIAL_BLOCK):
-        block = bytes(cramjam.snappy.compress_raw(view[start : start + XERIAL_BLOCK]))
+    view = memoryview(data).cast("B")
+    for start in range(0, len(view), XERIAL_BLOCK):
+        block = compress_block(bytes(view[start : start + XERIAL_BLOCK]))
         out.append(INT32.pack(len(block)))
         out.append(block)
     return b"".join(out)
@@ -114,8 +115,8 @@ def break_legacy_lz4_header(frame: bytes) -> bytes:
     return frame[:end] + bytes([checksum]) + frame[end + 1 :]
 
 
-def compress_legacy(magic: int, codec: int, data: bytes) -> bytes:
+def compress_legacy(magic: int, codec: int, data: bytes, gzip_os: int = GZIP_OS_JAVA_16) -> bytes:
     """The value of a compressed magic-0/1 wrapper message holding ``data`` (its inner
     message set): ``compress``, with magic 0's lz4 header checksum quirk."""
-    out = compress(codec, data)
+    out = compress(codec, data, gzip_os)
     return break_legacy_lz4_header(out) if magic == 0 and codec == LZ4 else out

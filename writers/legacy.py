@@ -31,7 +31,7 @@ import numpy as np
 from kcompact.readers import codecs
 from kcompact.readers.batch import ATTR_TIMESTAMP_TYPE, LOG_APPEND_TIME, NO_TIMESTAMP, Batch
 from kcompact.readers.records import Record
-from kcompact.writers.codecs import compress_legacy
+from kcompact.writers.codecs import GZIP_OS_JAVA_16, compress_legacy
 
 _ENTRY_HEADER = struct.Struct(">qi")  # offset, message size
 _MAGIC_ATTRIBUTES = struct.Struct(">bb")
@@ -87,10 +87,11 @@ def encode_entry(offset: int, message: bytes) -> bytes:
 
 
 def encode_wrapper(magic: int, codec: int, timestamp_type: int, records: Sequence[Record],
-                   log_append_time: int = NO_TIMESTAMP) -> bytes:
+                   log_append_time: int = NO_TIMESTAMP, gzip_os: int = GZIP_OS_JAVA_16) -> bytes:
     """A compressed wrapper entry holding ``records`` (absolute offsets, strictly increasing),
     as a closed MemoryRecordsBuilder(magic, codec, timestamp_type, base offset = first record's
-    offset, log_append_time) writes it. ``timestamp_type`` is ignored for magic 0."""
+    offset, log_append_time) writes it. ``timestamp_type`` is ignored for magic 0; ``gzip_os``
+    is the JVM's gzip header OS byte (``writers.codecs``)."""
     if magic not in (0, 1):
         raise ValueError(f"magic {magic} is not a legacy message format")
     if codec not in WRAPPER_CODECS:
@@ -114,13 +115,13 @@ def encode_wrapper(magic: int, codec: int, timestamp_type: int, records: Sequenc
         parts.append(encode_entry(inner_offset, encode_message(magic, inner_attrs, ts, r.key, r.value)))
         if magic > 0 and ts > max_ts:
             max_ts = ts
-    value = compress_legacy(magic, codec, b"".join(parts))
+    value = compress_legacy(magic, codec, b"".join(parts), gzip_os)
     wrapper_ts = log_append_time if append_time else max_ts
     wrapper = encode_message(magic, attributes(magic, codec, timestamp_type), wrapper_ts, None, value)
     return encode_entry(records[-1].offset, wrapper)
 
 
-def rebuild_wrapper(batch: Batch, keep: np.ndarray) -> bytes:
+def rebuild_wrapper(batch: Batch, keep: np.ndarray, gzip_os: int = GZIP_OS_JAVA_16) -> bytes:
     """``batch``, a compressed v0/v1 wrapper, keeping the inner messages where ``keep`` (one
     bool per inner message, in stored order) is set: Kafka's buildRetainedRecordsInto.
 
@@ -133,6 +134,6 @@ def rebuild_wrapper(batch: Batch, keep: np.ndarray) -> bytes:
     kept = kept_records(batch, keep, where, "inner message")
     append_time = batch.max_timestamp if batch.timestamp_type == LOG_APPEND_TIME else NO_TIMESTAMP
     try:
-        return encode_wrapper(batch.magic, batch.codec, batch.timestamp_type, kept, append_time)
+        return encode_wrapper(batch.magic, batch.codec, batch.timestamp_type, kept, append_time, gzip_os)
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None

@@ -37,7 +37,7 @@ from kcompact.readers.batch import (
 from kcompact.readers.crc import crcs
 from kcompact.readers.scan import RECORD_POS
 from kcompact.readers.scan import _varint as read_varint
-from kcompact.writers.codecs import compress
+from kcompact.writers.codecs import GZIP_OS_JAVA_16, compress
 
 KEPT_ATTRIBUTES = ATTR_CODEC_MASK | ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL  # a rebuilt batch's
 EMPTY_ATTRIBUTES = ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL  # an empty header's (writeEmptyHeader)
@@ -233,9 +233,11 @@ def fill_crcs(out: np.ndarray, at: np.ndarray) -> None:
     out[(at + 17)[:, None] + np.arange(4)] = crc.astype(">u4").view(np.uint8).reshape(-1, 4)
 
 
-def rebuild(batch: Batch, keep: np.ndarray, delete_horizon_ms: int | None = None) -> bytes:
+def rebuild(batch: Batch, keep: np.ndarray, delete_horizon_ms: int | None = None,
+            gzip_os: int = GZIP_OS_JAVA_16) -> bytes:
     """``batch`` keeping the records where ``keep`` (one bool per stored record) is set,
-    as ``encode_like`` encodes it; ``delete_horizon_ms`` stamps a delete horizon."""
+    as ``encode_like`` encodes it; ``delete_horizon_ms`` stamps a delete horizon, ``gzip_os`` is
+    the JVM's gzip header OS byte."""
     if batch.magic != 2:
         raise ValueError("only magic-v2 batches are rebuilt here; legacy wrappers: writers.legacy")
     keep = np.asarray(keep, dtype=np.bool_)
@@ -260,7 +262,7 @@ def rebuild(batch: Batch, keep: np.ndarray, delete_horizon_ms: int | None = None
     if size < 0:
         raise ValueError(f"batch at offset {batch.base_offset_field}: records section does not match its scan")
     codec = batch.attributes & ATTR_CODEC_MASK
-    body = section[:size] if codec == codecs.NONE else np.frombuffer(compress(codec, section[:size]), np.uint8)
+    body = section[:size] if codec == codecs.NONE else np.frombuffer(compress(codec, section[:size], gzip_os), np.uint8)
     attributes = batch.attributes & KEPT_ATTRIBUTES | (ATTR_DELETE_HORIZON if has_horizon else 0)
     return _framed(batch, attributes, int(base_ts), int(max_ts), kept, body)
 

@@ -67,6 +67,7 @@ from kcompact.readers.batch import (
 from kcompact.readers.indexes import AbortedTxn
 from kcompact.writers.chunks import BufferSizes
 from kcompact.writers.cleaned import output_bytes, records_written
+from kcompact.writers.codecs import GZIP_OS_JAVA_16
 from kcompact.writers.compiled_codecs import compress_many
 from kcompact.writers.rebuild import EMPTY_ATTRIBUTES, KEPT_ATTRIBUTES, fill_crcs, frame_batches, splice_batches
 
@@ -96,6 +97,7 @@ class GroupJob:
     sizes: tuple[int, ...] = ()  # of the segments' .log files, as listed (an object store is not asked)
     index_per_batch: bool = True  # the Kafka release's index rule (``conf.releases``: KAFKA-806)
     legacy_to_v2: bool = True  # the Kafka release rewrites kept v0/v1 entries as v2 (``writers.convert``)
+    gzip_os: int = GZIP_OS_JAVA_16  # the broker JVM's gzip header OS byte (``writers.codecs``)
 
     def size_of(self, base: int) -> int | None:
         """The listed size of segment ``base``'s .log, if known."""
@@ -374,6 +376,10 @@ class Rewriter:
             sizes = np.diff(ends, prepend=0)
             source[rebuilt[compressed]], length[rebuilt[compressed]] = 2, sizes
             start[rebuilt[compressed]] = ends - sizes
+            if job.gzip_os != GZIP_OS_JAVA_16:  # compressed as Java 16 on writes it: the header's byte 9 differs
+                gzipped = (ends - sizes)[codec[compressed] == codecs.GZIP]
+                sources[2] = sources[2].copy()
+                sources[2][gzipped + 9] = job.gzip_os
         attributes[rebuilt] = (attributes[rebuilt] & KEPT_ATTRIBUTES) | np.where(has_horizon, ATTR_DELETE_HORIZON, 0)
         base_ts[rebuilt], max_ts[rebuilt], count[rebuilt] = bases, maxima, kept[todo]
         max_offset[rebuilt], written[rebuilt] = last_kept[todo], kept[todo]
@@ -410,7 +416,7 @@ class Rewriter:
             plan = BatchPlan(BatchInfo.of(batch, 0), 0, *flags[k].tolist())
             outcome = batch_outcome(plan, kept, bool((codes_k == KEPT_TOMBSTONE).any()), job.now,
                                     job.delete_retention_ms, kept > 0 and batch.inner_magic_differs, job.legacy_to_v2)
-            out = output_bytes(batch, outcome, keep, job.legacy_to_v2)
+            out = output_bytes(batch, outcome, keep, job.legacy_to_v2, job.gzip_os)
             if out is None:
                 yield k, Output(None)
                 continue

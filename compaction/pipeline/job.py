@@ -298,7 +298,8 @@ def _group_jobs(rows: list[PartitionBatches], batches: Batches, now: int, owner:
                 index_interval_bytes=config.index_interval_bytes, max_index_bytes=config.segment_index_bytes,
                 buffers=buffers, delete_retention_ms=config.delete_retention_ms, now=now,
                 latest_offset=row.latest_offset, first_dirty=row.first_dirty_offset, owner=owner, direct=direct,
-                index_per_batch=bool(config.index_per_batch), legacy_to_v2=bool(config.legacy_to_v2))
+                index_per_batch=bool(config.index_per_batch), legacy_to_v2=bool(config.legacy_to_v2),
+                gzip_os=int(config.gzip_os))
             jobs[gid] = (job, batches.group_plans(gid))
             gid += 1
     return jobs

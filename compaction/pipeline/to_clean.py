@@ -37,7 +37,8 @@ class PartitionToClean:
         release = releases.resolve(row.kafka_version or releases.DEFAULT.name)
         return cls(row.path, row.log_dir, row.topic, row.partition, row.log_start_offset, row.first_dirty_offset,
                    row.first_uncleanable_dirty_offset, total_bytes=row.total_bytes or 0,
-                   config=CleanerConfig.of_topic(row.config, release.index_per_batch, release.legacy_to_v2),
+                   config=CleanerConfig.of_topic(row.config, release.index_per_batch, release.legacy_to_v2,
+                                                 255 if row.gzip_os is None else row.gzip_os),
                    retain_last_empty_at=retain_last_empty_at(release, row.first_uncleanable_dirty_offset,
                                                              row.high_watermark, row.log_end_offset))
 

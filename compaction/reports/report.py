@@ -29,6 +29,7 @@ from kcompact.conf.units import MB, UNIT_NOTE
 from kcompact.contracts.plan_row import LeaseHolder, PlanRow
 from kcompact.errors.failure import Failure, outcome_counts
 from kcompact.operations.states import IDLE, PAUSED, UNCLEANABLE, Refusal, kind_of, paused_lines
+from kcompact.writers import snappy_library
 
 REASONS = ("superseded", "tombstone", "aborted", "keyless", "marker")
 MIB = MB  # LogCleaner.recordStats: mb(bytes) = bytes / (1024 * 1024)
@@ -303,9 +304,21 @@ class Report:
                 if r.kafka_version}
         return [{"log_dir": d, "kafka_version": v, "why": why} for d, (v, why) in sorted(seen.items())]
 
+    def gzip_headers(self) -> list[dict]:
+        """Per planned 3.9 log dir (whose broker may run Java 8 or 11), the gzip header OS byte its
+        rewritten batches carry and why (``planner.gzip_os``)."""
+        seen = {r.log_dir: (r.gzip_os, r.gzip_os_source) for r in self.planned or []
+                if (r.kafka_version or "").startswith("3.9") and r.gzip_os_source}
+        return [{"log_dir": d, "gzip_os": b, "why": why} for d, (b, why) in sorted(seen.items())]
+
     def notes(self) -> list[str]:
-        """What the plan noted without holding anything back (torn tails of active segments)."""
-        return [note for r in self.planned or [] for note in r.notes or []]
+        """What the plan noted without holding anything back (torn tails of active segments, snappy
+        blocks without Google's snappy), each once; and when this process lacks Google's snappy
+        while the plan's did not, that too."""
+        notes = dict.fromkeys(note for r in self.planned or [] for note in r.notes or [])
+        if self.partitions and snappy_library.missing():
+            notes[snappy_library.NOT_EXACT] = None
+        return list(notes)
 
     def uncleanable(self) -> dict[str, list[str]]:
         """Per planned log dir, the partition dirs marked uncleanable (before the run, or by it)."""
@@ -334,6 +347,8 @@ class Report:
         all, what happened instead."""
         names = [(p.topic, p.partition) for p in self.partitions]
         lines = release_lines(self.releases())
+        lines += [f"gzip header OS byte {b} ({why})" for b, why in dict.fromkeys((g["gzip_os"], g["why"])
+                                                                                 for g in self.gzip_headers())]
         lines += [p.summary(where=names.count((p.topic, p.partition)) > 1) for p in self.partitions
                   if each or p.error]
         blocked = self.blocked()
@@ -392,6 +407,7 @@ class Report:
                 "totals": self.totals(), "stages": self.stages, "metrics": metrics, "metric_notes": notes,
                 "blocked": self.blocked(), "held": self.held(), "paused": self.paused(),
                 "checkpoint_resets": self.checkpoint_resets, "kafka_releases": self.releases(),
+                "gzip_headers": self.gzip_headers(),
                 "notes": self.notes(),
                 "partitions": [asdict(p) | {"mb_per_s": p.mb_per_s} for p in self.partitions]}
 

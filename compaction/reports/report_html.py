@@ -302,6 +302,8 @@ def _undone(doc: Doc, s: Section, id: str) -> None:
         s.tables.append(Table(f"{id}-blocked", "Not cleaned until fixed", list(columns),
                               [Row(None, [doc.cell("blocked", i, c) for c in columns]) for i in range(len(blocked))]))
     s.notes += [("Kafka release", f"{r['log_dir']}: {r['why']}") for r in data.get("kafka_releases") or []]
+    s.notes += [("gzip header", f"{g['log_dir']}: OS byte {g['gzip_os']} ({g['why']})")
+                for g in data.get("gzip_headers") or []]
     s.notes += [("cleaner checkpoint reset", text) for text in data.get("checkpoint_resets") or []]
     s.notes += [("note", text) for text in data.get("notes") or []]
 

@@ -34,15 +34,16 @@ class CleanerConfig(Record):
     cleaner_threads: int = column(I64)  # log.cleaner.threads
     index_per_batch: int = column(I64, 1)  # 1: the Kafka release indexes per batch (KAFKA-806), 0: per append
     legacy_to_v2: int = column(I64, 1)  # 1: the Kafka release rewrites kept v0/v1 entries as v2 (4.0 on, KIP-724)
+    gzip_os: int = column(I64, 255)  # the broker JVM's gzip header OS byte: 255 from Java 16 on, 0 on Java 8 and 11
 
     @classmethod
     def of_topic(cls, config: Mapping[str, str] | Iterable[tuple[str, str]], index_per_batch: bool = True,
-                 legacy_to_v2: bool = True) -> CleanerConfig:
+                 legacy_to_v2: bool = True, gzip_os: int = 255) -> CleanerConfig:
         """From a plan row's ``config`` (Kafka's names -> values as strings; a dict, or a list of
         pairs) and its release's index rule and rule for v0/v1 entries."""
         strings = dict(config)
         return cls(*(int(strings[key]) for key in CONFIG_KEYS), index_per_batch=int(index_per_batch),
-                   legacy_to_v2=int(legacy_to_v2))
+                   legacy_to_v2=int(legacy_to_v2), gzip_os=int(gzip_os))
 
 
 # Kafka's name of each field, in field order

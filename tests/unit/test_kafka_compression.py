@@ -1,6 +1,7 @@
 """Our compressed bytes against Kafka's own: tests/fixtures/java-compression/out holds each payload
 of its inputs.py compressed by Kafka's compression classes (Compress.java, made by make.sh; see
-its README), the way Kafka's cleaner compresses a rebuilt batch. The Python path
+its README), the way Kafka's cleaner compresses a rebuilt batch; snappy also for 81 more inputs of
+1 B to 64 KiB, made by snappy-java 1.1.10.7's own native library. The Python path
 (``writers.codecs``) and the compiled one (``writers.compiled_codecs``) must both give those bytes.
 """
 
@@ -17,25 +18,25 @@ from kafka import codec as kp
 
 from kcompact.conf import releases
 from kcompact.readers.codecs import GZIP, LZ4, SNAPPY, ZSTD
+from kcompact.writers import snappy_library
 from kcompact.writers.codecs import compress, compress_legacy
 from kcompact.writers.compiled_codecs import compress_many
+from tests.support import FIXTURE_INPUT
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "java-compression"
 _spec = importlib.util.spec_from_file_location("java_compression_inputs", FIXTURES / "inputs.py")
 _inputs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_inputs)
 PAYLOADS = _inputs.payloads()
+SNAPPY_PAYLOADS = _inputs.snappy_payloads()
 CODECS = {"gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
-# Kafka's snappy blocks come from Google's C++ snappy 1.1.10; cramjam's Rust encoder writes other
-# blocks for some inputs under about 8 KiB (docs/compaction-semantics.md, "Compressed bytes").
-SNAPPY_UNMATCHED = {"small"}
 
 
 def kafka(codec: str, name: str) -> bytes:
     return (FIXTURES / "out" / f"{codec}-{name}.bin").read_bytes()
 
 
-CASES = [(c, n) for c in CODECS for n in PAYLOADS if not (c == "snappy" and n in SNAPPY_UNMATCHED)]
+CASES = [(c, n) for c in CODECS for n in PAYLOADS]
 
 
 @pytest.mark.parametrize("codec, name", CASES, ids=[f"{c}-{n}" for c, n in CASES])
@@ -78,19 +79,33 @@ def test_zstd_frame_has_no_content_size():
     assert out.endswith(b"\x01\x00\x00")  # the empty last block of the stream's end
 
 
-@pytest.mark.parametrize("name", sorted(SNAPPY_UNMATCHED))
-def test_snappy_unmatched_blocks_keep_kafkas_framing(name):
-    """Where the block bytes differ, the framing is Kafka's and the payload decodes the same."""
-    ours, theirs = compress(SNAPPY, PAYLOADS[name]), kafka("snappy", name)
-    assert ours[:16] == theirs[:16]
+def test_snappy_blocks_of_every_size_are_kafkas():
+    """Google's snappy sizes its hash table to the input: 1 B to 64 KiB, records, text, random bytes."""
+    assert snappy_library.library() is not None, "libsnappy.so.1 not found: make install installs libsnappy1v5"
+    differ = [n for n, data in SNAPPY_PAYLOADS.items() if compress(SNAPPY, data) != kafka("snappy", n)]
+    assert len(SNAPPY_PAYLOADS) == 81
+    assert differ == []
 
-    def block_sizes(data):
-        pos, sizes = 16, []
-        while pos < len(data):
-            (n,) = struct.unpack_from(">i", data, pos)
-            sizes.append(n)
-            pos += 4 + n
-        return sizes
 
-    assert len(block_sizes(ours)) == len(block_sizes(theirs))
-    assert kp.snappy_decode(ours) == kp.snappy_decode(theirs) == PAYLOADS[name]
+def _kafka_snappy_payloads(root: Path) -> list[bytes]:
+    """The compressed records sections of every snappy v2 batch in the .log files under ``root``
+    (read here with struct: base offset, length, then attributes at byte 21, records at 61)."""
+    out = []
+    for log in sorted(root.rglob("*.log")):
+        data, pos = log.read_bytes(), 0
+        while pos + 61 <= len(data):
+            (length,) = struct.unpack_from(">i", data, pos + 8)
+            (attributes,) = struct.unpack_from(">h", data, pos + 21)
+            if data[pos + 16] == 2 and attributes & 7 == SNAPPY:
+                out.append(data[pos + 61 : pos + 12 + length])
+            pos += 12 + length
+    return out
+
+
+def test_kafka_written_snappy_batches_are_ours():
+    """The Kafka-written fixture's snappy batches (kafka-clients 3.9.1 with snappy-java 1.1.10.5;
+    131, 54 B to 2.9 KiB uncompressed), decoded by kafka-python and compressed again, are their own bytes."""
+    payloads = _kafka_snappy_payloads(FIXTURE_INPUT)
+    assert len(payloads) == 131
+    differ = [i for i, p in enumerate(payloads) if compress(SNAPPY, kp.snappy_decode(p)) != p]
+    assert differ == []

@@ -31,7 +31,9 @@ def test_precedence_option_then_config_file_then_detected_then_default(tmp_path)
     by_option = build(files=[first], metadata=[DETECTED_41], kafka_version="3.9.2").release_for("/logs")
     assert by_option.describe() == "Kafka 3.9.2 (option: --kafka-version 3.9.2)"
     api = build(kafka_version="4.1.2", kafka_version_source="kafka_version=").release_for("/logs")
-    assert api.describe() == "Kafka 4.1 (option: kafka_version=4.1.2)"
+    assert api.describe() == ("Kafka 4.1.2, cleaned as 4.1 (4.1.2: lz4-java moved to the at.yawk.lz4 fork "
+                              "(KAFKA-19951: 1.8.0 to 1.10.1, liblz4 1.9.3 to 1.10.0): the same lz4 frames) "
+                              "(option: kafka_version=4.1.2)")
     assert build(kafka_version="4.4").release_for("/x").describe().startswith("Kafka 4.4 (unreleased branch)")
 
 

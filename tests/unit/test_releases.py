@@ -47,3 +47,34 @@ def test_default_is_the_newest_released_line():
     assert releases.DEFAULT.name == "4.3" and releases.DEFAULT.released
     assert not resolve("4.4").released
     assert releases.NEWEST_OF_LINE["3.9"].name == "3.9.2" and releases.NEWEST_OF_LINE["4.0"].name == "4.0.1"
+
+
+# Every "Bump version to" commit of confluentinc/kafka's 3.9 to 4.3 branches (4.4 has none yet), and
+# the lz4-java each ships (gradle/dependencies.gradle there)
+RELEASED = {"3.9.0": "1.8.0", "3.9.1": "1.8.0", "3.9.2": "1.10.1", "4.0.0": "1.8.0", "4.0.1": "1.8.0",
+            "4.0.2": "1.10.1", "4.1.0": "1.8.0", "4.1.1": "1.8.0", "4.1.2": "1.10.1", "4.2.0": "1.10.1",
+            "4.2.1": "1.10.1", "4.3.0": "1.10.2", "4.3.1": "1.10.2"}
+
+
+def test_every_released_version_is_accepted_and_says_what_it_changes():
+    assert sorted(releases.PATCHES) == sorted(RELEASED)
+    for version, (row, _changes) in releases.PATCHES.items():
+        assert resolve(version).name == row
+    moved = {v for v, lz4 in RELEASED.items() if lz4 == "1.10.1" and RELEASED.get(_previous(v)) == "1.8.0"}
+    assert moved == {"3.9.2", "4.0.2", "4.1.2"}
+    assert all("KAFKA-19951" in releases.PATCHES[v][1] for v in moved)
+
+
+def _previous(version: str) -> str:
+    major, minor, patch = map(int, version.split("."))
+    return f"{major}.{minor}.{patch - 1}"
+
+
+def test_a_patch_named_is_said_with_the_row_it_cleans_as():
+    from kcompact.conf.resolve import build
+
+    said = build(kafka_version="4.0.2", log_dirs=["/x"]).release_for("/x").describe()
+    assert said.startswith("Kafka 4.0.2, cleaned as 4.0.1 (4.0.2: lz4-java moved to the at.yawk.lz4 fork")
+    assert said.endswith("(option: --kafka-version 4.0.2)")
+    assert build(kafka_version="4.0.1", log_dirs=["/x"]).release_for("/x").describe() == \
+        "Kafka 4.0.1 (option: --kafka-version 4.0.1)"

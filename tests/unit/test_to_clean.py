@@ -12,7 +12,8 @@ from kcompact.contracts.plan_row import PlanRow
 from kcompact.planner.build import PLAN_SCHEMA
 from kcompact.planner.plan import Plan
 
-CONFIG_FIELDS = [name for name in CleanerConfig.__dataclass_fields__ if name not in ("index_per_batch", "legacy_to_v2")]
+CONFIG_FIELDS = [name for name in CleanerConfig.__dataclass_fields__ if name not in ("index_per_batch", "legacy_to_v2",
+                                                                                          "gzip_os")]
 
 
 def strings(topic: str) -> dict[str, str]:
@@ -35,11 +36,12 @@ def test_cleaner_config_by_kafkas_names():
     assert [getattr(config, name) for name in CONFIG_FIELDS] == [int(given[k]) for k in CONFIG_KEYS]
     assert config.index_per_batch == 1 and CleanerConfig.of_topic(given, index_per_batch=False).index_per_batch == 0
     assert config.legacy_to_v2 == 1 and CleanerConfig.of_topic(given, legacy_to_v2=False).legacy_to_v2 == 0
+    assert config.gzip_os == 255 and CleanerConfig.of_topic(given, gzip_os=0).gzip_os == 0
     assert config.segment_bytes == 4096 and config.io_buffer_size == int(given["log.cleaner.io.buffer.size"])
     assert config.cleaner_threads == int(given["log.cleaner.threads"])
     assert CleanerConfig.of_topic(list(given.items())) == config  # a map as Arrow gives it
     travelled = pa.array([config.row()], CleanerConfig.struct()).to_pylist()[0]  # as Spark carries it
-    assert travelled == dict(zip(CleanerConfig.schema().names, [*(int(given[k]) for k in CONFIG_KEYS), 1, 1]))
+    assert travelled == dict(zip(CleanerConfig.schema().names, [*(int(given[k]) for k in CONFIG_KEYS), 1, 1, 255]))
     assert CleanerConfig.of(travelled) == config
 
 
