@@ -1,0 +1,79 @@
+"""States real brokers leave on disk (issue 40), each read as Kafka reads it when it loads the log.
+
+Inputs are hand-made (kafka-python batches, index bytes by LogSegment.append's rule in
+``tests.support``); expected answers come from Kafka's sources: CheckpointFile reads an empty
+file, or one of the version line alone, as no entries; LogCleaner fails on a log whose offsets
+go back (its offset index refuses the append) and marks the partition uncleanable. Where a
+partition is refused, every file of its dir is compared (sha256) before and after.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from kcompact import errors
+from kcompact.jobs.cli import main
+from tests.support import checkpoint_text, kp_batches, kp_keyed, write_partition
+
+NOW = 1_720_300_000_000
+TS = 1_720_000_000_000
+COMPACT = ["--topic-config", "*:cleanup.policy=compact"]
+ROOT_CHECKPOINTS = ("cleaner-offset-checkpoint", "recovery-point-offset-checkpoint",
+                    "log-start-offset-checkpoint", "replication-offset-checkpoint")
+
+
+def files(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def offsets_and_keys(path: Path) -> list[tuple[int, bytes]]:
+    """What kafka-python reads in a .log: (offset, key) of every record."""
+    return [(r.offset, r.key) for b in kp_batches(path.read_bytes()) for r in b]
+
+
+def dirty(part: Path) -> Path:
+    """0..2 a a b | active 3 c: Kafka's cleaner keeps 1 (a) and 2 (b) of the closed segment."""
+    return write_partition(part, [(0, [kp_keyed(0, [b"a", b"a", b"b"], TS)]), (3, [kp_keyed(3, [b"c"], TS)])])
+
+
+# -- 1. empty checkpoint files -------------------------------------------------------------------
+@pytest.fixture
+def empty_checkpoints(tmp_path: Path) -> Path:
+    """A log dir as a broker leaves it at start-up: every checkpoint file created empty."""
+    log_dir = tmp_path / "logs"
+    part = dirty(log_dir / "orders-0")
+    (part / "leader-epoch-checkpoint").write_bytes(b"")
+    for name in ROOT_CHECKPOINTS:
+        (log_dir / name).write_bytes(b"")
+    (log_dir / "meta.properties").write_text("version=1\nnode.id=1\ncluster.id=c\n")
+    return log_dir
+
+
+@pytest.mark.parametrize("text", [b"", b"0\n"], ids=["empty", "version-only"])
+def test_checkpoint_without_entries_reads_as_none(spark, tmp_path: Path, text: bytes, capsys):
+    log_dir = tmp_path / "logs"
+    dirty(log_dir / "orders-0")
+    for name in ROOT_CHECKPOINTS:
+        (log_dir / name).write_bytes(text)
+    assert main(["verify", str(log_dir)]) == errors.EXIT_OK, capsys.readouterr()
+    assert main(["plan", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_OK, capsys.readouterr()
+
+
+def test_empty_checkpoints_verify_plan_compact_retain_run(spark, empty_checkpoints: Path, capsys):
+    log_dir = empty_checkpoints
+    assert main(["verify", str(log_dir)]) == errors.EXIT_OK, capsys.readouterr()
+    assert f"{log_dir}: OK" in capsys.readouterr().out
+    assert main(["plan", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_OK, capsys.readouterr()
+    assert "bad input" not in capsys.readouterr().out
+    assert main(["compact", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_OK, capsys.readouterr()
+    assert offsets_and_keys(log_dir / "orders-0" / f"{0:020d}.log") == [(1, b"a"), (2, b"b")]
+    assert (log_dir / "cleaner-offset-checkpoint").read_bytes() == checkpoint_text([("orders", 0, 3)])
+    assert main(["retain", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_OK, capsys.readouterr()
+    assert main(["run", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_OK, capsys.readouterr()
+    assert offsets_and_keys(log_dir / "orders-0" / f"{0:020d}.log") == [(1, b"a"), (2, b"b")]
+    assert main(["verify", str(log_dir)]) == errors.EXIT_OK, capsys.readouterr()
