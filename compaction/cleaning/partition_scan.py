@@ -4,7 +4,9 @@ Runs on an executor, one partition per call: lists the partition dir, reads ever
 batch header (records are not decoded, control batches aside), the .txnindex files
 and the offset index of the first dirty segment, then applies
 ``compaction.rules.decisions.plan_partition``. Bad bytes end it with a ``FormatError``
-(file and position) that the job turns into an uncleanable partition.
+(file and position) that the job turns into an uncleanable partition; so do offsets that do not
+increase from one batch to the next (a stale segment overlapping the one before it): Kafka's
+cleaner fails on them when its offset index refuses the append, and marks the log uncleanable.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from kcompact import storage
 from kcompact.compaction.rules.cleaner_config import CleanerConfig
 from kcompact.compaction.rules.decisions import PartitionPlan, plan_partition
 from kcompact.compaction.rules.model import BATCH_TABLE, BatchInfo, SegmentInfo, table_of
+from kcompact.errors import FormatError
 from kcompact.logdir.listing import Partition, Segment, scan_partition
 from kcompact.readers import walk
 from kcompact.readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL
@@ -50,7 +53,28 @@ def read_partition(path: str, topic: str, number: int, first_dirty: int, threads
     with ThreadPoolExecutor(threads) as pool:
         tables = [t for found in pool.map(lambda i: _tables(part.segments[i], i == last), range(last + 1))
                   for t in found]
-    return part, segments, np.concatenate(tables) if tables else np.empty(0, BATCH_TABLE)
+    table = np.concatenate(tables) if tables else np.empty(0, BATCH_TABLE)
+    _offsets_increase(part, table)
+    return part, segments, table
+
+
+def _offsets_increase(part: Partition, table: np.ndarray) -> None:
+    """Each batch starts after the last offset of the batch before it, in the log's segment order
+    (a legacy wrapper: ends after it); the first that does not is a ``FormatError`` naming both
+    batches' files and offsets."""
+    if len(table) < 2:
+        return
+    first = np.where(table["magic"][1:] == 2, table["base_offset"][1:], table["last_offset"][1:])
+    back = np.flatnonzero(first <= table["last_offset"][:-1])
+    if not len(back):
+        return
+    prev, bad = table[back[0]], table[back[0] + 1]
+    paths = {seg.base_offset: seg.log.path for seg in part.segments}
+    raise FormatError(paths[int(bad["segment"])], int(bad["position"]),
+                      f"batch at offsets {bad['base_offset']}..{bad['last_offset']} does not follow the batch at "
+                      f"offsets {prev['base_offset']}..{prev['last_offset']} (byte {prev['position']} of "
+                      f"{paths[int(prev['segment'])]}): offsets go back, segments overlap; Kafka's cleaner "
+                      "fails on this log and marks it uncleanable")
 
 
 def _tables(seg: Segment, active: bool) -> list[np.ndarray]:

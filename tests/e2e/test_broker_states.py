@@ -77,3 +77,38 @@ def test_empty_checkpoints_verify_plan_compact_retain_run(spark, empty_checkpoin
     assert main(["run", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_OK, capsys.readouterr()
     assert offsets_and_keys(log_dir / "orders-0" / f"{0:020d}.log") == [(1, b"a"), (2, b"b")]
     assert main(["verify", str(log_dir)]) == errors.EXIT_OK, capsys.readouterr()
+
+
+# -- 2. overlapping segments ---------------------------------------------------------------------
+def overlapping(part: Path) -> Path:
+    """A cleaned 0.log holding 0..9 (keys k0..k9), a stale 5.log beside it holding 5..9 again,
+    the active 10.log: offsets go back from 9 to 5 at byte 0 of 5.log."""
+    return write_partition(part, [(0, [kp_keyed(0, [b"k%d" % i for i in range(10)], TS)]),
+                                  (5, [kp_keyed(5, [b"k%d" % i for i in range(5, 10)], TS)]),
+                                  (10, [kp_keyed(10, [b"k1"], TS)])])
+
+
+@pytest.mark.parametrize("command", ["compact", "run"])
+def test_overlapping_segments_are_refused_and_nothing_is_written(spark, tmp_path: Path, command: str, capsys):
+    log_dir = tmp_path / "logs"
+    part = overlapping(log_dir / "orders-0")
+    dirty(log_dir / "orders-1")
+    before = files(part)
+    assert main([command, str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_PARTIAL
+    out = capsys.readouterr().out
+    stale, cleaned = part / f"{5:020d}.log", part / f"{0:020d}.log"
+    said = [line for line in out.splitlines() if str(stale) in line]
+    assert said, out
+    assert (f"{stale}: byte 0: batch at offsets 5..9 does not follow the batch at offsets 0..9 (byte 0 of {cleaned})"
+            in said[0]), said
+    assert files(part) == before
+    state = json.loads((log_dir / "kcompact-state.orders-0.json").read_text())
+    assert state["state"] == "uncleanable" and str(stale) in state["reason"]
+    assert offsets_and_keys(log_dir / "orders-1" / f"{0:020d}.log") == [(1, b"a"), (2, b"b")]  # the other is cleaned
+
+
+def test_verify_names_the_overlap(tmp_path: Path, capsys):
+    log_dir = tmp_path / "logs"
+    part = overlapping(log_dir / "orders-0")
+    assert main(["verify", str(log_dir)]) == errors.EXIT_PROBLEMS
+    assert str(part / f"{5:020d}.log") in capsys.readouterr().out
