@@ -57,6 +57,13 @@ class Printer:
         else:
             self.out.write(indent + _text(fields, labels or {}) + "\n")
 
+    def remark(self, found: Problem) -> None:
+        """A file left out that a broker ignores too (a note, not an error)."""
+        if self.as_json:
+            self.item("note", found.path, {"position": found.position, "note": found.what})
+        else:
+            self.out.write(f"Note: {found}\n")
+
     def error(self, problem: Problem) -> None:
         if self.as_json:
             self.item("error", problem.path, {"position": problem.position, "error": problem.what})
@@ -143,6 +150,8 @@ def dump_partition(printer: Printer, part: Partition, print_data: bool) -> bool:
     """Every segment's files in offset order: .log, .index, .timeindex, .txnindex."""
     for problem in part.problems:
         printer.error(problem)
+    for note in part.notes:  # what a broker's load deletes or passes over (logdir.broker_load): not dumped
+        printer.remark(note)
     ok = not part.problems
     for seg in part.segments:
         for kind in SEGMENT_KINDS:

@@ -29,6 +29,7 @@ from typing import TextIO
 
 from kcompact import storage
 from kcompact.errors import EXIT_OK, EXIT_PROBLEMS, FormatError, Problem
+from kcompact.logdir.broker_load import LEFTOVER_MEANING, missing_indexes
 from kcompact.logdir.listing import LogDir, Partition, Segment, scan_log_dir, segment_name
 from kcompact.readers import checkpoint, codecs
 from kcompact.readers.batch import NO_TIMESTAMP, Batch
@@ -45,15 +46,6 @@ from kcompact.readers.segment import iter_batches, problems, torn_tail
 
 MAX_RELATIVE_OFFSET = 0x7FFFFFFF  # index entries store offset - base offset as an int32
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"  # a broker that finds it in a log dir skips recovery (LogLoader.recoverLog)
-LEFTOVER_MEANING = {
-    ".cleaned": "leftover of an unfinished segment rewrite (.cleaned): a broker deletes it on load",
-    ".swap": "leftover of an unfinished segment replacement (.swap): a broker completes or drops it on load",
-    ".deleted": "leftover of a replaced segment (.deleted): a broker deletes it on load",
-}
-# names a broker parses a base offset out of on load (LogLoader: .log and index files; producer snapshots):
-# misnamed, it fails to load the log or loads another segment than the file holds
-OFFSET_NAMED = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
-ORPHAN_INDEX = "index files for base offset "  # the listing's words for index files without their .log
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +115,7 @@ def check_partition(part: Partition, ends: dict[tuple[str, int], tuple[int, int]
                     clean_shutdown: bool = False) -> list[Problem]:
     """Every finding of one partition; ``ends`` gets its (first base offset, log end offset).
     ``clean_shutdown``: the log dir holds a broker's clean-shutdown marker (no recovery on load)."""
-    found = [_listing_said(p) for p in part.problems]
+    found = list(part.problems) + [_note(p) for p in part.notes]
     for info in part.leftovers:
         suffix = posixpath.splitext(info.path)[1]
         found.append(Note(info.path, None, LEFTOVER_MEANING[suffix]))
@@ -139,20 +131,6 @@ def check_partition(part: Partition, ends: dict[tuple[str, int], tuple[int, int]
         # the log end: past the last batch read, and never below the active segment's base offset
         ends[(part.topic, part.partition)] = (part.segments[0].base_offset,
                                               max(prev_last + 1, part.segments[-1].base_offset))
-    return found
-
-
-def _listing_said(found: Problem) -> Problem:
-    """A fault of a partition dir's listing: a note when a broker's load deals with it by itself
-    (LogLoader deletes index files without their .log, and passes over names it does not know)."""
-    if found.what.startswith(ORPHAN_INDEX):
-        return _note(found, f"{found.what}: a broker deletes them on load")
-    if (
-        found.position is None
-        and not found.path.endswith(OFFSET_NAMED)
-        and found.what == "not a Kafka segment file name"
-    ):
-        return _note(found, f"{found.what}: a broker passes over it")
     return found
 
 
@@ -277,17 +255,6 @@ def _summarize(summary: SegmentSummary, batch: Batch) -> None:
 IndexCheck = Callable[[str, bytes, SegmentSummary], list[Problem]]
 
 
-MISSING = {
-    # LogLoader.loadSegmentFiles: no offset index -> NoSuchFileException -> recoverSegment, which rebuilds all three
-    "index": "missing for a closed segment: a broker rebuilds it from the .log on load",
-    # LogSegment.sanityCheck: a time index that did not exist is created empty; the segment's largest timestamp
-    # is then its .log's modification time (LogSegment.largestTimestamp), for time retention and the lag rules
-    "timeindex": "missing for a closed segment: a broker creates it empty on load and goes by the .log's "
-                 "modification time for the segment's largest timestamp",
-    "both": "missing for a closed segment: a broker rebuilds it from the .log on load, with the missing .index",
-}
-
-
 def check_indexes(part: Partition, seg: Segment, summary: SegmentSummary, active: bool) -> list[Problem]:
     """A closed segment should have its offset and time index (a broker makes up for either, so
     their absence is a note); a txnindex is optional. What is in them is checked: a broker does
@@ -304,7 +271,7 @@ def check_indexes(part: Partition, seg: Segment, summary: SegmentSummary, active
         if info is not None:
             found += _parsed(info.path, check, summary)
         elif kind != "txnindex" and not active:
-            why = MISSING["both" if kind == "timeindex" and seg.index is None else kind]
+            why = missing_indexes(seg)[kind]
             found.append(Note(storage.join(part.path, segment_name(seg.base_offset, kind)), None, why))
     return found
 
@@ -361,7 +328,7 @@ def check_time_index(path: str, data: bytes, summary: SegmentSummary, closed: bo
         prev = entry
     if not closed or summary.max_timestamp == NO_TIMESTAMP:
         return found
-    if not entries:  # what a broker leaves when it had to create the file (see MISSING): it accepts it
+    if not entries:  # what a broker leaves when it had to create the file (logdir.broker_load.MISSING): it accepts it
         found.append(Note(path, None, f"no entry for the segment's largest timestamp {summary.max_timestamp}: a "
                                       "broker goes by the .log's modification time instead"))
     elif entries[-1].timestamp != summary.max_timestamp:

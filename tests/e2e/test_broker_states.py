@@ -112,3 +112,38 @@ def test_verify_names_the_overlap(tmp_path: Path, capsys):
     part = overlapping(log_dir / "orders-0")
     assert main(["verify", str(log_dir)]) == errors.EXIT_PROBLEMS
     assert str(part / f"{5:020d}.log") in capsys.readouterr().out
+
+
+# -- 3. what a broker's load repairs or deletes: one rule for every command ---------------------
+@pytest.fixture
+def repaired(tmp_path: Path) -> Path:
+    """orders-0: its closed segment without .index/.timeindex (LogLoader rebuilds them);
+    orders-1: index files of base offset 50 whose .log is gone (LogLoader deletes them), and a
+    notes.txt (passed over)."""
+    log_dir = tmp_path / "logs"
+    part = dirty(log_dir / "orders-0")
+    (part / f"{0:020d}.index").unlink()
+    (part / f"{0:020d}.timeindex").unlink()
+    other = dirty(log_dir / "orders-1")
+    (other / f"{50:020d}.index").write_bytes(b"")
+    (other / f"{50:020d}.timeindex").write_bytes(b"")
+    (other / "notes.txt").write_text("left by an operator\n")
+    return log_dir
+
+
+def test_missing_and_orphan_indexes_are_what_kafka_makes_of_them(spark, repaired: Path, capsys):
+    log_dir = repaired
+    rebuilt = f"{log_dir / 'orders-0' / f'{0:020d}.index'}: missing for a closed segment: a broker rebuilds it"
+    orphan = f"{log_dir / 'orders-1'}: index files for base offset 50 but no {50:020d}.log: a broker deletes them"
+    assert main(["verify", str(log_dir)]) == errors.EXIT_OK
+    out = capsys.readouterr().out
+    assert f"note: {rebuilt}" in out and f"note: {orphan}" in out, out
+    assert main(["dump", str(log_dir / "orders-1")]) == errors.EXIT_OK
+    out = capsys.readouterr().out
+    assert f"Note: {orphan}" in out and f"Dumping {log_dir / 'orders-1' / f'{0:020d}.log'}" in out, out
+    assert main(["plan", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_OK
+    assert "bad input" not in capsys.readouterr().out
+    assert main(["compact", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_OK, capsys.readouterr()
+    for name in ("orders-0", "orders-1"):
+        assert offsets_and_keys(log_dir / name / f"{0:020d}.log") == [(1, b"a"), (2, b"b")], name
+    assert (log_dir / "orders-0" / f"{0:020d}.index").exists()  # the cleaner wrote new ones

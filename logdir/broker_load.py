@@ -1,0 +1,65 @@
+"""What a broker does with a partition dir's files when it loads the log, as Kafka's LogLoader,
+LogSegment.sanityCheck and LogManager do it (3.x to 4.x): each state is accepted, repaired,
+passed over or refused. plan, verify, compact and dump all ask here, so they agree: what Kafka
+repairs is planned as repaired, what it deletes is named in a note and otherwise ignored, and
+only what it refuses is refused.
+
+Pure functions of names and listing facts; no file is opened.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kcompact.logdir.listing import Segment
+
+# LogLoader.loadSegmentFiles: no offset index -> NoSuchFileException -> recoverSegment, which
+# rebuilds the offset, time and transaction indexes from the .log
+REBUILT = "a broker rebuilds it from the .log on load"
+# LogSegment.sanityCheck: a time index that did not exist is created empty (resize 0); the segment's
+# largest timestamp is then its .log's modification time (LogSegment.largestTimestamp), for time
+# retention and the lag rules
+MISSING = {
+    "index": f"missing for a closed segment: {REBUILT}",
+    "timeindex": "missing for a closed segment: a broker creates it empty on load and goes by the .log's "
+                 "modification time for the segment's largest timestamp",
+    "both": f"missing for a closed segment: {REBUILT}, with the missing .index",
+}
+# LogLoader.removeTempFilesAndCollectSwapFiles
+LEFTOVER_MEANING = {
+    ".cleaned": "leftover of an unfinished segment rewrite (.cleaned): a broker deletes it on load",
+    ".swap": "leftover of an unfinished segment replacement (.swap): a broker completes or drops it on load",
+    ".deleted": "leftover of a replaced segment (.deleted): a broker deletes it on load",
+}
+# LogLoader.loadSegmentFiles: "Found an orphaned index file ..., with no corresponding log file"
+ORPHAN = "but no {log}: a broker deletes them on load"
+# names a broker parses a base offset out of on load (LogLoader: .log and index files; producer
+# snapshots): misnamed, it fails to load the log or loads another segment than the file holds
+OFFSET_NAMED = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
+NOT_A_SEGMENT_NAME = "not a Kafka segment file name"
+PASSED_OVER = f"{NOT_A_SEGMENT_NAME}: a broker passes over it"
+
+
+def missing_indexes(seg: Segment) -> dict[str, str]:
+    """The segment's missing ``index``/``timeindex`` (by kind) and what a broker does about each."""
+    if seg.index is None:
+        return {"index": MISSING["index"], **({"timeindex": MISSING["both"]} if seg.timeindex is None else {})}
+    return {"timeindex": MISSING["timeindex"]} if seg.timeindex is None else {}
+
+
+def rebuilds_time_index(seg: Segment) -> bool:
+    """Whether a broker rebuilds the segment's time index on load (its offset index is missing):
+    then the segment's largest timestamp is its batches' largest, not the .log's mtime."""
+    return seg.index is None
+
+
+def orphan_note(base_offset: int, log_name: str) -> str:
+    """Index files without their .log: named, never refused (a broker deletes them)."""
+    return f"index files for base offset {base_offset} " + ORPHAN.format(log=log_name)
+
+
+def refuses_name(name: str) -> bool:
+    """Whether a broker refuses a file of a partition dir that follows no segment naming (it is
+    named like a segment file: the broker parses a base offset out of it); it passes over the rest."""
+    return name.endswith(OFFSET_NAMED)
