@@ -63,3 +63,20 @@ def refuses_name(name: str) -> bool:
     """Whether a broker refuses a file of a partition dir that follows no segment naming (it is
     named like a segment file: the broker parses a base offset out of it); it passes over the rest."""
     return name.endswith(OFFSET_NAMED)
+
+
+# PartitionMetadataReadBuffer.read splits its first line; an empty file has none, the read throws
+# and UnifiedLog cannot load the log (the broker's log loading fails with it)
+EMPTY_PARTITION_METADATA = ("empty: a broker reads the topic id from it on load, fails on an empty file "
+                            "(PartitionMetadataFile) and cannot load the log")
+# MetaPropertiesEnsemble.Loader: a meta.properties without its required 'version' makes the log dir
+# one of the broker's error log dirs: it is not loaded (KRaft brokers of 3.7 on)
+EMPTY_META_PROPERTIES = ("empty: a broker finds no 'version' in it and takes this log dir offline "
+                         "(MetaPropertiesEnsemble)")
+
+
+def broker_file_problem(name: str, size: int) -> str | None:
+    """What keeps a broker from loading a partition dir's own file ``name`` of ``size`` bytes
+    (None: it loads it). An empty ``leader-epoch-checkpoint`` is none: CheckpointFile reads it
+    as no entries."""
+    return EMPTY_PARTITION_METADATA if name == "partition.metadata" and size == 0 else None

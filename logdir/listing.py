@@ -122,7 +122,8 @@ def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] 
             if name.endswith(".tmp"):
                 part.temporary.append(info)
             elif name in BROKER_FILES:
-                pass
+                if (refused := broker_load.broker_file_problem(name, info.size)) is not None:
+                    part.problems.append(Problem(info.path, None, refused))
             elif broker_load.refuses_name(name):
                 part.problems.append(Problem(info.path, None, broker_load.NOT_A_SEGMENT_NAME))
             else:

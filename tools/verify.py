@@ -29,7 +29,7 @@ from typing import TextIO
 
 from kcompact import storage
 from kcompact.errors import EXIT_OK, EXIT_PROBLEMS, FormatError, Problem
-from kcompact.logdir.broker_load import LEFTOVER_MEANING, missing_indexes
+from kcompact.logdir.broker_load import EMPTY_META_PROPERTIES, LEFTOVER_MEANING, missing_indexes
 from kcompact.logdir.listing import LogDir, Partition, Segment, scan_log_dir, segment_name
 from kcompact.readers import checkpoint, codecs
 from kcompact.readers.batch import NO_TIMESTAMP, Batch
@@ -103,12 +103,21 @@ def verify_log_dir(path: str) -> list[Problem]:
     """Every finding, in the order met: ``Problem``s and ``Note``s (a subclass; see ``split``)."""
     logdir = scan_log_dir(path)
     found = list(logdir.problems)  # a directory not named <topic>-<partition>: a broker refuses to start
+    found += _meta_properties(storage.join(logdir.path, "meta.properties"))
     clean_shutdown = storage.kind(storage.join(logdir.path, CLEAN_SHUTDOWN)) is not None
     ends: dict[tuple[str, int], tuple[int, int]] = {}
     for part in logdir.partitions:
         found += check_partition(part, ends, clean_shutdown)
     found += check_checkpoints(logdir, ends)
     return found
+
+
+def _meta_properties(path: str) -> list[Problem]:
+    """An empty meta.properties is a problem (``broker_load``); a missing one is a new broker's."""
+    try:
+        return [Problem(path, None, EMPTY_META_PROPERTIES)] if storage.info(path).size == 0 else []
+    except FileNotFoundError:
+        return []
 
 
 def check_partition(part: Partition, ends: dict[tuple[str, int], tuple[int, int]] | None = None,

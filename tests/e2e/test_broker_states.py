@@ -147,3 +147,59 @@ def test_missing_and_orphan_indexes_are_what_kafka_makes_of_them(spark, repaired
     for name in ("orders-0", "orders-1"):
         assert offsets_and_keys(log_dir / name / f"{0:020d}.log") == [(1, b"a"), (2, b"b")], name
     assert (log_dir / "orders-0" / f"{0:020d}.index").exists()  # the cleaner wrote new ones
+
+
+def test_empty_partition_metadata_is_refused_as_kafka_fails_to_load_the_log(spark, tmp_path: Path, capsys):
+    """PartitionMetadataReadBuffer.read has no first line to split in an empty file: the log does
+    not load. An empty leader-epoch-checkpoint is no entries (CheckpointFile)."""
+    log_dir = tmp_path / "logs"
+    part = dirty(log_dir / "orders-0")
+    (part / "partition.metadata").write_bytes(b"")
+    (part / "leader-epoch-checkpoint").write_bytes(b"")
+    dirty(log_dir / "orders-1")
+    before = files(part)
+    said = f"{part / 'partition.metadata'}: empty: a broker reads the topic id from it on load"
+    assert main(["verify", str(log_dir)]) == errors.EXIT_PROBLEMS
+    assert said in capsys.readouterr().out
+    assert main(["compact", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_PARTIAL
+    assert said in capsys.readouterr().out
+    assert files(part) == before
+    assert offsets_and_keys(log_dir / "orders-1" / f"{0:020d}.log") == [(1, b"a"), (2, b"b")]
+
+
+def test_empty_meta_properties_is_a_problem(tmp_path: Path, capsys):
+    """MetaPropertiesEnsemble: no 'version' in meta.properties, the log dir is not loaded."""
+    log_dir = tmp_path / "logs"
+    dirty(log_dir / "orders-0")
+    (log_dir / "meta.properties").write_bytes(b"")
+    assert main(["verify", str(log_dir)]) == errors.EXIT_PROBLEMS
+    assert f"{log_dir / 'meta.properties'}: empty: a broker finds no 'version'" in capsys.readouterr().out
+
+
+# -- 4. preallocated active-segment indexes ------------------------------------------------------
+def test_preallocated_active_indexes(spark, tmp_path: Path, capsys):
+    """After an unclean shutdown the active segment's .index/.timeindex stay preallocated to
+    segment.index.bytes (10 MiB of zeros after the entries, AbstractIndex): the entries end at the
+    first zero entry; the active segment's files are left as they are."""
+    log_dir = tmp_path / "logs"
+    part = write_partition(log_dir / "orders-0", [
+        (0, [kp_keyed(0, [b"a", b"a", b"b"], TS)]),
+        (3, [kp_keyed(3 + i, [b"c%d" % i], TS + i) for i in range(40)])])
+    count = {}
+    for kind, entry in (("index", 8), ("timeindex", 12)):
+        path = part / f"{3:020d}.{kind}"
+        entries = path.read_bytes()
+        count[kind] = len(entries) // entry
+        assert count[kind]  # the hand-made index has entries before the zeros
+        size = (10 << 20) // entry * entry  # AbstractIndex rounds segment.index.bytes down to whole entries
+        path.write_bytes(entries + bytes(size - len(entries)))
+    active = {k: files(part)[f"{3:020d}.{k}"] for k in ("log", "index", "timeindex")}
+    assert main(["verify", str(log_dir)]) == errors.EXIT_OK, capsys.readouterr()
+    capsys.readouterr()
+    assert main(["dump", str(part / f"{3:020d}.index")]) == errors.EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"Dumping {part / f'{3:020d}.index'}" and len(lines) == 1 + count["index"], lines[:5]
+    assert main(["plan", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_OK, capsys.readouterr()
+    assert main(["compact", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_OK, capsys.readouterr()
+    assert offsets_and_keys(part / f"{0:020d}.log") == [(1, b"a"), (2, b"b")]
+    assert {k: files(part)[f"{3:020d}.{k}"] for k in ("log", "index", "timeindex")} == active

@@ -357,16 +357,17 @@ def test_rules_applied_to_log_dirs(spark, planned):
 
 
 def test_ranks_highest_ratio_first(planned):
-    # ratio 1.0: accounts-0 (261114 bytes), then 2S (both, ckpt-high, ckpt-none, minlag by name),
-    # then S (minlag-mtime, txn, txn-snap); 2/3: ckpt-low; 1/3: maxlag, meta, meta2 (S each, by name)
+    # ratio 1.0: accounts-0 (261114 bytes), then 2S (both, ckpt-high, ckpt-none, minlag, noindex by
+    # name: a missing index is rebuilt by a broker, not bad input), then S (minlag-mtime, txn,
+    # txn-snap); 2/3: ckpt-low; 1/3: maxlag, meta, meta2 (S each, by name)
     ranked = sorted((r for r in planned.rows.values() if r["rank"] is not None), key=lambda r: r["rank"])
-    assert [r["topic"] for r in ranked] == ["accounts", "both", "ckpt-high", "ckpt-none", "minlag", "minlag-mtime",
-                                            "txn", "txn-snap", "ckpt-low", "maxlag", "meta", "meta2"]
-    assert [r["rank"] for r in ranked] == list(range(1, 13))
+    assert [r["topic"] for r in ranked] == ["accounts", "both", "ckpt-high", "ckpt-none", "minlag", "noindex",
+                                            "minlag-mtime", "txn", "txn-snap", "ckpt-low", "maxlag", "meta", "meta2"]
+    assert [r["rank"] for r in ranked] == list(range(1, 14))
     assert all(r["selected"] and r["skip_reason"] is None for r in ranked)
     # the table comes sorted by rank, unranked rows last
     ranks = planned.table.column("rank").to_pylist()
-    assert ranks[:12] == list(range(1, 13)) and set(ranks[12:]) == {None}
+    assert ranks[:13] == list(range(1, 14)) and set(ranks[13:]) == {None}
 
 
 def test_not_compacted_and_empty(planned):
