@@ -21,6 +21,7 @@ load it either.
 from __future__ import annotations
 
 import bisect
+import json
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,18 +74,50 @@ def unreadable(path: str, exc: PermissionError) -> Problem:
     return Problem(path, None, f"cannot be read: {said.removeprefix(f'{path}: ')}")
 
 
-def run_verify(path: str, strict: bool, out: TextIO, err: TextIO) -> int:
-    """``kcompact verify``: the problems, then the notes, then the counts of both; 1 when there is
-    a problem (or, with ``strict``, a note), else 0."""
+def run_verify(path: str, strict: bool, out: TextIO, err: TextIO, as_json: bool = False) -> int:
+    """``kcompact verify``: the problems, then the notes (``summarized``), then the counts of both;
+    1 when there is a problem (or, with ``strict``, a note), else 0. ``as_json``: one JSON
+    document holding every finding instead."""
     problems, notes = split(verify_log_dir(path))
-    for finding in problems + notes:
-        print(finding, file=out)
+    failed = bool(problems or (strict and notes))
+    if as_json:
+        def said(p: Problem) -> dict:
+            return {"path": p.path, "position": p.position, "what": p.what}
+        json.dump({"log_dir": path, "ok": not failed, "strict": strict, "problems": [said(p) for p in problems],
+                   "notes": [said(n) for n in notes]}, out)
+        out.write("\n")
+        return EXIT_PROBLEMS if failed else EXIT_OK
+    for line in [str(p) for p in problems] + summarized(notes):
+        print(line, file=out)
     counts = f"{len(problems)} problem(s), {len(notes)} note(s)"
-    if problems or (strict and notes):
+    if failed:
         print(f"{counts} found in {path}" + ("" if problems else " (--strict: notes count)"), file=err)
         return EXIT_PROBLEMS
     print(f"{path}: OK ({counts}{': what the notes say, Kafka accepts and repairs' if notes else ''})", file=out)
     return EXIT_OK
+
+
+REPEATED = 3  # more notes than this of one kind in one directory are said in one line
+
+
+def summarized(notes: list[Note]) -> list[str]:
+    """One line per note, except that the notes of one directory that say the same of more than
+    ``REPEATED`` files (thousands of ``.cleaned`` leftovers after a kill) are one line, in the
+    place of the first: how many, the first and last file, and what they say."""
+    groups: dict[tuple[str, str], list[Note]] = {}
+    for n in notes:
+        if n.position is None:  # a note of a file as a whole
+            groups.setdefault((posixpath.dirname(n.path), n.what), []).append(n)
+    lines = []
+    for n in notes:
+        group = groups.get((posixpath.dirname(n.path), n.what), []) if n.position is None else []
+        if len(group) <= REPEATED:
+            lines.append(str(n))
+        elif n is group[0]:
+            names = sorted(posixpath.basename(g.path) for g in group)
+            lines.append(f"note: {posixpath.dirname(n.path)}: {len(group)} files ({names[0]} ... {names[-1]}): "
+                         f"{n.what}")
+    return lines
 
 
 @dataclass(slots=True)
@@ -340,10 +373,11 @@ def check_time_index(path: str, data: bytes, summary: SegmentSummary, closed: bo
     if not entries:  # what a broker leaves when it had to create the file (logdir.broker_load.MISSING): it accepts it
         found.append(Note(path, None, f"no entry for the segment's largest timestamp {summary.max_timestamp}: a "
                                       "broker goes by the .log's modification time instead"))
-    elif entries[-1].timestamp != summary.max_timestamp:
-        found.append(Problem(path, (len(entries) - 1) * TIME_ENTRY.size,
-                             f"last entry's timestamp {entries[-1].timestamp} is not the segment's largest "
-                             f"timestamp {summary.max_timestamp}"))
+    elif entries[-1].timestamp != summary.max_timestamp:  # Kafka loads it as it is (sanityCheck skips it)
+        found.append(Note(path, (len(entries) - 1) * TIME_ENTRY.size,
+                          f"last entry's timestamp {entries[-1].timestamp} is not the segment's largest timestamp "
+                          f"{summary.max_timestamp}: a broker loads it as it is and goes by the entry for time "
+                          "retention"))
     return found
 
 
@@ -370,6 +404,14 @@ def _outside(offset: int, summary: SegmentSummary) -> str:
 
 
 # -- checkpoints -------------------------------------------------------------------------
+RESET_ON_LOAD = {
+    "recovery-point-offset-checkpoint": "a broker that cannot read it resets every recovery point to 0 on load "
+                                        "(and recovers every segment)",
+    checkpoint.LOG_START_OFFSET: "a broker that cannot read it takes each log's first segment's base offset as "
+                                 "its log start on load",
+}
+
+
 def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int]] | None = None) -> list[Problem]:
     """Each checkpoint parses (a broker that cannot read one takes the whole log dir offline:
     a problem); the cleaner's names only partitions that exist, at an offset inside their log.
@@ -384,7 +426,10 @@ def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int
             text = storage.read_bytes(path)
             parsed[name] = checkpoint.parse(path, text)
         except FormatError as exc:
-            found.append(Problem.of(exc))
+            # LogManager.loadLogs reads these two, and on any error warns and resets them (to 0, to
+            # each first segment's base offset): a broker loads the log dir all the same
+            found.append(_note(Problem.of(exc), f"{exc.what}: {RESET_ON_LOAD[name]}") if name in RESET_ON_LOAD
+                         else Problem.of(exc))
             continue
         except PermissionError as exc:
             found.append(unreadable(path, exc))

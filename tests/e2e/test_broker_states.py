@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,34 @@ def test_preallocated_active_indexes(spark, tmp_path: Path, capsys):
     assert main(["compact", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_OK, capsys.readouterr()
     assert offsets_and_keys(part / f"{0:020d}.log") == [(1, b"a"), (2, b"b")]
     assert {k: files(part)[f"{3:020d}.{k}"] for k in ("log", "index", "timeindex")} == active
+
+
+# -- 5. verify fails only on what Kafka refuses on load -------------------------------------------
+def test_verify_notes_what_kafka_loads_summarizes_repeats_and_speaks_json(tmp_path: Path, capsys):
+    """A closed segment's .timeindex whose last entry is below its largest timestamp (Kafka loads it:
+    sanityCheck skips the time index), a malformed recovery-point checkpoint (LogManager resets it),
+    and 1000 .cleaned leftovers of a killed job (LogLoader deletes them): notes, one line for the
+    leftovers; --json holds each of them."""
+    log_dir = tmp_path / "logs"
+    part = write_partition(log_dir / "orders-0", [
+        (0, [kp_keyed(0, [b"a"], TS), kp_keyed(1, [b"b"], TS + 5)]), (2, [kp_keyed(2, [b"c"], TS)])])
+    timeindex = part / f"{0:020d}.timeindex"
+    timeindex.write_bytes(struct.pack(">qi", TS, 0))  # the largest, TS + 5 at offset 1, has no entry
+    (log_dir / "recovery-point-offset-checkpoint").write_bytes(b"0\n1\ngarbage\n")
+    for i in range(1000):
+        (part / f"{100 + i:020d}.log.cleaned").write_bytes(b"")
+    assert main(["verify", str(log_dir)]) == errors.EXIT_OK
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"{log_dir}: OK (0 problem(s), 1002 note(s): what the notes say, Kafka accepts and repairs)"
+    assert f"note: {timeindex}: byte 0: last entry's timestamp {TS} is not the segment's largest timestamp " \
+           f"{TS + 5}: a broker loads it as it is and goes by the entry for time retention" in out, out
+    assert (f"note: {part}: 1000 files ({100:020d}.log.cleaned ... {1099:020d}.log.cleaned): leftover of an "
+            "unfinished segment rewrite (.cleaned): a broker deletes it on load") in out, out
+    assert any(line.startswith(f"note: {log_dir / 'recovery-point-offset-checkpoint'}: byte 4: ") and
+               line.endswith("a broker that cannot read it resets every recovery point to 0 on load "
+                             "(and recovers every segment)") for line in out), out
+    assert len(out) == 4
+    assert main(["verify", "--json", "--strict", str(log_dir)]) == errors.EXIT_PROBLEMS
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["ok"], doc["problems"], len(doc["notes"])) == (False, [], 1002)
+    assert any(n["path"] == str(timeindex) and n["position"] == 0 for n in doc["notes"]), doc["notes"]

@@ -515,13 +515,16 @@ def test_describe_lists_every_partition(planned):
                 "the newest release, 4.3, taken (--kafka-version or kafka.version names another))" for d in log_dirs]
     assert sorted(lines[-len(releases):]) == releases
     lines = lines[:-len(releases)]
+    notes = [line for line in lines if line.startswith("note: ")]  # said after the table
+    assert notes == [f"note: {n}" for r in planned.plan.rows for n in r.notes] and notes
+    lines = [line for line in lines if not line.startswith("note: ")]
     assert len(lines) == planned.table.num_rows + 2  # header, one per partition, summary
     body = "\n".join(lines[1:-1])
     for r in planned.table.to_pylist():
         name = f"{r['topic']}-{r['partition']}" if r["topic"] is not None else r["path"]
         assert name in body
     assert lines[1].split()[:2] == ["1", "accounts-0"]
-    assert lines[-1].startswith(f"{planned.table.num_rows} partitions, 12 selected, ")
+    assert lines[-1].startswith(f"{planned.table.num_rows} partitions, 13 selected, ")
     assert "skip: paused (2x; resume to clean)" in text
 
 
