@@ -80,3 +80,15 @@ def broker_file_problem(name: str, size: int) -> str | None:
     (None: it loads it). An empty ``leader-epoch-checkpoint`` is none: CheckpointFile reads it
     as no entries."""
     return EMPTY_PARTITION_METADATA if name == "partition.metadata" and size == 0 else None
+
+
+# LogManager.loadLogs parses every directory of a log dir as <topic>-<partition> (the tiered
+# storage index cache aside) and fails the broker's start on one that is not
+REMOTE_INDEX_CACHE = "remote-log-index-cache"
+FOREIGN_DIR = ("directory name is not <topic>-<partition>: a broker fails to start with it in its log dir "
+               "(LocalLog.parseTopicPartitionName); move it out of the log dir")
+
+
+def ignores_dir(name: str) -> bool:
+    """A directory of a log dir that a broker's load passes over without parsing its name."""
+    return name == REMOTE_INDEX_CACHE

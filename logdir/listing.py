@@ -233,7 +233,8 @@ def scan_log_dir(path: str, listing: Listing | None = None) -> LogDir:
             continue
         parsed = parse_partition_dir(name)
         if parsed is None:
-            logdir.problems.append(Problem(sub, None, "directory name is not <topic>-<partition>"))
+            if not broker_load.ignores_dir(name):
+                logdir.problems.append(Problem(sub, None, broker_load.FOREIGN_DIR))
             continue
         if parsed[0] == METADATA_TOPIC:
             logdir.metadata = sub

@@ -235,3 +235,28 @@ def test_verify_notes_what_kafka_loads_summarizes_repeats_and_speaks_json(tmp_pa
     doc = json.loads(capsys.readouterr().out)
     assert (doc["ok"], doc["problems"], len(doc["notes"])) == (False, [], 1002)
     assert any(n["path"] == str(timeindex) and n["position"] == 0 for n in doc["notes"]), doc["notes"]
+
+
+# -- 6. foreign folders; a log dir without KRaft metadata ---------------------------------------------
+def test_foreign_folder_is_named_with_what_kafka_does(spark, tmp_path: Path, capsys):
+    """LogManager.loadLogs parses every directory (remote-log-index-cache aside) as
+    <topic>-<partition>; 'context' fails the broker's start."""
+    log_dir = tmp_path / "logs"
+    dirty(log_dir / "orders-0")
+    (log_dir / "context").mkdir()
+    (log_dir / "context" / "notes.md").write_text("an operator's\n")
+    (log_dir / "remote-log-index-cache").mkdir()
+    said = (f"{log_dir / 'context'}: directory name is not <topic>-<partition>: a broker fails to start with it in "
+            "its log dir (LocalLog.parseTopicPartitionName); move it out of the log dir")
+    assert main(["verify", str(log_dir)]) == errors.EXIT_PROBLEMS
+    out = capsys.readouterr().out.splitlines()
+    assert out == [said], out  # the tiered-storage cache is not one
+    assert main(["plan", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_PARTIAL
+    out, err = capsys.readouterr()
+    assert "None-None" not in err and said in err, err
+    assert "remote-log-index-cache" not in err
+    # a ZooKeeper-mode log dir: no __cluster_metadata-0, so no metadata.version; said so, and how to name it
+    assert (f"reproducing Kafka 4.3 (default: {log_dir} holds no KRaft metadata (no __cluster_metadata-0: a "
+            "ZooKeeper-mode log dir, or not the broker's metadata log dir), so no metadata.version names the brokers' "
+            "release; the newest release, 4.3, taken (--kafka-version or kafka.version names another))"
+            in out.splitlines()), out

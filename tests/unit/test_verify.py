@@ -17,7 +17,7 @@ from kcompact import errors, storage
 from kcompact.errors import Problem
 from kcompact.jobs import cli
 from kcompact.readers.records import ABORT
-from kcompact.logdir.broker_load import MISSING
+from kcompact.logdir.broker_load import FOREIGN_DIR, MISSING
 from kcompact.tools.verify import TAIL_NOT_TORN, TORN_TAIL, TORN_TAIL_KEPT, Note, split, verify_log_dir
 from tests.support import (
     FIXTURE_DIR,
@@ -285,7 +285,7 @@ def test_misnamed_files_and_dirs(clean_dir):
         f"{part / 'foo.log'}: not a Kafka segment file name",
         f"{part / 'foo.timeindex'}: not a Kafka segment file name",
         f"note: {part / 'notes.txt'}: not a Kafka segment file name: a broker passes over it",
-        f"{clean_dir / 'no_partition_number'}: directory name is not <topic>-<partition>",
+        f"{clean_dir / 'no_partition_number'}: {FOREIGN_DIR}",
     ])
 
 
