@@ -260,3 +260,35 @@ def test_foreign_folder_is_named_with_what_kafka_does(spark, tmp_path: Path, cap
             "ZooKeeper-mode log dir, or not the broker's metadata log dir), so no metadata.version names the brokers' "
             "release; the newest release, 4.3, taken (--kafka-version or kafka.version names another))"
             in out.splitlines()), out
+
+
+# -- 7. the KRaft metadata partition -------------------------------------------------------------
+def test_dump_of_a_metadata_dir_shows_snapshots_and_quorum_state(tmp_path: Path, capsys):
+    """An intact __cluster_metadata-0 (records built by test_kraft_metadata's hand encoder after
+    Kafka's schemas): quorum-state printed, the segment's and the snapshot's records with their
+    payload decoded, a PartitionRecord (apiKey 3) named as not decoded, the SnapshotHeader named
+    by its control type; a dump of the whole log dir includes the metadata partition."""
+    from tests.unit.test_kraft_metadata import batch, feature_level_value, frame, snapshot, topic_value, write_log
+
+    log_dir = tmp_path / "logs"
+    dirty(log_dir / "orders-0")
+    mdir = write_log(log_dir, {0: [batch(0, feature_level_value(21), topic_value("orders", bytes(range(16))))]},
+                     {f"{3:020d}-{1:010d}.checkpoint": snapshot([[feature_level_value(21), frame(3, b"\0" * 8)]])})
+    (mdir / "quorum-state").write_text('{"leaderId":1,"leaderEpoch":1,"votedId":-1,"appliedOffset":0,'
+                                       '"currentVoters":null,"data_version":0}')
+    (mdir / "leader-epoch-checkpoint").write_bytes(b"")
+    assert main(["dump", str(mdir)]) == errors.EXIT_OK, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert f"Dumping {mdir / 'quorum-state'}" in out and '"leaderId": 1' in out
+    assert ('payload: {"type": "FEATURE_LEVEL_RECORD", "data": {"name": "metadata.version", "feature_level": 21}}'
+            in out), out
+    assert '"type": "TOPIC_RECORD", "data": {"name": "orders", "topic_id": "AAECAwQFBgcICQoLDA0ODw"}' in out
+    assert "Snapshot end offset: 3, epoch: 1" in out
+    assert "controlType: SNAPSHOT_HEADER" in out
+    assert '"apiKey": 3, "version": 0, "data": "not decoded' in out
+    assert main(["dump", "--json", str(log_dir)]) == errors.EXIT_OK
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {line["file"] for line in lines} >= {str(mdir / f"{0:020d}.log"), str(mdir / "quorum-state"),
+                                                str(log_dir / "orders-0" / f"{0:020d}.log")}
+    assert any(line["type"] == "record" and line.get("payload", {}) == {
+        "type": "FEATURE_LEVEL_RECORD", "data": {"name": "metadata.version", "feature_level": 21}} for line in lines)
