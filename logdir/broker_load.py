@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     from kcompact.logdir.listing import Segment
 
@@ -92,3 +94,22 @@ FOREIGN_DIR = ("directory name is not <topic>-<partition>: a broker fails to sta
 def ignores_dir(name: str) -> bool:
     """A directory of a log dir that a broker's load passes over without parsing its name."""
     return name == REMOTE_INDEX_CACHE
+
+
+def first_going_back(first: np.ndarray, last: np.ndarray, before: int) -> int | None:
+    """The first batch (by index) that does not start after the last offset of the one before it
+    (``before``: the last offset ahead of the first batch; -1: none), or None. A stale segment
+    overlapping the one before it is one: Kafka's cleaner fails on it (its offset index refuses
+    the append) and marks the log uncleanable. ``first``: each batch's base offset (a legacy
+    wrapper's own offset), ``last``: its last offset."""
+    if not len(first):
+        return None
+    back = np.flatnonzero(first <= np.concatenate(([before], last[:-1])))
+    return int(back[0]) if len(back) else None
+
+
+def going_back(at: str, offsets: tuple[int, int], after: str, after_offsets: tuple[int, int]) -> str:
+    """What a batch at ``at`` (file: byte) whose offsets go back says."""
+    return (f"{at}: batch at offsets {offsets[0]}..{offsets[1]} does not follow the batch at offsets "
+            f"{after_offsets[0]}..{after_offsets[1]} ({after}): offsets go back, segments overlap; Kafka's cleaner "
+            "fails on this log and marks it uncleanable")

@@ -25,6 +25,7 @@ import numpy as np
 from kcompact import storage
 from kcompact.errors import FormatError
 from kcompact.errors.failure import Failure, problem_kind
+from kcompact.logdir import broker_load
 from kcompact.logdir.broker_load import missing_indexes, rebuilds_time_index
 from kcompact.logdir.listing import Partition, Segment, scan_partition, segment_name
 from kcompact.planner.rules import SegmentFacts, dirty_non_active, first_dirty_offset
@@ -181,6 +182,7 @@ def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int
     start_offset, open_txns = _from_snapshot(snapshots, segments[-1].base_offset)
     first_stamps: dict[int, int] = {}
     facts.log_end = segments[-1].base_offset
+    before: tuple[int, int, str, int] | bool | None = None  # the last batch read: (first, last offset, file, byte)
     for i, seg in enumerate(segments):
         if i + 1 < len(segments) and segments[i + 1].base_offset <= start_offset:
             continue
@@ -189,6 +191,7 @@ def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int
                 e = chunk.entries
                 first_stamps.setdefault(seg.base_offset, int(e[0, walk.MAX_TIMESTAMP]))
                 last = e[:, walk.BASE_OFFSET] + e[:, walk.LAST_OFFSET_DELTA]
+                before = _going_back(facts, seg.log.path, chunk, last, before)
                 live = np.flatnonzero(last >= start_offset)
                 if not len(live):
                     continue
@@ -205,6 +208,25 @@ def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int
     facts.log_end = max(facts.log_end, segments[-1].base_offset)
     facts.last_stable = min(open_txns.values(), default=facts.log_end)
     return first_stamps
+
+
+def _going_back(facts: PartitionFacts, path: str, chunk: walk.Chunk, last: np.ndarray,
+                before: tuple[int, int, str, int] | bool | None) -> tuple[int, int, str, int] | bool:
+    """Offsets that go back (``broker_load.first_going_back``) in a chunk read by the replay, after
+    the batch ``before`` it (None: the first chunk): a problem, said once (False is returned
+    then, and stops the checks); else the chunk's last batch, for the next."""
+    if before is False:
+        return False
+    e = chunk.entries
+    k = broker_load.first_going_back(e[:, walk.BASE_OFFSET], last, -1 if before is None else before[1])
+    if k is not None:
+        at = f"{path}: byte {chunk.file_position + int(e[k, walk.POSITION])}"
+        prev = before if k == 0 else (int(e[k - 1, walk.BASE_OFFSET]), int(last[k - 1]), path,
+                                      chunk.file_position + int(e[k - 1, walk.POSITION]))
+        facts.add(broker_load.going_back(at, (int(e[k, walk.BASE_OFFSET]), int(last[k])), f"byte {prev[3]} of {prev[2]}",
+                                         prev[:2]), Failure.BAD_INPUT, retention=True)
+        return False
+    return int(e[-1, walk.BASE_OFFSET]), int(last[-1]), path, chunk.file_position + int(e[-1, walk.POSITION])
 
 
 def _chunks(f, seg: Segment, active: bool, notes: list[str]):

@@ -20,6 +20,7 @@ from kcompact.compaction.rules.cleaner_config import CleanerConfig
 from kcompact.compaction.rules.decisions import PartitionPlan, plan_partition
 from kcompact.compaction.rules.model import BATCH_TABLE, BatchInfo, SegmentInfo, table_of
 from kcompact.errors import FormatError
+from kcompact.logdir import broker_load
 from kcompact.logdir.listing import Partition, Segment, scan_partition
 from kcompact.readers import walk
 from kcompact.readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL
@@ -60,21 +61,18 @@ def read_partition(path: str, topic: str, number: int, first_dirty: int, threads
 
 def _offsets_increase(part: Partition, table: np.ndarray) -> None:
     """Each batch starts after the last offset of the batch before it, in the log's segment order
-    (a legacy wrapper: ends after it); the first that does not is a ``FormatError`` naming both
-    batches' files and offsets."""
-    if len(table) < 2:
+    (``logdir.broker_load.first_going_back``); the first that does not is a ``FormatError``
+    naming both batches' files and offsets."""
+    first = np.where(table["magic"] == 2, table["base_offset"], table["last_offset"])
+    k = broker_load.first_going_back(first, table["last_offset"], -1)
+    if k is None:
         return
-    first = np.where(table["magic"][1:] == 2, table["base_offset"][1:], table["last_offset"][1:])
-    back = np.flatnonzero(first <= table["last_offset"][:-1])
-    if not len(back):
-        return
-    prev, bad = table[back[0]], table[back[0] + 1]
+    prev, bad = table[k - 1], table[k]
     paths = {seg.base_offset: seg.log.path for seg in part.segments}
-    raise FormatError(paths[int(bad["segment"])], int(bad["position"]),
-                      f"batch at offsets {bad['base_offset']}..{bad['last_offset']} does not follow the batch at "
-                      f"offsets {prev['base_offset']}..{prev['last_offset']} (byte {prev['position']} of "
-                      f"{paths[int(prev['segment'])]}): offsets go back, segments overlap; Kafka's cleaner "
-                      "fails on this log and marks it uncleanable")
+    said = broker_load.going_back("", (int(bad["base_offset"]), int(bad["last_offset"])),
+                                  f"byte {prev['position']} of {paths[int(prev['segment'])]}",
+                                  (int(prev["base_offset"]), int(prev["last_offset"])))
+    raise FormatError(paths[int(bad["segment"])], int(bad["position"]), said.removeprefix(": "))
 
 
 def _tables(seg: Segment, active: bool) -> list[np.ndarray]:

@@ -14,6 +14,7 @@ import json
 import struct
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from kcompact import errors
@@ -103,16 +104,39 @@ def test_overlapping_segments_are_refused_and_nothing_is_written(spark, tmp_path
     assert (f"{stale}: byte 0: batch at offsets 5..9 does not follow the batch at offsets 0..9 (byte 0 of {cleaned})"
             in said[0]), said
     assert files(part) == before
-    state = json.loads((log_dir / "kcompact-state.orders-0.json").read_text())
-    assert state["state"] == "uncleanable" and str(stale) in state["reason"]
+    assert "bad input" in said[0], said  # held back by the plan until fixed
+    assert not (log_dir / "kcompact-state.orders-0.json").exists()
     assert offsets_and_keys(log_dir / "orders-1" / f"{0:020d}.log") == [(1, b"a"), (2, b"b")]  # the other is cleaned
 
 
-def test_verify_names_the_overlap(tmp_path: Path, capsys):
+def test_overlap_behind_a_producer_snapshot_marks_the_partition_uncleanable(spark, tmp_path: Path, capsys):
+    """With a producer snapshot at the active segment, the plan replays only that segment and does
+    not meet the overlap; the job reads every batch header and does: the partition is marked
+    uncleanable (as Kafka's cleaner marks it), nothing written."""
     log_dir = tmp_path / "logs"
     part = overlapping(log_dir / "orders-0")
+    body = struct.pack(">i", 0)  # ProducerStateManager snapshot: version 1, CRC-32C of the rest, no entries
+    (part / f"{10:020d}.snapshot").write_bytes(struct.pack(">hI", 1, crc32c.crc32c(body)) + body)
+    dirty(log_dir / "orders-1")  # cleaned beside it: the run is partial (4), not failed (5)
+    before = files(part)
+    assert main(["compact", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_PARTIAL
+    out = capsys.readouterr().out
+    assert f"{part / f'{5:020d}.log'}: byte 0: batch at offsets 5..9 does not follow the batch at offsets 0..9" in out
+    assert files(part) == before
+    state = json.loads((log_dir / "kcompact-state.orders-0.json").read_text())
+    assert state["state"] == "uncleanable" and f"{5:020d}.log" in state["reason"]
+
+
+def test_verify_and_plan_name_the_overlap(spark, tmp_path: Path, capsys):
+    log_dir = tmp_path / "logs"
+    part = overlapping(log_dir / "orders-0")
+    stale, cleaned = part / f"{5:020d}.log", part / f"{0:020d}.log"
     assert main(["verify", str(log_dir)]) == errors.EXIT_PROBLEMS
-    assert str(part / f"{5:020d}.log") in capsys.readouterr().out
+    assert str(stale) in capsys.readouterr().out
+    assert main(["plan", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_PARTIAL
+    err = capsys.readouterr().err
+    assert (f"{stale}: byte 0: batch at offsets 5..9 does not follow the batch at offsets 0..9 (byte 0 of {cleaned})"
+            in err), err
 
 
 # -- 3. what a broker's load repairs or deletes: one rule for every command ---------------------
