@@ -225,6 +225,13 @@ def test_preallocated_active_indexes(spark, tmp_path: Path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"Dumping {part / f'{3:020d}.index'}" and len(lines) == 1 + count["index"], lines[:5]
     assert main(["plan", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_OK, capsys.readouterr()
+    # the data source splits the active segment at its index entries (small maxSplitBytes): every record once
+    from kcompact.datasource.kafka_log import KafkaLogDataSource
+
+    spark.dataSource.register(KafkaLogDataSource)
+    rows = spark.read.format("kafka-log").option("maxSplitBytes", "300").load(str(log_dir)).toArrow()
+    assert sorted(rows.column("offset").to_pylist()) == [o for o, _ in offsets_and_keys(part / f"{0:020d}.log")] + \
+        [o for o, _ in offsets_and_keys(part / f"{3:020d}.log")] == list(range(43))
     assert main(["compact", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_OK, capsys.readouterr()
     assert offsets_and_keys(part / f"{0:020d}.log") == [(1, b"a"), (2, b"b")]
     assert {k: files(part)[f"{3:020d}.{k}"] for k in ("log", "index", "timeindex")} == active
