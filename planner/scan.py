@@ -223,8 +223,9 @@ def _going_back(facts: PartitionFacts, path: str, chunk: walk.Chunk, last: np.nd
         at = f"{path}: byte {chunk.file_position + int(e[k, walk.POSITION])}"
         prev = before if k == 0 else (int(e[k - 1, walk.BASE_OFFSET]), int(last[k - 1]), path,
                                       chunk.file_position + int(e[k - 1, walk.POSITION]))
-        facts.add(broker_load.going_back(at, (int(e[k, walk.BASE_OFFSET]), int(last[k])), f"byte {prev[3]} of {prev[2]}",
-                                         prev[:2]), Failure.BAD_INPUT, retention=True)
+        said = broker_load.going_back(at, (int(e[k, walk.BASE_OFFSET]), int(last[k])), f"byte {prev[3]} of {prev[2]}",
+                                      prev[:2])
+        facts.add(said, Failure.BAD_INPUT, retention=True)
         return False
     return int(e[-1, walk.BASE_OFFSET]), int(last[-1]), path, chunk.file_position + int(e[-1, walk.POSITION])
 

@@ -511,7 +511,7 @@ def test_describe_lists_every_partition(planned):
     lines = text.splitlines()
     log_dirs = sorted(set(planned.table.column("log_dir").to_pylist()))
     # the release reproduced on each log dir (none holds a metadata.version here), said last
-    releases = [f"reproducing Kafka 4.3 (default: " + (
+    releases = ["reproducing Kafka 4.3 (default: " + (
         f"no finalized metadata.version in {d}/__cluster_metadata-0" if Path(d, "__cluster_metadata-0").is_dir() else
         f"{d} holds no KRaft metadata (no __cluster_metadata-0: a ZooKeeper-mode log dir, or not the broker's "
         "metadata log dir), so no metadata.version names the brokers' release"

@@ -16,8 +16,8 @@ import pytest
 from kcompact import errors, storage
 from kcompact.errors import Problem
 from kcompact.jobs import cli
-from kcompact.readers.records import ABORT
 from kcompact.logdir.broker_load import FOREIGN_DIR, MISSING
+from kcompact.readers.records import ABORT
 from kcompact.tools.verify import TAIL_NOT_TORN, TORN_TAIL, TORN_TAIL_KEPT, Note, split, verify_log_dir
 from tests.support import (
     FIXTURE_DIR,
