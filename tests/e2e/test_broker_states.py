@@ -225,13 +225,15 @@ def test_preallocated_active_indexes(spark, tmp_path: Path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"Dumping {part / f'{3:020d}.index'}" and len(lines) == 1 + count["index"], lines[:5]
     assert main(["plan", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_OK, capsys.readouterr()
-    # the data source splits the active segment at its index entries (small maxSplitBytes): every record once
-    from kcompact.datasource.kafka_log import KafkaLogDataSource
+    # the data source splits the active segment at its index entries (small maxSplitBytes): every
+    # record once (its splits planned and read in-process, as its executors read them)
+    from kcompact.datasource.kafka_log import KafkaLogDataSource, plan_splits, read_split
 
-    spark.dataSource.register(KafkaLogDataSource)
-    rows = spark.read.format("kafka-log").option("maxSplitBytes", "300").load(str(log_dir)).toArrow()
-    assert sorted(rows.column("offset").to_pylist()) == [o for o, _ in offsets_and_keys(part / f"{0:020d}.log")] + \
-        [o for o, _ in offsets_and_keys(part / f"{3:020d}.log")] == list(range(43))
+    splits = plan_splits(KafkaLogDataSource({"path": str(log_dir), "maxSplitBytes": "300"}).reader(None).settings)
+    assert sum(s.path.endswith(f"{3:020d}.log") for s in splits) > 1  # the active segment cut at its index
+    offsets = sorted(o for s in splits for b in read_split(s, "records") for o in b.column("offset").to_pylist())
+    assert offsets == list(range(43))  # kafka-python: 0..2 in 0.log, 3..42 in 3.log (offsets_and_keys)
+    assert [o for o, _ in offsets_and_keys(part / f"{3:020d}.log")] == list(range(3, 43))
     assert main(["compact", str(log_dir), "--now", str(NOW), *COMPACT]) == errors.EXIT_OK, capsys.readouterr()
     assert offsets_and_keys(part / f"{0:020d}.log") == [(1, b"a"), (2, b"b")]
     assert {k: files(part)[f"{3:020d}.{k}"] for k in ("log", "index", "timeindex")} == active
