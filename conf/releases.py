@@ -173,9 +173,14 @@ def detected(level: int | None, where: str) -> Choice | None:
                                        "(a lower bound on the brokers' release; --kafka-version names another)")
 
 
-def undetected(level: int | None, where: str) -> Choice:
-    """The default, and why no release was detected at ``where``."""
-    if level is None:
+def undetected(level: int | None, where: str, metadata: bool = True) -> Choice:
+    """The default, and why no release was detected at ``where``; ``metadata`` False: ``where`` is
+    a log dir without a KRaft metadata partition (a ZooKeeper-mode broker's, or one of a KRaft
+    broker's other log dirs), which records no release at all."""
+    if not metadata:
+        why = (f"{where} holds no KRaft metadata (no __cluster_metadata-0: a ZooKeeper-mode log dir, or not the "
+               "broker's metadata log dir), so no metadata.version names the brokers' release")
+    elif level is None:
         why = f"no finalized metadata.version in {where}"
     else:
         name = _LEVELS.get(level)

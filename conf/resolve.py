@@ -104,7 +104,8 @@ class Config:
     broker: dict[str, list[Entry]] = field(default_factory=dict)
     topics: dict[str, list[Entry]] = field(default_factory=dict)
     release: Choice | None = None  # named by an option or a --config file (the later wins)
-    detections: dict[str, tuple[int | None, str]] = field(default_factory=dict)  # log dir -> (level, where)
+    # log dir -> (level, where); where None: the log dir holds no KRaft metadata
+    detections: dict[str, tuple[int | None, str | None]] = field(default_factory=dict)
     removed_keys: list[tuple[str, str]] = field(default_factory=list)  # (key, where): settings 4.0 removed
     gzip_os: int | None = None  # --gzip-os: the gzip header's OS byte where a log dir does not show it
     repeated_lists: list[tuple[str, str]] = field(default_factory=list)  # (key, where): a list naming a value twice
@@ -120,6 +121,8 @@ class Config:
         if self.release is not None:
             return self.release
         level, where = self.detections.get(log_dir.rstrip("/"), (None, log_dir))
+        if where is None:  # the log dir holds no KRaft metadata partition
+            return releases.undetected(None, log_dir.rstrip("/"), metadata=False)
         return releases.detected(level, where) or releases.undetected(level, where)
 
     def check(self, release: Release) -> None:

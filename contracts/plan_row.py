@@ -104,8 +104,8 @@ class PlanRow(Record):
 
     @property
     def name(self) -> str:
-        """``topic-partition``."""
-        return f"{self.topic}-{self.partition}"
+        """``topic-partition``; the directory's path for one not named so."""
+        return f"{self.topic}-{self.partition}" if self.topic is not None else self.path
 
     @property
     def compacted(self) -> bool:

@@ -125,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("logdir")
     p.add_argument("--strict", action="store_true", help="exit 1 on notes too (states Kafka accepts and repairs)")
+    p.add_argument("--json", action="store_true", help="one JSON document: every problem and note, and the counts")
 
     p = _job_parser(sub, "plan", "Kafka's choice of what to clean, for every partition of the log dirs", common)
     p.add_argument(

@@ -59,7 +59,7 @@ def _dump(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from kcompact.tools.verify import run_verify
 
-    return run_verify(args.logdir, strict=args.strict, out=sys.stdout, err=sys.stderr)
+    return run_verify(args.logdir, strict=args.strict, out=sys.stdout, err=sys.stderr, as_json=args.json)
 
 
 def _gen(args: argparse.Namespace) -> int:

@@ -152,5 +152,5 @@ def metadata_sources(logdir_paths: list[str]) -> list[MetadataSource]:
         if configs is not None:
             sources.append(configs.as_source(log_dir, metadata_dir.rstrip("/")))
         else:
-            sources.append(({}, {}, log_dir, (log_dir, None, storage.join(log_dir, METADATA_DIR))))
+            sources.append(({}, {}, log_dir, (log_dir, None, None)))  # no KRaft metadata to read
     return sources

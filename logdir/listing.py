@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from kcompact import storage
 from kcompact.errors import Problem
+from kcompact.logdir import broker_load
 from kcompact.logdir.commits import CommitRecord, follow, latest_generations
 from kcompact.readers import checkpoint
 from kcompact.storage import FileInfo
@@ -58,6 +59,7 @@ class Partition:
     leftovers: list[FileInfo] = field(default_factory=list)
     temporary: list[FileInfo] = field(default_factory=list)  # ``*.tmp``: a write cut short (kcompact's or the broker's)
     problems: list[Problem] = field(default_factory=list)
+    notes: list[Problem] = field(default_factory=list)  # what a broker's load repairs or ignores (broker_load)
     # object stores (logdir.commits): the latest commit record, the staged files no reader sees,
     # and why the records could not be followed (also in ``problems``)
     commit: CommitRecord | None = None
@@ -119,8 +121,13 @@ def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] 
         if match is None:
             if name.endswith(".tmp"):
                 part.temporary.append(info)
-            elif name not in BROKER_FILES:
-                part.problems.append(Problem(info.path, None, "not a Kafka segment file name"))
+            elif name in BROKER_FILES:
+                if (refused := broker_load.broker_file_problem(name, info.size)) is not None:
+                    part.problems.append(Problem(info.path, None, refused))
+            elif broker_load.refuses_name(name):
+                part.problems.append(Problem(info.path, None, broker_load.NOT_A_SEGMENT_NAME))
+            else:
+                part.notes.append(Problem(info.path, None, broker_load.PASSED_OVER))
             continue
         base, kind, suffix = int(match.group(1)), match.group(2), match.group(3)
         if suffix:
@@ -130,9 +137,7 @@ def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] 
     for base in sorted(by_base):
         seg = by_base[base]
         if seg.log is None:
-            part.problems.append(
-                Problem(path, None, f"index files for base offset {base} but no {segment_name(base, 'log')}")
-            )
+            part.notes.append(Problem(path, None, broker_load.orphan_note(base, segment_name(base, "log"))))
             continue
         part.segments.append(seg)
     return part
@@ -228,7 +233,8 @@ def scan_log_dir(path: str, listing: Listing | None = None) -> LogDir:
             continue
         parsed = parse_partition_dir(name)
         if parsed is None:
-            logdir.problems.append(Problem(sub, None, "directory name is not <topic>-<partition>"))
+            if not broker_load.ignores_dir(name):
+                logdir.problems.append(Problem(sub, None, broker_load.FOREIGN_DIR))
             continue
         if parsed[0] == METADATA_TOPIC:
             logdir.metadata = sub

@@ -81,7 +81,7 @@ def write_group(partition_dir: str, base_offset: int, outputs: Iterable[ChunkOut
     batches = records = 0
     with ThreadPoolExecutor(max_workers=3) as pool:
         with storage.create_durable(log_path, direct) as log:
-            writer = SegmentWriter(log, base_offset, index_interval_bytes, max_index_bytes)
+            writer = SegmentWriter(log, base_offset, index_interval_bytes, max_index_bytes, path=log_path)
             if index_per_batch:
                 for c in outputs:
                     kept = c.at >= 0

@@ -27,7 +27,7 @@ from kcompact.conf.resolve import Config, TopicConfig
 from kcompact.contracts.plan_row import PlanRow, RetentionDelete, Segment
 from kcompact.errors import FormatError
 from kcompact.errors.failure import Failure
-from kcompact.logdir import kraft
+from kcompact.logdir import broker_load, kraft
 from kcompact.logdir.listing import METADATA_TOPIC, is_live_partition_dir, list_log_dir, parse_partition_dir
 from kcompact.operations import states
 from kcompact.planner import gzip_os, retention, rules, scan
@@ -90,8 +90,9 @@ def tasks_for(log_dir: str, config: Config) -> list[Task]:
             continue
         parsed = parse_partition_dir(name)
         if parsed is None:
-            out.append(Task(None, None, log_dir, sub, None, None, "{}", "{}",
-                            f"{sub}: directory name is not <topic>-<partition>", **release))
+            if not broker_load.ignores_dir(name):
+                out.append(Task(None, None, log_dir, sub, None, None, "{}", "{}", f"{sub}: {broker_load.FOREIGN_DIR}",
+                                **release))
             continue
         topic, number = parsed
         if topic == METADATA_TOPIC:

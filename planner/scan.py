@@ -8,8 +8,9 @@ segments when min.compaction.lag.ms is set, and of every non-active segment when
 retention.ms applies. Anything malformed, and any file that cannot be read
 (``UNREADABLE``), becomes a problem on the partition's row, never an exception. Problems that make the
 segment list or the log start
-unreliable also stop retention (``retention_blockers``); a missing index file or
-an unreadable batch does not (retention reads neither).
+unreliable also stop retention (``retention_blockers``); an unreadable batch does
+not (retention reads none). What a broker's load repairs or ignores (``logdir.broker_load``:
+a missing index, an orphan index) is a note, planned as the broker would have it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import numpy as np
 from kcompact import storage
 from kcompact.errors import FormatError
 from kcompact.errors.failure import Failure, problem_kind
-from kcompact.logdir.listing import Partition, Segment, scan_partition
+from kcompact.logdir import broker_load
+from kcompact.logdir.broker_load import missing_indexes, rebuilds_time_index
+from kcompact.logdir.listing import Partition, Segment, scan_partition, segment_name
 from kcompact.planner.rules import SegmentFacts, dirty_non_active, first_dirty_offset
 from kcompact.readers import snapshot, walk
 from kcompact.readers.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
@@ -91,12 +94,12 @@ def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_st
     facts = PartitionFacts(part)
     for p in part.problems:
         facts.add(str(p), problem_kind(p.path, p.position), retention=True)
+    facts.notes += [str(p) for p in part.notes]  # what a broker's load deletes or passes over (broker_load)
     for info in part.leftovers:
         facts.add(
             f"{info.path}: leftover of an interrupted swap (run kcompact recover)", Failure.BAD_INPUT, retention=True
         )
-    for missing in _missing_indexes(part):
-        facts.add(missing, Failure.BAD_INPUT)
+    facts.notes += _missing_indexes(part)
     if not part.segments:
         return facts
     first = part.segments[0].base_offset
@@ -165,12 +168,11 @@ def _bare(segments: Iterable[Segment]) -> list[SegmentFacts]:
 
 
 def _missing_indexes(part: Partition) -> list[str]:
-    """Kafka would rebuild them; a plan reports them, since a cleaner reads them."""
-    return [
-        f"{seg.log.path}: missing {', '.join(k for k in ('index', 'timeindex') if getattr(seg, k) is None)} file"
-        for seg in part.segments[:-1]
-        if seg.index is None or seg.timeindex is None
-    ]
+    """What a broker does on load about a closed segment's missing index files (``broker_load``):
+    it makes them up, so the partition is planned as a broker would have it, and cleaned (the
+    cleaner writes new ones)."""
+    return [f"{storage.join(part.path, segment_name(seg.base_offset, kind))}: {why}"
+            for seg in part.segments[:-1] for kind, why in missing_indexes(seg).items()]
 
 
 def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int, int]:
@@ -180,6 +182,7 @@ def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int
     start_offset, open_txns = _from_snapshot(snapshots, segments[-1].base_offset)
     first_stamps: dict[int, int] = {}
     facts.log_end = segments[-1].base_offset
+    before: tuple[int, int, str, int] | bool | None = None  # the last batch read: (first, last offset, file, byte)
     for i, seg in enumerate(segments):
         if i + 1 < len(segments) and segments[i + 1].base_offset <= start_offset:
             continue
@@ -188,6 +191,7 @@ def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int
                 e = chunk.entries
                 first_stamps.setdefault(seg.base_offset, int(e[0, walk.MAX_TIMESTAMP]))
                 last = e[:, walk.BASE_OFFSET] + e[:, walk.LAST_OFFSET_DELTA]
+                before = _going_back(facts, seg.log.path, chunk, last, before)
                 live = np.flatnonzero(last >= start_offset)
                 if not len(live):
                     continue
@@ -204,6 +208,26 @@ def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int
     facts.log_end = max(facts.log_end, segments[-1].base_offset)
     facts.last_stable = min(open_txns.values(), default=facts.log_end)
     return first_stamps
+
+
+def _going_back(facts: PartitionFacts, path: str, chunk: walk.Chunk, last: np.ndarray,
+                before: tuple[int, int, str, int] | bool | None) -> tuple[int, int, str, int] | bool:
+    """Offsets that go back (``broker_load.first_going_back``) in a chunk read by the replay, after
+    the batch ``before`` it (None: the first chunk): a problem, said once (False is returned
+    then, and stops the checks); else the chunk's last batch, for the next."""
+    if before is False:
+        return False
+    e = chunk.entries
+    k = broker_load.first_going_back(e[:, walk.BASE_OFFSET], last, -1 if before is None else before[1])
+    if k is not None:
+        at = f"{path}: byte {chunk.file_position + int(e[k, walk.POSITION])}"
+        prev = before if k == 0 else (int(e[k - 1, walk.BASE_OFFSET]), int(last[k - 1]), path,
+                                      chunk.file_position + int(e[k - 1, walk.POSITION]))
+        said = broker_load.going_back(at, (int(e[k, walk.BASE_OFFSET]), int(last[k])), f"byte {prev[3]} of {prev[2]}",
+                                      prev[:2])
+        facts.add(said, Failure.BAD_INPUT, retention=True)
+        return False
+    return int(e[-1, walk.BASE_OFFSET]), int(last[-1]), path, chunk.file_position + int(e[-1, walk.POSITION])
 
 
 def _chunks(f, seg: Segment, active: bool, notes: list[str]):
@@ -258,7 +282,12 @@ def _first_batch_timestamp(seg: Segment, known: dict[int, int]) -> int | None:
 
 
 def _largest_timestamp(seg: Segment) -> int | None:
-    """The last time-index entry; a zero-filled tail (preallocation) means reading the whole file."""
+    """The last time-index entry; a zero-filled tail (preallocation) means reading the whole file.
+    A segment whose time index a broker rebuilds on load (``broker_load``): its batches' largest."""
+    if rebuilds_time_index(seg):
+        with storage.open_read(seg.log.path, seg.size) as f:
+            return max((b.max_timestamp for b in iter_batches(f, seg.log.path, chunk_size=_chunk(seg.size))),
+                       default=None)
     info = seg.timeindex
     if info is None or info.size < TIME_ENTRY.size:
         return None

@@ -3,7 +3,9 @@
 
 Text: version ``0``, the entry count, then ``topic partition offset`` lines. A
 file that breaks any of that is reported with the byte position of the bad
-line, never guessed at.
+line, never guessed at. An empty file, or one holding only the version line,
+has no entries: Kafka's CheckpointFile reads it so (a broker creates
+``cleaner-offset-checkpoint`` empty at start-up, before any cleaning).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ def _number(text: str) -> int:
 
 
 def parse(path: str, text: bytes) -> dict[tuple[str, int], int]:
+    if not text:
+        return {}
     lines, pos = [], 0
     for raw in text.split(b"\n"):
         lines.append((pos, raw))
@@ -47,6 +51,8 @@ def parse(path: str, text: bytes) -> dict[tuple[str, int], int]:
     at, version = line(0)
     if version != str(VERSION):
         raise FormatError(path, at, f"unsupported checkpoint version {version!r} (expected {VERSION})")
+    if len(lines) == 1:
+        return {}
     at, count_text = line(1)
     try:
         count = _number(count_text)

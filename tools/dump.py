@@ -18,6 +18,7 @@ from kcompact import errors, storage
 from kcompact.errors import EXIT_OK, EXIT_PROBLEMS, FormatError, Problem
 from kcompact.logdir.listing import (
     LEFTOVER_SUFFIXES,
+    METADATA_TOPIC,
     SEGMENT_KINDS,
     Partition,
     parse_partition_dir,
@@ -29,12 +30,14 @@ from kcompact.readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, B
 from kcompact.readers.indexes import parse_offset_index, parse_time_index, parse_txn_index
 from kcompact.readers.records import CONTROL_TYPES, Record, control_coordinator_epoch, control_type
 from kcompact.readers.segment import iter_batches, problems
+from kcompact.tools import dump_metadata
 from kcompact.tools.verify import unreadable
 
 TIMESTAMP_TYPES = {NO_TIMESTAMP: "NoTimestampType", CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime"}
 BATCH_LABELS = {"compressCodec": "compresscodec", "isValid": "isvalid"}  # Kafka's spelling on batch lines
 RECORD_INDENT = "| "
 Fields = dict[str, Any]
+Decoder = Callable[[Batch, Record], Fields]
 
 
 class Printer:
@@ -56,6 +59,13 @@ class Printer:
             self.out.write(json.dumps({"type": kind, "file": path, **fields}) + "\n")
         else:
             self.out.write(indent + _text(fields, labels or {}) + "\n")
+
+    def remark(self, found: Problem) -> None:
+        """A file left out that a broker ignores too (a note, not an error)."""
+        if self.as_json:
+            self.item("note", found.path, {"position": found.position, "note": found.what})
+        else:
+            self.out.write(f"Note: {found}\n")
 
     def error(self, problem: Problem) -> None:
         if self.as_json:
@@ -120,6 +130,8 @@ def dump_dir(printer: Printer, path: str, print_data: bool) -> bool:
     if not dirs and [posixpath.basename(f.path) for f in files] == [name]:
         raise errors.UsageError(f"{path}: not a .log, .index, .timeindex or .txnindex file, nor a directory")
     parsed = parse_partition_dir(name)
+    if parsed is not None and parsed[0] == METADATA_TOPIC and not dirs:
+        return dump_metadata_dir(printer, path)
     if parsed is not None and not dirs:
         part = scan_partition(path, *parsed, files=files)
         ok = dump_partition(printer, part, print_data)
@@ -128,7 +140,45 @@ def dump_dir(printer: Printer, path: str, print_data: bool) -> bool:
     for problem in logdir.problems:
         printer.error(problem)
     results = [dump_partition(printer, part, print_data) for part in logdir.partitions]
-    return _holds_segments(printer, path, logdir.partitions) and not logdir.problems and all(results)
+    if logdir.metadata is not None:  # the KRaft metadata partition too, never left out silently
+        results.append(dump_metadata_dir(printer, logdir.metadata.rstrip("/")))
+    holds = logdir.metadata is not None or _holds_segments(printer, path, logdir.partitions)
+    return holds and not logdir.problems and all(results)
+
+
+def dump_metadata_dir(printer: Printer, path: str) -> bool:
+    """A KRaft metadata partition dir (``tools.dump_metadata``): quorum-state, the segments, then
+    the snapshots, every record with its payload decoded (as --cluster-metadata-decoder, which
+    prints the records); other files named as not dumped."""
+    logs, snapshots, other = dump_metadata.files_of(path)
+    ok = True
+    for file in other:
+        name = posixpath.basename(file)
+        if name == dump_metadata.QUORUM_STATE:
+            printer.note(f"Dumping {file}")
+            state, problem = dump_metadata.quorum_state(file)
+            if problem is not None:
+                printer.error(problem)
+                ok = False
+            else:
+                printer.item("quorumState", file, {"state": state if printer.as_json else json.dumps(state)})
+        else:
+            printer.remark(Problem(file, None, "not dumped (not a metadata segment, snapshot or quorum-state)"))
+    for file in logs:
+        ok = dump_file(printer, file, "log", True, dump_metadata.payload) and ok
+    for file in snapshots:
+        end, epoch = dump_metadata.snapshot_offsets(file)
+        printer.note(f"Dumping {file}")
+        printer.note(f"Snapshot end offset: {end}, epoch: {epoch}")
+        try:
+            ok = dump_log(printer, file, None, True, dump_metadata.payload) and ok
+        except PermissionError as exc:
+            printer.error(unreadable(file, exc))
+            ok = False
+    if not logs and not snapshots:
+        printer.error(Problem(path, None, "holds no metadata segment or snapshot"))
+        ok = False
+    return ok
 
 
 def _holds_segments(printer: Printer, path: str, parts: list[Partition]) -> bool:
@@ -143,6 +193,8 @@ def dump_partition(printer: Printer, part: Partition, print_data: bool) -> bool:
     """Every segment's files in offset order: .log, .index, .timeindex, .txnindex."""
     for problem in part.problems:
         printer.error(problem)
+    for note in part.notes:  # what a broker's load deletes or passes over (logdir.broker_load): not dumped
+        printer.remark(note)
     ok = not part.problems
     for seg in part.segments:
         for kind in SEGMENT_KINDS:
@@ -152,12 +204,12 @@ def dump_partition(printer: Printer, part: Partition, print_data: bool) -> bool:
     return ok
 
 
-def dump_file(printer: Printer, path: str, kind: str, print_data: bool) -> bool:
+def dump_file(printer: Printer, path: str, kind: str, print_data: bool, decode: Decoder | None = None) -> bool:
     printer.note(f"Dumping {path}")
     try:
         base_offset = _base_offset(path)
         if kind == "log":
-            return dump_log(printer, path, base_offset, print_data)
+            return dump_log(printer, path, base_offset, print_data, decode)
         return dump_index(printer, path, kind, base_offset)
     except FormatError as exc:
         printer.error(Problem.of(exc))
@@ -175,10 +227,14 @@ def _base_offset(path: str) -> int:
 
 
 # -- .log -----------------------------------------------------------------------------------
-def dump_log(printer: Printer, path: str, base_offset: int, print_data: bool) -> bool:
+def dump_log(printer: Printer, path: str, base_offset: int | None, print_data: bool,
+             decode: Decoder | None = None) -> bool:
     """Batches as they come; a batch with a bad CRC or codec is shown (isvalid: false) and
-    reported, and reading goes on since its framing is intact."""
-    printer.note(f"Log starting offset: {base_offset}")
+    reported, and reading goes on since its framing is intact. ``decode``: a record's fields in
+    place of its key and payload (a metadata record's decoded payload); ``base_offset`` None: a
+    snapshot, which has none."""
+    if base_offset is not None:
+        printer.note(f"Log starting offset: {base_offset}")
     ok, seen = True, False
     with storage.open_read(path) as f:
         for batch in iter_batches(f, path, strict=False):
@@ -190,20 +246,28 @@ def dump_log(printer: Printer, path: str, base_offset: int, print_data: bool) ->
                 printer.error(Problem(path, batch.position, what))
                 ok = False
             elif print_data:
-                ok = dump_records(printer, batch) and ok
+                ok = dump_records(printer, batch, decode) and ok
     if not seen:
         printer.note(f"{path} is empty.")
     return ok
 
 
-def dump_records(printer: Printer, batch: Batch) -> bool:
+def dump_records(printer: Printer, batch: Batch, decode: Decoder | None = None) -> bool:
     try:
         records = batch.records()
+        for record in records:
+            fields = record_fields(batch, record)
+            if decode is not None:
+                for key in ("key", "payload", "controlType"):
+                    fields.pop(key, None)
+                extra = decode(batch, record)
+                if not printer.as_json and isinstance(extra.get("payload"), dict):
+                    extra["payload"] = json.dumps(extra["payload"])
+                fields.update(extra)
+            printer.item("record", batch.path, fields, indent=RECORD_INDENT)
     except FormatError as exc:
         printer.error(Problem.of(exc))
         return False
-    for record in records:
-        printer.item("record", batch.path, record_fields(batch, record), indent=RECORD_INDENT)
     return True
 
 

@@ -21,6 +21,7 @@ load it either.
 from __future__ import annotations
 
 import bisect
+import json
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from typing import TextIO
 
 from kcompact import storage
 from kcompact.errors import EXIT_OK, EXIT_PROBLEMS, FormatError, Problem
+from kcompact.logdir.broker_load import EMPTY_META_PROPERTIES, LEFTOVER_MEANING, missing_indexes
 from kcompact.logdir.listing import LogDir, Partition, Segment, scan_log_dir, segment_name
 from kcompact.readers import checkpoint, codecs
 from kcompact.readers.batch import NO_TIMESTAMP, Batch
@@ -45,15 +47,6 @@ from kcompact.readers.segment import iter_batches, problems, torn_tail
 
 MAX_RELATIVE_OFFSET = 0x7FFFFFFF  # index entries store offset - base offset as an int32
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"  # a broker that finds it in a log dir skips recovery (LogLoader.recoverLog)
-LEFTOVER_MEANING = {
-    ".cleaned": "leftover of an unfinished segment rewrite (.cleaned): a broker deletes it on load",
-    ".swap": "leftover of an unfinished segment replacement (.swap): a broker completes or drops it on load",
-    ".deleted": "leftover of a replaced segment (.deleted): a broker deletes it on load",
-}
-# names a broker parses a base offset out of on load (LogLoader: .log and index files; producer snapshots):
-# misnamed, it fails to load the log or loads another segment than the file holds
-OFFSET_NAMED = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
-ORPHAN_INDEX = "index files for base offset "  # the listing's words for index files without their .log
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,18 +74,50 @@ def unreadable(path: str, exc: PermissionError) -> Problem:
     return Problem(path, None, f"cannot be read: {said.removeprefix(f'{path}: ')}")
 
 
-def run_verify(path: str, strict: bool, out: TextIO, err: TextIO) -> int:
-    """``kcompact verify``: the problems, then the notes, then the counts of both; 1 when there is
-    a problem (or, with ``strict``, a note), else 0."""
+def run_verify(path: str, strict: bool, out: TextIO, err: TextIO, as_json: bool = False) -> int:
+    """``kcompact verify``: the problems, then the notes (``summarized``), then the counts of both;
+    1 when there is a problem (or, with ``strict``, a note), else 0. ``as_json``: one JSON
+    document holding every finding instead."""
     problems, notes = split(verify_log_dir(path))
-    for finding in problems + notes:
-        print(finding, file=out)
+    failed = bool(problems or (strict and notes))
+    if as_json:
+        def said(p: Problem) -> dict:
+            return {"path": p.path, "position": p.position, "what": p.what}
+        json.dump({"log_dir": path, "ok": not failed, "strict": strict, "problems": [said(p) for p in problems],
+                   "notes": [said(n) for n in notes]}, out)
+        out.write("\n")
+        return EXIT_PROBLEMS if failed else EXIT_OK
+    for line in [str(p) for p in problems] + summarized(notes):
+        print(line, file=out)
     counts = f"{len(problems)} problem(s), {len(notes)} note(s)"
-    if problems or (strict and notes):
+    if failed:
         print(f"{counts} found in {path}" + ("" if problems else " (--strict: notes count)"), file=err)
         return EXIT_PROBLEMS
     print(f"{path}: OK ({counts}{': what the notes say, Kafka accepts and repairs' if notes else ''})", file=out)
     return EXIT_OK
+
+
+REPEATED = 3  # more notes than this of one kind in one directory are said in one line
+
+
+def summarized(notes: list[Note]) -> list[str]:
+    """One line per note, except that the notes of one directory that say the same of more than
+    ``REPEATED`` files (thousands of ``.cleaned`` leftovers after a kill) are one line, in the
+    place of the first: how many, the first and last file, and what they say."""
+    groups: dict[tuple[str, str], list[Note]] = {}
+    for n in notes:
+        if n.position is None:  # a note of a file as a whole
+            groups.setdefault((posixpath.dirname(n.path), n.what), []).append(n)
+    lines = []
+    for n in notes:
+        group = groups.get((posixpath.dirname(n.path), n.what), []) if n.position is None else []
+        if len(group) <= REPEATED:
+            lines.append(str(n))
+        elif n is group[0]:
+            names = sorted(posixpath.basename(g.path) for g in group)
+            lines.append(f"note: {posixpath.dirname(n.path)}: {len(group)} files ({names[0]} ... {names[-1]}): "
+                         f"{n.what}")
+    return lines
 
 
 @dataclass(slots=True)
@@ -111,6 +136,7 @@ def verify_log_dir(path: str) -> list[Problem]:
     """Every finding, in the order met: ``Problem``s and ``Note``s (a subclass; see ``split``)."""
     logdir = scan_log_dir(path)
     found = list(logdir.problems)  # a directory not named <topic>-<partition>: a broker refuses to start
+    found += _meta_properties(storage.join(logdir.path, "meta.properties"))
     clean_shutdown = storage.kind(storage.join(logdir.path, CLEAN_SHUTDOWN)) is not None
     ends: dict[tuple[str, int], tuple[int, int]] = {}
     for part in logdir.partitions:
@@ -119,11 +145,19 @@ def verify_log_dir(path: str) -> list[Problem]:
     return found
 
 
+def _meta_properties(path: str) -> list[Problem]:
+    """An empty meta.properties is a problem (``broker_load``); a missing one is a new broker's."""
+    try:
+        return [Problem(path, None, EMPTY_META_PROPERTIES)] if storage.info(path).size == 0 else []
+    except FileNotFoundError:
+        return []
+
+
 def check_partition(part: Partition, ends: dict[tuple[str, int], tuple[int, int]] | None = None,
                     clean_shutdown: bool = False) -> list[Problem]:
     """Every finding of one partition; ``ends`` gets its (first base offset, log end offset).
     ``clean_shutdown``: the log dir holds a broker's clean-shutdown marker (no recovery on load)."""
-    found = [_listing_said(p) for p in part.problems]
+    found = list(part.problems) + [_note(p) for p in part.notes]
     for info in part.leftovers:
         suffix = posixpath.splitext(info.path)[1]
         found.append(Note(info.path, None, LEFTOVER_MEANING[suffix]))
@@ -139,20 +173,6 @@ def check_partition(part: Partition, ends: dict[tuple[str, int], tuple[int, int]
         # the log end: past the last batch read, and never below the active segment's base offset
         ends[(part.topic, part.partition)] = (part.segments[0].base_offset,
                                               max(prev_last + 1, part.segments[-1].base_offset))
-    return found
-
-
-def _listing_said(found: Problem) -> Problem:
-    """A fault of a partition dir's listing: a note when a broker's load deals with it by itself
-    (LogLoader deletes index files without their .log, and passes over names it does not know)."""
-    if found.what.startswith(ORPHAN_INDEX):
-        return _note(found, f"{found.what}: a broker deletes them on load")
-    if (
-        found.position is None
-        and not found.path.endswith(OFFSET_NAMED)
-        and found.what == "not a Kafka segment file name"
-    ):
-        return _note(found, f"{found.what}: a broker passes over it")
     return found
 
 
@@ -277,17 +297,6 @@ def _summarize(summary: SegmentSummary, batch: Batch) -> None:
 IndexCheck = Callable[[str, bytes, SegmentSummary], list[Problem]]
 
 
-MISSING = {
-    # LogLoader.loadSegmentFiles: no offset index -> NoSuchFileException -> recoverSegment, which rebuilds all three
-    "index": "missing for a closed segment: a broker rebuilds it from the .log on load",
-    # LogSegment.sanityCheck: a time index that did not exist is created empty; the segment's largest timestamp
-    # is then its .log's modification time (LogSegment.largestTimestamp), for time retention and the lag rules
-    "timeindex": "missing for a closed segment: a broker creates it empty on load and goes by the .log's "
-                 "modification time for the segment's largest timestamp",
-    "both": "missing for a closed segment: a broker rebuilds it from the .log on load, with the missing .index",
-}
-
-
 def check_indexes(part: Partition, seg: Segment, summary: SegmentSummary, active: bool) -> list[Problem]:
     """A closed segment should have its offset and time index (a broker makes up for either, so
     their absence is a note); a txnindex is optional. What is in them is checked: a broker does
@@ -304,7 +313,7 @@ def check_indexes(part: Partition, seg: Segment, summary: SegmentSummary, active
         if info is not None:
             found += _parsed(info.path, check, summary)
         elif kind != "txnindex" and not active:
-            why = MISSING["both" if kind == "timeindex" and seg.index is None else kind]
+            why = missing_indexes(seg)[kind]
             found.append(Note(storage.join(part.path, segment_name(seg.base_offset, kind)), None, why))
     return found
 
@@ -361,13 +370,14 @@ def check_time_index(path: str, data: bytes, summary: SegmentSummary, closed: bo
         prev = entry
     if not closed or summary.max_timestamp == NO_TIMESTAMP:
         return found
-    if not entries:  # what a broker leaves when it had to create the file (see MISSING): it accepts it
+    if not entries:  # what a broker leaves when it had to create the file (logdir.broker_load.MISSING): it accepts it
         found.append(Note(path, None, f"no entry for the segment's largest timestamp {summary.max_timestamp}: a "
                                       "broker goes by the .log's modification time instead"))
-    elif entries[-1].timestamp != summary.max_timestamp:
-        found.append(Problem(path, (len(entries) - 1) * TIME_ENTRY.size,
-                             f"last entry's timestamp {entries[-1].timestamp} is not the segment's largest "
-                             f"timestamp {summary.max_timestamp}"))
+    elif entries[-1].timestamp != summary.max_timestamp:  # Kafka loads it as it is (sanityCheck skips it)
+        found.append(Note(path, (len(entries) - 1) * TIME_ENTRY.size,
+                          f"last entry's timestamp {entries[-1].timestamp} is not the segment's largest timestamp "
+                          f"{summary.max_timestamp}: a broker loads it as it is and goes by the entry for time "
+                          "retention"))
     return found
 
 
@@ -394,6 +404,14 @@ def _outside(offset: int, summary: SegmentSummary) -> str:
 
 
 # -- checkpoints -------------------------------------------------------------------------
+RESET_ON_LOAD = {
+    "recovery-point-offset-checkpoint": "a broker that cannot read it resets every recovery point to 0 on load "
+                                        "(and recovers every segment)",
+    checkpoint.LOG_START_OFFSET: "a broker that cannot read it takes each log's first segment's base offset as "
+                                 "its log start on load",
+}
+
+
 def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int]] | None = None) -> list[Problem]:
     """Each checkpoint parses (a broker that cannot read one takes the whole log dir offline:
     a problem); the cleaner's names only partitions that exist, at an offset inside their log.
@@ -408,7 +426,10 @@ def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int
             text = storage.read_bytes(path)
             parsed[name] = checkpoint.parse(path, text)
         except FormatError as exc:
-            found.append(Problem.of(exc))
+            # LogManager.loadLogs reads these two, and on any error warns and resets them (to 0, to
+            # each first segment's base offset): a broker loads the log dir all the same
+            found.append(_note(Problem.of(exc), f"{exc.what}: {RESET_ON_LOAD[name]}") if name in RESET_ON_LOAD
+                         else Problem.of(exc))
             continue
         except PermissionError as exc:
             found.append(unreadable(path, exc))

@@ -9,6 +9,8 @@ Two rules, by Kafka release (``conf.releases``: ``index_per_batch``):
   per batch of the append, the entry naming that batch's last offset and start position, the
   byte count carried across appends, so how batches are grouped into appends no longer matters.
 ``close`` adds the closing time-index entry that carries the segment's largest timestamp.
+Both refuse a batch that does not start after the offsets already written (a ``FormatError``
+naming the file, byte and offsets): a segment's offsets only ever increase, whatever its input.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import BinaryIO
 import numpy as np
 from numba import njit
 
+from kcompact.errors import FormatError
 from kcompact.readers.batch import NO_TIMESTAMP
 from kcompact.readers.indexes import (
     AbortedTxn,
@@ -32,8 +35,9 @@ DEFAULT_INDEX_INTERVAL_BYTES = 4096
 # _batch_entries' state: the next batch's position, bytes since the last entry, the max timestamp
 # so far and its offset (-1: none), the last time entry's timestamp, the entry counts
 POSITION, SINCE, MAX_TS, MAX_TS_OFFSET, LAST_TIME, N_OFFSET, N_TIME = range(7)
-# _batch_entries' outcome: every entry made, or the batch at which Kafka's index refuses one
-DONE, OFFSET_FULL, OFFSET_NOT_LARGER, TIME_FULL = range(4)
+# _batch_entries' outcome: every entry made, or the batch at which Kafka's index refuses one, or
+# the batch that does not start after the last offset before it
+DONE, OFFSET_FULL, OFFSET_NOT_LARGER, TIME_FULL, OFFSETS_BACK = range(5)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -47,20 +51,26 @@ def _int(data, at, width):
 
 
 @njit(cache=True, nogil=True)
-def _batch_entries(data, at, size, state, interval, base_offset, offset_cap, time_cap, last_relative, offsets, times):
+def _batch_entries(data, at, size, state, interval, base_offset, offset_cap, time_cap, last_relative, offsets, times,
+                   written):
     """KAFKA-806's LogSegment.append over the batches at ``at``/``size`` of ``data``, as written: each
     batch's last offset and max timestamp read from its header (v2: base offset + last offset delta,
     maxTimestamp; v0/v1: the entry's offset, a v1 entry's timestamp, none for v0). Fills ``offsets``
     (relative offset, position) and ``times`` (timestamp, relative offset) from the counts in
-    ``state``; returns (outcome, the batch it concerns)."""
+    ``state``; returns (outcome, the batch it concerns). ``written``: the last offset already in
+    the segment (base offset - 1: none), which each batch must start after (a v0/v1 entry: end)."""
     for i in range(at.shape[0]):
         p = at[i]
         if data[p + 16] >= 2:
-            last = _int(data, p, 8) + _int(data, p + 23, 4)
+            first = _int(data, p, 8)
+            last = first + _int(data, p + 23, 4)
             ts = _int(data, p + 35, 8)
         else:
-            last = _int(data, p, 8)
+            last = first = _int(data, p, 8)
             ts = _int(data, p + 18, 8) if data[p + 16] == 1 else NO_TIMESTAMP
+        if first <= written:
+            return OFFSETS_BACK, i
+        written = last
         if ts > state[MAX_TS]:
             state[MAX_TS], state[MAX_TS_OFFSET] = ts, last
         if state[SINCE] > interval:
@@ -132,6 +142,7 @@ class SegmentWriter:
     base_offset: int
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
     max_index_bytes: int | None = None  # segment.index.bytes: the indexes' capacity (None: unbounded)
+    path: str = ""  # the file ``log`` writes, for messages
     size: int = 0
     next_offset: int | None = None
     _bytes_since_entry: int = 0
@@ -147,6 +158,8 @@ class SegmentWriter:
         """Append one or more whole batches as a single chunk, as the broker does."""
         if largest_offset - self.base_offset > 0x7FFFFFFF or largest_offset < self.base_offset:
             raise ValueError(f"offset {largest_offset} does not fit segment {self.base_offset}")
+        if self.next_offset is not None and largest_offset < self.next_offset:
+            raise self._back(self.size, largest_offset, self.next_offset - 1)
         if max_timestamp > self._max_ts:
             self._max_ts, self._offset_of_max_ts = max_timestamp, offset_of_max_timestamp
         if self._bytes_since_entry > self.index_interval_bytes:
@@ -182,8 +195,18 @@ class SegmentWriter:
         last_relative = self._offsets.last(0)
         outcome, bad = _batch_entries(data, at, size, state, self.index_interval_bytes, self.base_offset, offset_cap,
                                       time_cap, -1 if last_relative is None else last_relative,
-                                      self._offsets.reserve(n), self._times.reserve(n))
+                                      self._offsets.reserve(n), self._times.reserve(n),
+                                      self.base_offset - 1 if self.next_offset is None else self.next_offset - 1)
         self._offsets.n, self._times.n = int(state[N_OFFSET]), int(state[N_TIME])
+        if outcome == OFFSETS_BACK:
+            p = int(at[bad])
+            prev = self.next_offset - 1 if bad == 0 and self.next_offset is not None else None
+            if bad > 0:
+                q = int(at[bad - 1])
+                prev = int.from_bytes(data[q:q + 8].tobytes(), "big", signed=True)
+                if data[q + 16] >= 2:
+                    prev += int.from_bytes(data[q + 23:q + 27].tobytes(), "big", signed=True)
+            raise self._back(self.size + p - start, int.from_bytes(data[p:p + 8].tobytes(), "big", signed=True), prev)
         if outcome != DONE:
             where = f"segment {self.base_offset}: the batch at byte {self.size + int(at[bad]) - start}"
             raise ValueError(f"{where}: " + ("attempt to append to a full offset index" if outcome == OFFSET_FULL else
@@ -196,6 +219,13 @@ class SegmentWriter:
         if state[MAX_TS_OFFSET] >= 0:
             self._max_ts, self._offset_of_max_ts = int(state[MAX_TS]), int(state[MAX_TS_OFFSET])
         self.next_offset = last + 1
+
+    def _back(self, position: int, offset: int, prev: int | None) -> FormatError:
+        """The refusal of a batch at ``offset`` to go at byte ``position``, after a batch ending at
+        ``prev`` (None: first in the segment)."""
+        after = f"below the segment's base offset {self.base_offset}" if prev is None else f"after offset {prev}"
+        return FormatError(self.path or f"segment {self.base_offset}", position,
+                           f"refused a batch at offset {offset} {after}: a segment's offsets must increase")
 
     def index_full(self, max_index_size: int) -> bool:
         """LogSegment.shouldRoll's index checks with segment.index.bytes = ``max_index_size``: the

@@ -4,7 +4,9 @@ Runs on an executor, one partition per call: lists the partition dir, reads ever
 batch header (records are not decoded, control batches aside), the .txnindex files
 and the offset index of the first dirty segment, then applies
 ``compaction.rules.decisions.plan_partition``. Bad bytes end it with a ``FormatError``
-(file and position) that the job turns into an uncleanable partition.
+(file and position) that the job turns into an uncleanable partition; so do offsets that do not
+increase from one batch to the next (a stale segment overlapping the one before it): Kafka's
+cleaner fails on them when its offset index refuses the append, and marks the log uncleanable.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from kcompact import storage
 from kcompact.compaction.rules.cleaner_config import CleanerConfig
 from kcompact.compaction.rules.decisions import PartitionPlan, plan_partition
 from kcompact.compaction.rules.model import BATCH_TABLE, BatchInfo, SegmentInfo, table_of
+from kcompact.errors import FormatError
+from kcompact.logdir import broker_load
 from kcompact.logdir.listing import Partition, Segment, scan_partition
 from kcompact.readers import walk
 from kcompact.readers.batch import ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL
@@ -50,7 +54,25 @@ def read_partition(path: str, topic: str, number: int, first_dirty: int, threads
     with ThreadPoolExecutor(threads) as pool:
         tables = [t for found in pool.map(lambda i: _tables(part.segments[i], i == last), range(last + 1))
                   for t in found]
-    return part, segments, np.concatenate(tables) if tables else np.empty(0, BATCH_TABLE)
+    table = np.concatenate(tables) if tables else np.empty(0, BATCH_TABLE)
+    _offsets_increase(part, table)
+    return part, segments, table
+
+
+def _offsets_increase(part: Partition, table: np.ndarray) -> None:
+    """Each batch starts after the last offset of the batch before it, in the log's segment order
+    (``logdir.broker_load.first_going_back``); the first that does not is a ``FormatError``
+    naming both batches' files and offsets."""
+    first = np.where(table["magic"] == 2, table["base_offset"], table["last_offset"])
+    k = broker_load.first_going_back(first, table["last_offset"], -1)
+    if k is None:
+        return
+    prev, bad = table[k - 1], table[k]
+    paths = {seg.base_offset: seg.log.path for seg in part.segments}
+    said = broker_load.going_back("", (int(bad["base_offset"]), int(bad["last_offset"])),
+                                  f"byte {prev['position']} of {paths[int(prev['segment'])]}",
+                                  (int(prev["base_offset"]), int(prev["last_offset"])))
+    raise FormatError(paths[int(bad["segment"])], int(bad["position"]), said.removeprefix(": "))
 
 
 def _tables(seg: Segment, active: bool) -> list[np.ndarray]:

@@ -357,16 +357,17 @@ def test_rules_applied_to_log_dirs(spark, planned):
 
 
 def test_ranks_highest_ratio_first(planned):
-    # ratio 1.0: accounts-0 (261114 bytes), then 2S (both, ckpt-high, ckpt-none, minlag by name),
-    # then S (minlag-mtime, txn, txn-snap); 2/3: ckpt-low; 1/3: maxlag, meta, meta2 (S each, by name)
+    # ratio 1.0: accounts-0 (261114 bytes), then 2S (both, ckpt-high, ckpt-none, minlag, noindex by
+    # name: a missing index is rebuilt by a broker, not bad input), then S (minlag-mtime, txn,
+    # txn-snap); 2/3: ckpt-low; 1/3: maxlag, meta, meta2 (S each, by name)
     ranked = sorted((r for r in planned.rows.values() if r["rank"] is not None), key=lambda r: r["rank"])
-    assert [r["topic"] for r in ranked] == ["accounts", "both", "ckpt-high", "ckpt-none", "minlag", "minlag-mtime",
-                                            "txn", "txn-snap", "ckpt-low", "maxlag", "meta", "meta2"]
-    assert [r["rank"] for r in ranked] == list(range(1, 13))
+    assert [r["topic"] for r in ranked] == ["accounts", "both", "ckpt-high", "ckpt-none", "minlag", "noindex",
+                                            "minlag-mtime", "txn", "txn-snap", "ckpt-low", "maxlag", "meta", "meta2"]
+    assert [r["rank"] for r in ranked] == list(range(1, 14))
     assert all(r["selected"] and r["skip_reason"] is None for r in ranked)
     # the table comes sorted by rank, unranked rows last
     ranks = planned.table.column("rank").to_pylist()
-    assert ranks[:12] == list(range(1, 13)) and set(ranks[12:]) == {None}
+    assert ranks[:13] == list(range(1, 14)) and set(ranks[13:]) == {None}
 
 
 def test_not_compacted_and_empty(planned):
@@ -453,7 +454,6 @@ def test_bad_input_is_reported_per_partition(planned):
     rows = planned.rows
     bad = {
         "orders-x": "directory name is not <topic>-<partition>",
-        "noindex-0": f"{10:020d}.log: missing index file",
         "crc-0": "CRC mismatch",
         "swap-0": f"{0:020d}.log.swap: leftover of an interrupted swap",
         "bb-0": "cleaner-offset-checkpoint",
@@ -464,6 +464,10 @@ def test_bad_input_is_reported_per_partition(planned):
         assert row["skip_reason"].startswith("bad input: "), (name, row["skip_reason"])
         assert what in row["skip_reason"] and any(what in p for p in row["problems"]), (name, row["problems"])
         assert (row["selected"], row["rank"]) == (False, None)
+    # LogLoader rebuilds a closed segment's missing index files: a note, and the partition is planned
+    assert not (rows["noindex-0"]["skip_reason"] or "").startswith("bad input"), rows["noindex-0"]
+    assert any(n.endswith(f"{10:020d}.index: missing for a closed segment: a broker rebuilds it from the .log on load")
+               for n in rows["noindex-0"]["notes"]), rows["noindex-0"]["notes"]
     assert (rows["orders-x"]["topic"], rows["orders-x"]["partition"]) == (None, None)
     assert f"{10:020d}.log" in rows["crc-0"]["skip_reason"]  # names the file
     # the rest of log dir A, and log dirs C and the fixture, are planned as usual
@@ -507,17 +511,23 @@ def test_describe_lists_every_partition(planned):
     lines = text.splitlines()
     log_dirs = sorted(set(planned.table.column("log_dir").to_pylist()))
     # the release reproduced on each log dir (none holds a metadata.version here), said last
-    releases = [f"reproducing Kafka 4.3 (default: no finalized metadata.version in {d}/__cluster_metadata-0; "
-                "the newest release, 4.3, taken (--kafka-version or kafka.version names another))" for d in log_dirs]
-    assert sorted(lines[-len(releases):]) == releases
+    releases = ["reproducing Kafka 4.3 (default: " + (
+        f"no finalized metadata.version in {d}/__cluster_metadata-0" if Path(d, "__cluster_metadata-0").is_dir() else
+        f"{d} holds no KRaft metadata (no __cluster_metadata-0: a ZooKeeper-mode log dir, or not the broker's "
+        "metadata log dir), so no metadata.version names the brokers' release"
+    ) + "; the newest release, 4.3, taken (--kafka-version or kafka.version names another))" for d in log_dirs]
+    assert sorted(lines[-len(releases):]) == sorted(releases)
     lines = lines[:-len(releases)]
+    notes = [line for line in lines if line.startswith("note: ")]  # said after the table
+    assert notes == [f"note: {n}" for r in planned.plan.rows for n in r.notes] and notes
+    lines = [line for line in lines if not line.startswith("note: ")]
     assert len(lines) == planned.table.num_rows + 2  # header, one per partition, summary
     body = "\n".join(lines[1:-1])
     for r in planned.table.to_pylist():
         name = f"{r['topic']}-{r['partition']}" if r["topic"] is not None else r["path"]
         assert name in body
     assert lines[1].split()[:2] == ["1", "accounts-0"]
-    assert lines[-1].startswith(f"{planned.table.num_rows} partitions, 12 selected, ")
+    assert lines[-1].startswith(f"{planned.table.num_rows} partitions, 13 selected, ")
     assert "skip: paused (2x; resume to clean)" in text
 
 

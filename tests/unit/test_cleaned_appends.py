@@ -28,7 +28,7 @@ class Recorder:
 
     made: ClassVar[list[Recorder]] = []
 
-    def __init__(self, log, base_offset, *_):
+    def __init__(self, log, base_offset, *_, **__):
         self.log, self.base_offset, self.appends = log, base_offset, []
         Recorder.made.append(self)
 

@@ -373,4 +373,6 @@ def test_each_log_dir_has_its_own_release(tmp_path):
     (plain / "orders-0").mkdir(parents=True)
     config = build(metadata=metadata_sources([str(old), str(new) + "/", str(plain)]))
     assert [config.release_for(str(d)).release.name for d in (old, new, plain)] == ["3.9.2", "4.1", "4.3"]
-    assert config.release_for(str(plain)).detail.startswith(f"no finalized metadata.version in {plain}/{METADATA_DIR}")
+    assert config.release_for(str(plain)).detail.startswith(f"{plain} holds no KRaft metadata (no {METADATA_DIR}: a "
+                                                            "ZooKeeper-mode log dir")
+    assert config.release_for(str(plain)).detail.endswith("(--kafka-version or kafka.version names another)")

@@ -52,16 +52,16 @@ def test_leftovers_and_misnamed_files_reported(log_dir):
         "00000000000000000000.timeindex.deleted", "00000000000000000500.index.swap",
         "00000000000000000500.log.cleaned"]
     assert {i.size for i in part.leftovers} == {12, 8, 100}
-    assert len(part.problems) == 2
-    assert any(p.path.endswith("123.log") for p in part.problems) and any(
-        p.path.endswith("notes.txt") for p in part.problems
-    )
+    # LogLoader parses a base offset out of a .log name (refused); it passes over notes.txt
+    assert [posixpath.basename(p.path) for p in part.problems] == ["123.log"]
+    assert [posixpath.basename(p.path) for p in part.notes] == ["notes.txt"]
 
 
-def test_index_without_log_is_a_problem(log_dir):
+def test_index_without_log_is_a_note(log_dir):
+    """LogLoader deletes an orphaned index file: named, not refused."""
     orphan = {p.name: p for p in scan_log_dir(str(log_dir)).partitions}["orphan-1"]
-    assert orphan.segments == [] and orphan.active is None
-    assert len(orphan.problems) == 1 and "00000000000000000100.log" in orphan.problems[0].what
+    assert orphan.segments == [] and orphan.active is None and orphan.problems == []
+    assert len(orphan.notes) == 1 and "00000000000000000100.log" in orphan.notes[0].what
 
 
 def test_unparseable_dir_names_reported(log_dir):

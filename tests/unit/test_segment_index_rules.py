@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from kcompact.conf.releases import resolve
+from kcompact.errors import FormatError
 from kcompact.readers.records import Record
 from kcompact.writers.segment import SegmentWriter
 from tests.reference.encode import V2Header, record_bytes, v2_batch
@@ -111,3 +112,23 @@ def test_closed_index_files_hold_the_entries():
     assert list(struct.iter_unpack(">ii", files.offset_index)) == [(1, s0), (2, s0 + s1)]
     assert list(struct.iter_unpack(">qi", files.time_index)) == [(1, 1), (2, 2)]
     assert files.next_offset == 3 and files.log_size == writer.size
+
+
+@pytest.mark.parametrize("release", ["3.9.0", "4.1"])
+@pytest.mark.parametrize("offsets", [(0, 1, 1), (0, 2, 1)], ids=["repeated", "back"])
+def test_offsets_that_do_not_increase_are_refused_naming_file_and_byte(release, offsets):
+    """A segment's offsets only increase (Kafka's offset index throws on one that does not): the
+    writer refuses the batch, within one append and across two, whatever the index interval."""
+    b = [batch(o, 0) for o in offsets]
+    writer = SegmentWriter(io.BytesIO(), 0, index_interval_bytes=1 << 20, path="t-0/0.log.cleaned")
+    at = len(b[0]) + len(b[1])
+    if resolve(release).index_per_batch:
+        with pytest.raises(FormatError) as err:
+            append(writer, release, b, offsets[2], 0, offsets[2])
+        assert (err.value.path, err.value.position) == ("t-0/0.log.cleaned", at)
+        assert err.value.what.startswith(f"refused a batch at offset {offsets[2]} after offset {offsets[1]}")
+    append(writer := SegmentWriter(io.BytesIO(), 0, path="t-0/0.log.cleaned"), release, b[:2], offsets[1], 0, 0)
+    with pytest.raises(FormatError) as err:
+        append(writer, release, b[2:], offsets[2], 0, offsets[2])
+    assert (err.value.path, err.value.position) == ("t-0/0.log.cleaned", at)
+    assert writer.size == at  # nothing of the refused batch written

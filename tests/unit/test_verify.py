@@ -16,8 +16,9 @@ import pytest
 from kcompact import errors, storage
 from kcompact.errors import Problem
 from kcompact.jobs import cli
+from kcompact.logdir.broker_load import FOREIGN_DIR, MISSING
 from kcompact.readers.records import ABORT
-from kcompact.tools.verify import MISSING, TAIL_NOT_TORN, TORN_TAIL, TORN_TAIL_KEPT, Note, split, verify_log_dir
+from kcompact.tools.verify import TAIL_NOT_TORN, TORN_TAIL, TORN_TAIL_KEPT, Note, split, verify_log_dir
 from tests.support import (
     FIXTURE_DIR,
     FIXTURE_INPUT,
@@ -212,8 +213,10 @@ def test_time_index_last_entry_not_the_max_timestamp(clean_dir):
     ts, rel = TIME_ENTRY.unpack_from(data, (n - 1) * TIME_ENTRY.size)
     TIME_ENTRY.pack_into(data, (n - 1) * TIME_ENTRY.size, ts - 1, rel)
     timeindex.write_bytes(bytes(data))
-    assert problems_of(clean_dir) == [f"{timeindex}: byte {(n - 1) * 12}: last entry's timestamp {ts - 1} is not the "
-                                      f"segment's largest timestamp {ts}"]
+    # Kafka loads it as it is (LogSegment.sanityCheck skips the time index): a note
+    assert problems_of(clean_dir) == [f"note: {timeindex}: byte {(n - 1) * 12}: last entry's timestamp {ts - 1} is not "
+                                      f"the segment's largest timestamp {ts}: a broker loads it as it is and goes by "
+                                      "the entry for time retention"]
 
 
 def test_time_index_out_of_order(tmp_path):
@@ -282,7 +285,7 @@ def test_misnamed_files_and_dirs(clean_dir):
         f"{part / 'foo.log'}: not a Kafka segment file name",
         f"{part / 'foo.timeindex'}: not a Kafka segment file name",
         f"note: {part / 'notes.txt'}: not a Kafka segment file name: a broker passes over it",
-        f"{clean_dir / 'no_partition_number'}: directory name is not <topic>-<partition>",
+        f"{clean_dir / 'no_partition_number'}: {FOREIGN_DIR}",
     ])
 
 
@@ -450,9 +453,18 @@ def test_cli_on_a_clean_dir(clean_dir, capsys):
 
 
 def test_every_checkpoint_must_parse(clean_dir):
+    (clean_dir / "replication-offset-checkpoint").write_bytes(b"1\n0\n")
+    assert problems_of(clean_dir) == [
+        f"{clean_dir / 'replication-offset-checkpoint'}: byte 0: unsupported checkpoint version '1' (expected 0)"
+    ]
+
+
+def test_checkpoints_a_broker_resets_on_load_are_notes(clean_dir):
+    """LogManager.loadLogs reads the recovery points and log starts, and resets either on any error."""
     (clean_dir / "log-start-offset-checkpoint").write_bytes(b"1\n0\n")
     assert problems_of(clean_dir) == [
-        f"{clean_dir / 'log-start-offset-checkpoint'}: byte 0: unsupported checkpoint version '1' (expected 0)"
+        f"note: {clean_dir / 'log-start-offset-checkpoint'}: byte 0: unsupported checkpoint version '1' (expected 0): "
+        "a broker that cannot read it takes each log's first segment's base offset as its log start on load"
     ]
 
 

@@ -1,0 +1,115 @@
+"""What a broker does with a partition dir's files when it loads the log, as Kafka's LogLoader,
+LogSegment.sanityCheck and LogManager do it (3.x to 4.x): each state is accepted, repaired,
+passed over or refused. plan, verify, compact and dump all ask here, so they agree: what Kafka
+repairs is planned as repaired, what it deletes is named in a note and otherwise ignored, and
+only what it refuses is refused.
+
+Pure functions of names and listing facts; no file is opened.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from kcompact.logdir.listing import Segment
+
+# LogLoader.loadSegmentFiles: no offset index -> NoSuchFileException -> recoverSegment, which
+# rebuilds the offset, time and transaction indexes from the .log
+REBUILT = "a broker rebuilds it from the .log on load"
+# LogSegment.sanityCheck: a time index that did not exist is created empty (resize 0); the segment's
+# largest timestamp is then its .log's modification time (LogSegment.largestTimestamp), for time
+# retention and the lag rules
+MISSING = {
+    "index": f"missing for a closed segment: {REBUILT}",
+    "timeindex": "missing for a closed segment: a broker creates it empty on load and goes by the .log's "
+                 "modification time for the segment's largest timestamp",
+    "both": f"missing for a closed segment: {REBUILT}, with the missing .index",
+}
+# LogLoader.removeTempFilesAndCollectSwapFiles
+LEFTOVER_MEANING = {
+    ".cleaned": "leftover of an unfinished segment rewrite (.cleaned): a broker deletes it on load",
+    ".swap": "leftover of an unfinished segment replacement (.swap): a broker completes or drops it on load",
+    ".deleted": "leftover of a replaced segment (.deleted): a broker deletes it on load",
+}
+# LogLoader.loadSegmentFiles: "Found an orphaned index file ..., with no corresponding log file"
+ORPHAN = "but no {log}: a broker deletes them on load"
+# names a broker parses a base offset out of on load (LogLoader: .log and index files; producer
+# snapshots): misnamed, it fails to load the log or loads another segment than the file holds
+OFFSET_NAMED = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
+NOT_A_SEGMENT_NAME = "not a Kafka segment file name"
+PASSED_OVER = f"{NOT_A_SEGMENT_NAME}: a broker passes over it"
+
+
+def missing_indexes(seg: Segment) -> dict[str, str]:
+    """The segment's missing ``index``/``timeindex`` (by kind) and what a broker does about each."""
+    if seg.index is None:
+        return {"index": MISSING["index"], **({"timeindex": MISSING["both"]} if seg.timeindex is None else {})}
+    return {"timeindex": MISSING["timeindex"]} if seg.timeindex is None else {}
+
+
+def rebuilds_time_index(seg: Segment) -> bool:
+    """Whether a broker rebuilds the segment's time index on load (its offset index is missing):
+    then the segment's largest timestamp is its batches' largest, not the .log's mtime."""
+    return seg.index is None
+
+
+def orphan_note(base_offset: int, log_name: str) -> str:
+    """Index files without their .log: named, never refused (a broker deletes them)."""
+    return f"index files for base offset {base_offset} " + ORPHAN.format(log=log_name)
+
+
+def refuses_name(name: str) -> bool:
+    """Whether a broker refuses a file of a partition dir that follows no segment naming (it is
+    named like a segment file: the broker parses a base offset out of it); it passes over the rest."""
+    return name.endswith(OFFSET_NAMED)
+
+
+# PartitionMetadataReadBuffer.read splits its first line; an empty file has none, the read throws
+# and UnifiedLog cannot load the log (the broker's log loading fails with it)
+EMPTY_PARTITION_METADATA = ("empty: a broker reads the topic id from it on load, fails on an empty file "
+                            "(PartitionMetadataFile) and cannot load the log")
+# MetaPropertiesEnsemble.Loader: a meta.properties without its required 'version' makes the log dir
+# one of the broker's error log dirs: it is not loaded (KRaft brokers of 3.7 on)
+EMPTY_META_PROPERTIES = ("empty: a broker finds no 'version' in it and takes this log dir offline "
+                         "(MetaPropertiesEnsemble)")
+
+
+def broker_file_problem(name: str, size: int) -> str | None:
+    """What keeps a broker from loading a partition dir's own file ``name`` of ``size`` bytes
+    (None: it loads it). An empty ``leader-epoch-checkpoint`` is none: CheckpointFile reads it
+    as no entries."""
+    return EMPTY_PARTITION_METADATA if name == "partition.metadata" and size == 0 else None
+
+
+# LogManager.loadLogs parses every directory of a log dir as <topic>-<partition> (the tiered
+# storage index cache aside) and fails the broker's start on one that is not
+REMOTE_INDEX_CACHE = "remote-log-index-cache"
+FOREIGN_DIR = ("directory name is not <topic>-<partition>: a broker fails to start with it in its log dir "
+               "(LocalLog.parseTopicPartitionName); move it out of the log dir")
+
+
+def ignores_dir(name: str) -> bool:
+    """A directory of a log dir that a broker's load passes over without parsing its name."""
+    return name == REMOTE_INDEX_CACHE
+
+
+def first_going_back(first: np.ndarray, last: np.ndarray, before: int) -> int | None:
+    """The first batch (by index) that does not start after the last offset of the one before it
+    (``before``: the last offset ahead of the first batch; -1: none), or None. A stale segment
+    overlapping the one before it is one: Kafka's cleaner fails on it (its offset index refuses
+    the append) and marks the log uncleanable. ``first``: each batch's base offset (a legacy
+    wrapper's own offset), ``last``: its last offset."""
+    if not len(first):
+        return None
+    back = np.flatnonzero(first <= np.concatenate(([before], last[:-1])))
+    return int(back[0]) if len(back) else None
+
+
+def going_back(at: str, offsets: tuple[int, int], after: str, after_offsets: tuple[int, int]) -> str:
+    """What a batch at ``at`` (file: byte) whose offsets go back says."""
+    return (f"{at}: batch at offsets {offsets[0]}..{offsets[1]} does not follow the batch at offsets "
+            f"{after_offsets[0]}..{after_offsets[1]} ({after}): offsets go back, segments overlap; Kafka's cleaner "
+            "fails on this log and marks it uncleanable")
