@@ -199,8 +199,9 @@ def run(args: list[str], env: dict[str, str], out: Path, timeout: float = JOB_TI
 
 
 def compact(log_dirs: list[Path], tmp: Path, out: Path, **crash: str) -> int:
+    """One job; its commit on one thread, so that its mutations come in one order, run after run."""
     return run([KCOMPACT, "compact", *map(str, log_dirs), "--allow-duplicate-partitions", "--now", NOW,  # copies of one
-                "--topic-config", SEGMENT_BYTES_AT_CLEANING],
+                "--topic-config", SEGMENT_BYTES_AT_CLEANING, "--spark-conf", "spark.kcompact.commit.threads=1"],
                job_env(tmp, **crash), out)
 
 
@@ -338,10 +339,13 @@ class Lab:
                 for p in PARTITIONS}
 
     def expected_checkpoint(self, k: int) -> dict[str, int]:
-        """Killed before commit mutation k: a partition's checkpoint is new once its rename is done."""
-        renamed = sum(1 for e in self.commit[:k - 1] if is_step("checkpoint", e))
-        out = {p: self.after.checkpoint[p] if self.order.index(p) < renamed else self.before.checkpoint.get(p)
-               for p in PARTITIONS}
+        """Killed before commit mutation k: a partition's checkpoint is new once a checkpoint rename
+        after its last final rename is done (one write for the wave's partitions, after their swaps)."""
+        out = {}
+        for p in PARTITIONS:
+            swapped = max(i for i, e in enumerate(self.commit) if is_step("final", e, p))
+            moved = any(is_step("checkpoint", e) for e in self.commit[swapped:k - 1])
+            out[p] = self.after.checkpoint[p] if moved else self.before.checkpoint.get(p)
         return {p: v for p, v in out.items() if v is not None}
 
 
@@ -359,14 +363,17 @@ def is_step(step: str, entry: tuple, partition: str | None = None) -> bool:
 
 
 def commit_section(entries: list[tuple]) -> list[tuple]:
-    """The commit's mutations: from the fsync before the first ``.swap`` rename to the fsync after
-    the last checkpoint rename, then the removals of the ``.deleted`` files, which a thread makes
-    once every partition is committed (the job's other mutations may come between them)."""
+    """The commit's mutations: from the fsyncs of the partition dirs before the first ``.swap``
+    rename to the fsync after the last checkpoint rename, then the removals of the ``.deleted``
+    files, which a thread makes once every partition is committed (the job's other mutations may
+    come between them)."""
     first = next(i for i, e in enumerate(entries) if is_step("swap", e))
     last = max(i for i, e in enumerate(entries) if is_step("checkpoint", e))
     assert entries[first - 1][0] == "fsync_dir" and entries[last + 1][0] == "fsync_dir"
+    while entries[first - 1][0] == "fsync_dir":
+        first -= 1
     assert not any(is_step("remove", e) for e in entries[:last + 2])
-    return entries[first - 1:last + 2] + [e for e in entries[last + 2:] if is_step("remove", e)]
+    return entries[first:last + 2] + [e for e in entries[last + 2:] if is_step("remove", e)]
 
 
 # Kills that need no knowledge of the commit, run beside the uninjected job: in a Spark worker, the
