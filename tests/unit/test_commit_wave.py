@@ -161,3 +161,26 @@ def test_a_full_disk_at_the_checkpoint_removes_the_deleted_files_first(tmp_path,
     assert refused and results == [[], [], []]
     assert not list(tmp_path.rglob("*.deleted"))
     assert checkpoint(tmp_path) == {f"t-{p}": END for p in range(3)}
+
+
+def test_many_dirs_of_one_file_system_are_made_durable_by_one_syncfs(tmp_path, monkeypatch):
+    """From ``SYNCFS_FROM`` dirs on, one syncfs(2) (Linux >= 5.8, where it reports write-back errors)
+    instead of an fsync each; when it fails, each dir's fsync says which one failed."""
+    calls = []
+    monkeypatch.setattr(storage, "_syncfs_reports_errors", lambda: True)
+    monkeypatch.setattr(storage, "fsync_dir", lambda path: calls.append(("fsync", path)))
+    monkeypatch.setattr(storage, "syncfs", lambda path: calls.append(("syncfs", path)))
+    dirs = [str(tmp_path / f"t-{p}") for p in range(storage.SYNCFS_FROM)]
+    for d in dirs:
+        Path(d).mkdir()
+    assert storage.fsync_dirs(dirs, 4) == {} and calls == [("syncfs", dirs[0])]
+    calls.clear()
+    assert storage.fsync_dirs(dirs[1:], 4) == {} and sorted(calls) == sorted(("fsync", d) for d in dirs[1:])
+
+    def broken(path):
+        raise OSError(errno.EIO, "injected", path)
+    calls.clear()
+    monkeypatch.setattr(storage, "syncfs", broken)
+    monkeypatch.setattr(storage, "fsync_dir", lambda path: broken(path) if path == dirs[3] else calls.append(path))
+    failed = storage.fsync_dirs(dirs, 1)
+    assert list(failed) == [dirs[3]] and calls == [d for d in dirs if d != dirs[3]]
