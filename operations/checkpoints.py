@@ -89,7 +89,3 @@ def move_log_starts(log_dir: str, starts: dict[tuple[str, int], int],
     update_log_starts(log_dir, lambda entries: raise_log_starts(entries, starts), held)
     update_cleaner_offsets(log_dir, lambda entries: raise_cleaner_offsets(entries, starts), held)
 
-
-def set_cleaner_offset(log_dir: str, topic: str, partition: int, offset: int) -> None:
-    """One partition's entry in ``cleaner-offset-checkpoint``."""
-    update_cleaner_offsets(log_dir, lambda entries: entries | {(topic, partition): offset})

@@ -2,8 +2,9 @@
 compaction job and for retention alike.
 
 On a local disk a rename is atomic, so a change is made of renames that a broker loading the dir
-finishes or undoes after a crash: a compaction by Kafka's swap (``operations.swap``), then the
-partition's cleaner checkpoint entry moved; a retention by renaming the deleted segments' files
+finishes or undoes after a crash: a compaction by Kafka's swap (``operations.swap``), many
+partitions of a log dir in one wave, then their cleaner checkpoint entries moved in one write
+(``commit_wave``); a retention by renaming the deleted segments' files
 to ``.deleted``, its checkpoints moved by the caller once the log dir's partitions are done. On an
 object store a rename is a copy and a delete, so a crash between two would leave a mix: there one
 commit record, created by a conditional PUT that exactly one writer wins, decides
@@ -15,12 +16,15 @@ from __future__ import annotations
 import errno
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from kcompact import storage
-from kcompact.logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
+from kcompact.logdir.listing import SEGMENT_KINDS, Segment, scan_partition, segment_name
 from kcompact.operations import critical, s3commit, swap
-from kcompact.operations.checkpoints import set_cleaner_offset
+from kcompact.operations.checkpoints import update_cleaner_offsets
 from kcompact.operations.cleaned import WrittenGroup
+
+WAVE = 2048  # the most partitions of a local log dir committed in one wave (``commit_wave``)
 
 
 def by_record(path: str) -> bool:
@@ -57,22 +61,15 @@ class Wave:
 
 
 def commit_cleaned(log_dir: str, partition_dir: str, topic: str, partition: int, written: Sequence[WrittenGroup],
-                   read: Sequence[int], end: int, owner: str, seen: int | None, wave: Wave | None = None) -> list[str]:
-    """Put a partition's cleaned groups ``written`` in place of the segments the job ``read`` (their
-    base offsets), all of them or none, and set its cleaner checkpoint entry to ``end``; returns
-    the ``.deleted`` files to remove (none on object stores, whose commit deletes what it
-    replaces). ``owner``: the job's lease owner; ``seen``: the latest commit record generation
-    seen under its lease (object stores). Raises ``errors.CommitLost`` when another writer
-    committed the partition first; an OSError inside the swap leaves it for recovery. A signal
-    that stops the command waits for the partition's commit to end (``operations.critical``).
-    ``wave``: an object store's apply is finished with the wave's (else at once)."""
+                   read: Sequence[int], end: int, owner: str, seen: int | None, wave: Wave | None = None) -> None:
+    """On an object store, put a partition's cleaned groups ``written`` in place of the segments the
+    job ``read`` (their base offsets), all of them or none, and set its cleaner checkpoint entry
+    to ``end`` (the commit deletes what it replaces); local partitions are committed by
+    ``commit_wave``. ``owner``: the job's lease owner; ``seen``: the latest commit record
+    generation seen under its lease. Raises ``errors.CommitLost`` when another writer committed
+    the partition first. A signal that stops the command waits for the partition's commit to
+    end (``operations.critical``). ``wave``: the apply is finished with the wave's (else at once)."""
     with critical.section():
-        return _commit_cleaned(log_dir, partition_dir, topic, partition, written, read, end, owner, seen, wave)
-
-
-def _commit_cleaned(log_dir: str, partition_dir: str, topic: str, partition: int, written: Sequence[WrittenGroup],
-                    read: Sequence[int], end: int, owner: str, seen: int | None, wave: Wave | None) -> list[str]:
-    if by_record(partition_dir):
         replaced = [segment_name(base, kind) for base in read for kind in SEGMENT_KINDS]
         staged = [path for group in written for path in group.files]
         record = s3commit.plan_record(topic, partition, seen + 1, owner, staged, replaced, end)
@@ -81,20 +78,71 @@ def _commit_cleaned(log_dir: str, partition_dir: str, topic: str, partition: int
             s3commit.finish(log_dir, [applying])
         else:
             wave.add(applying)
-        return []
-    part = scan_partition(partition_dir, topic, partition)
-    replaced = [s for s in part.segments if s.base_offset < end]
-    deleted = swap.commit_partition(partition_dir, written, replaced)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalCommit:
+    """One partition of a local wave: its cleaned groups ``written``, its checkpoint entry's new
+    value ``end``, and the segments below ``end`` as listed before the wave (None: listed by the
+    wave)."""
+
+    partition_dir: str
+    topic: str
+    partition: int
+    written: Sequence[WrittenGroup]
+    end: int
+    replaced: Sequence[Segment] | None = None
+
+
+def commit_wave(log_dir: str, commits: Sequence[LocalCommit], threads: int = 1) -> list[list[str] | OSError]:
+    """Commit partitions of the local ``log_dir`` together (at most ``WAVE``): each one's groups in
+    place of the segments below its ``end``, all of them or none, by Kafka's swap with every step
+    made durable once for the wave (``operations.swap.swap_wave``, ``threads`` at once); then,
+    once every swap is durable, one write of ``cleaner-offset-checkpoint`` moves the entries of
+    every partition swapped in (Kafka's rule: the checkpoint moves only after the swap). Returns,
+    per partition: the ``.deleted`` files to remove, or the OSError that stopped its commit (a
+    swap left part way, for recovery; or the checkpoint write, which fails every partition of the
+    wave: their swaps are in, their entries were not moved). A full disk at the checkpoint
+    removes the wave's ``.deleted`` files first, then writes it again. A signal that stops the
+    command waits for the wave to end (``operations.critical``)."""
+    with critical.section():
+        return _commit_wave(log_dir, commits, threads)
+
+
+def _commit_wave(log_dir: str, commits: Sequence[LocalCommit], threads: int) -> list[list[str] | OSError]:
+    results: list[list[str] | OSError | None] = [None] * len(commits)
+    swaps, at = [], []
+    for i, c in enumerate(commits):
+        try:
+            replaced = c.replaced if c.replaced is not None else [
+                s for s in scan_partition(c.partition_dir, c.topic, c.partition).segments if s.base_offset < c.end]
+        except OSError as exc:
+            results[i] = exc
+            continue
+        swaps.append(swap.Swap(c.partition_dir, c.written, replaced))
+        at.append(i)
+    for i, done in zip(at, swap.swap_wave(swaps, threads)):
+        results[i] = done
+    moved = {(c.topic, c.partition): c.end for c, done in zip(commits, results) if not isinstance(done, OSError)}
+    if not moved:
+        return results
+
+    def change(entries: dict) -> dict:
+        return entries | moved
+
     try:
-        set_cleaner_offset(log_dir, topic, partition, end)
+        try:
+            update_cleaner_offsets(log_dir, change)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            # a full disk: the replaced files go first, as they did before, then again
+            storage.remove_many([path for done in results if isinstance(done, list) for path in done])
+            results = [done if isinstance(done, OSError) else [] for done in results]
+            update_cleaner_offsets(log_dir, change)
     except OSError as exc:
-        if exc.errno != errno.ENOSPC:
-            raise
-        for path in deleted:  # a full disk: the replaced files go first, as they did before, then again
-            storage.remove(path)
-        set_cleaner_offset(log_dir, topic, partition, end)
-        return []
-    return deleted
+        return [done if isinstance(done, OSError) else exc for done in results]
+    return results
 
 
 def discard_cleaned(files: Iterable[str]) -> None:

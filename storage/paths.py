@@ -20,13 +20,17 @@ class FileInfo:
     mtime_ms: int
 
 
+_LOCAL = LocalFileSystem()  # fsspec's own cached instance: it holds no state of a path
+
+
 def resolve(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem serving ``path`` and the path as that filesystem names it."""
     if isinstance(path, str) and ":" not in path:
-        # A plain local path: what url_to_fs returns, without parsing a URL chain (a good part of
-        # the cost, and the planner resolves many paths per partition).
-        fs = LocalFileSystem()
-        return fs, fs._strip_protocol(path)
+        # A plain local path: what url_to_fs returns, without parsing a URL chain nor asking
+        # fsspec's instance cache (a commit resolves tens of paths per partition).
+        if path.startswith("/") and os.sep == "/":
+            return _LOCAL, path.rstrip("/") or "/"  # LocalFileSystem._strip_protocol of an absolute path
+        return _LOCAL, _LOCAL._strip_protocol(path)
     # No listing cache: other processes (executors, other jobs, the broker) change these dirs, and
     # a cached listing would hide their files from exists/info/read for the life of the process.
     fs, fs_path = fsspec.core.url_to_fs(path, use_listings_cache=False)

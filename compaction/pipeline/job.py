@@ -243,7 +243,8 @@ def _rewrite_and_commit(spark, settings: JobSettings, rows: list[PartitionBatche
              "stage 5/5: nothing to commit: every partition failed")
     outcomes: list[Outcome] = []
     try:
-        commit_partitions(rows, written, keeper.held, keeper.owner, result.generations, progress, outcomes)
+        commit_partitions(rows, written, keeper.held, keeper.owner, result.generations, progress, outcomes,
+                          settings.commit_threads)
     finally:  # what was committed before a signal stopped the command is reported (and its files removed)
         result.record(outcomes, batches.bytes_read, counts)
     watch.lap("5 commit")

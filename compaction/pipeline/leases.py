@@ -44,13 +44,17 @@ class LeaseKeeper:
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.lease_ms / 4000):
             with self._lock:
-                for path, lease in list(self._leases.items()):
-                    if path in self._lost:
-                        continue
-                    try:
-                        renewed = states.renew(lease)
-                    except OSError:
-                        continue  # a storage hiccup: the next round tries again before expiry
+                leases = [(path, lease) for path, lease in self._leases.items() if path not in self._lost]
+            # renewed outside the lock: a round over thousands of leases writes (and fsyncs) each
+            # one, and ``held`` (asked before every commit) must not wait for the round
+            for path, lease in leases:
+                try:
+                    renewed = states.renew(lease)
+                except OSError:
+                    continue  # a storage hiccup: the next round tries again before expiry
+                with self._lock:
+                    if self._leases.get(path) is not lease:
+                        continue  # given back meanwhile: its release compares and swaps the file itself
                     if renewed is None:
                         self._lost.add(path)
                     else:

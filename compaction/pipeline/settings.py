@@ -31,6 +31,9 @@ WHOLE = "spark.kcompact.whole.bytes"
 # Whether the rewrite writes its .log files past the page cache (``storage.DirectFile``), "true" by
 # default; "false" writes them through it, as Kafka's cleaner does, leaving them in the cache.
 DIRECT_WRITES = "spark.kcompact.write.direct"
+# Threads of the driver that rename and fsync in a local commit wave (``operations.commit.commit_wave``)
+COMMIT_THREADS = "spark.kcompact.commit.threads"
+DEFAULT_COMMIT_THREADS = 4
 # Spark's cap on a Python worker's address space: below MIN_WORKER_MEMORY a worker cannot clean a partition
 WORKER_MEMORY = "spark.executor.pyspark.memory"
 
@@ -45,6 +48,7 @@ class JobSettings:
     cores: int  # Spark's default parallelism
     direct_writes: bool  # DIRECT_WRITES
     whole_bytes: int = WHOLE_BYTES  # WHOLE
+    commit_threads: int = DEFAULT_COMMIT_THREADS  # COMMIT_THREADS
 
     @classmethod
     def of(cls, spark) -> JobSettings:
@@ -59,7 +63,8 @@ class JobSettings:
         return cls(map_memory=budget, worker_cap=cap, threads=int(threads) if threads else None,
                    cores=kinds.parallelism(spark),
                    direct_writes=spark.conf.get(DIRECT_WRITES, "true").strip().lower() == "true",
-                   whole_bytes=spark_size(whole) if whole is not None else WHOLE_BYTES)
+                   whole_bytes=spark_size(whole) if whole is not None else WHOLE_BYTES,
+                   commit_threads=int(spark.conf.get(COMMIT_THREADS, str(DEFAULT_COMMIT_THREADS))))
 
     @property
     def limits(self) -> Limits:
@@ -79,7 +84,7 @@ def check_settings(spark) -> None:
     """The session's values of this job's settings, checked as ``check_setting`` checks one (the
     command line checks its own ``--spark-conf``; spark-submit's ``--conf`` and a notebook's come
     unchecked)."""
-    for key in (MAP_MEMORY, THREADS, WHOLE, DIRECT_WRITES, WORKER_MEMORY):
+    for key in (MAP_MEMORY, THREADS, WHOLE, DIRECT_WRITES, WORKER_MEMORY, COMMIT_THREADS):
         value = spark.conf.get(key, None)
         if value is not None:
             check_setting(key, value)
@@ -94,6 +99,8 @@ def check_setting(key: str, value: str) -> None:
             raise errors.SettingError(f"{key}: {exc}") from None
     if key == THREADS and not (value.isdigit() and int(value) >= 1):
         raise errors.SettingError(f"{key}={value!r}: the threads of a task are a whole number of at least 1")
+    if key == COMMIT_THREADS and not (value.strip().isdigit() and int(value) >= 1):
+        raise errors.SettingError(f"{key}={value!r}: the threads of a commit are a whole number of at least 1")
     if key == DIRECT_WRITES and value.strip().lower() not in ("true", "false"):
         raise errors.SettingError(f"{key}={value!r}: true or false")
     if key == WORKER_MEMORY:

@@ -10,11 +10,12 @@ A Spark start costs seconds, so:
 - a handful of whole ``kcompact compact`` jobs are killed: mid ``.cleaned`` write (in a Spark
   worker), before the first ``.swap`` rename, mid ``.swap``, mid ``.deleted``, mid final rename,
   between a checkpoint's temp file and its rename;
-- the sweep over EVERY mutation of the commit (each rename, fsync, remove, the checkpoint's
-  temp write and rename) runs the job's driver-side commit without Spark, in a forked process
-  per crash point (tests/faults/fork_driver.py), on the ``.cleaned`` files the job killed
-  before its first ``.swap`` rename wrote; that this commit is the job's own is checked:
-  same mutations, in the same order, and the same files as the uninjected job;
+- the sweep over EVERY mutation of the commit (one wave of both partitions: each rename, fsync,
+  remove, the checkpoint's temp write and rename) runs the job's driver-side commit without
+  Spark, in a forked process per crash point (tests/faults/fork_driver.py), on the ``.cleaned``
+  files the job killed before its first ``.swap`` rename wrote; that this commit is the job's own
+  is checked: same mutations, in the same order, and the same files as the uninjected job (whose
+  wave runs on one thread); the same wave on several threads is killed at every third mutation;
 - ``kcompact recover`` is killed at every one of its mutations too, from several crash states.
 
 Truth is independent of our reader: records are listed with kafka-python (offset, timestamp,
@@ -199,8 +200,9 @@ def run(args: list[str], env: dict[str, str], out: Path, timeout: float = JOB_TI
 
 
 def compact(log_dirs: list[Path], tmp: Path, out: Path, **crash: str) -> int:
+    """One job; its commit on one thread, so that its mutations come in one order, run after run."""
     return run([KCOMPACT, "compact", *map(str, log_dirs), "--allow-duplicate-partitions", "--now", NOW,  # copies of one
-                "--topic-config", SEGMENT_BYTES_AT_CLEANING],
+                "--topic-config", SEGMENT_BYTES_AT_CLEANING, "--spark-conf", "spark.kcompact.commit.threads=1"],
                job_env(tmp, **crash), out)
 
 
@@ -273,6 +275,7 @@ class Lab:
     driver_results: dict[str, dict] = field(default_factory=dict)
     driver_logs: dict[str, list[tuple]] = field(default_factory=dict)
     driver_uninjected: Snapshot | None = None
+    threaded_results: dict[str, dict] = field(default_factory=dict)  # the wave's renames on THREADS threads
     recover_templates: dict[str, str] = field(default_factory=dict)  # template -> the crashed dir it copies
     recover_results: dict[str, dict] = field(default_factory=dict)
     recover_logs: dict[str, list[tuple]] = field(default_factory=dict)
@@ -338,10 +341,13 @@ class Lab:
                 for p in PARTITIONS}
 
     def expected_checkpoint(self, k: int) -> dict[str, int]:
-        """Killed before commit mutation k: a partition's checkpoint is new once its rename is done."""
-        renamed = sum(1 for e in self.commit[:k - 1] if is_step("checkpoint", e))
-        out = {p: self.after.checkpoint[p] if self.order.index(p) < renamed else self.before.checkpoint.get(p)
-               for p in PARTITIONS}
+        """Killed before commit mutation k: a partition's checkpoint is new once a checkpoint rename
+        after its last final rename is done (one write for the wave's partitions, after their swaps)."""
+        out = {}
+        for p in PARTITIONS:
+            swapped = max(i for i, e in enumerate(self.commit) if is_step("final", e, p))
+            moved = any(is_step("checkpoint", e) for e in self.commit[swapped:k - 1])
+            out[p] = self.after.checkpoint[p] if moved else self.before.checkpoint.get(p)
         return {p: v for p, v in out.items() if v is not None}
 
 
@@ -359,14 +365,17 @@ def is_step(step: str, entry: tuple, partition: str | None = None) -> bool:
 
 
 def commit_section(entries: list[tuple]) -> list[tuple]:
-    """The commit's mutations: from the fsync before the first ``.swap`` rename to the fsync after
-    the last checkpoint rename, then the removals of the ``.deleted`` files, which a thread makes
-    once every partition is committed (the job's other mutations may come between them)."""
+    """The commit's mutations: from the fsyncs of the partition dirs before the first ``.swap``
+    rename to the fsync after the last checkpoint rename, then the removals of the ``.deleted``
+    files, which a thread makes once every partition is committed (the job's other mutations may
+    come between them)."""
     first = next(i for i, e in enumerate(entries) if is_step("swap", e))
     last = max(i for i, e in enumerate(entries) if is_step("checkpoint", e))
     assert entries[first - 1][0] == "fsync_dir" and entries[last + 1][0] == "fsync_dir"
+    while entries[first - 1][0] == "fsync_dir":
+        first -= 1
     assert not any(is_step("remove", e) for e in entries[:last + 2])
-    return entries[first - 1:last + 2] + [e for e in entries[last + 2:] if is_step("remove", e)]
+    return entries[first:last + 2] + [e for e in entries[last + 2:] if is_step("remove", e)]
 
 
 # Kills that need no knowledge of the commit, run beside the uninjected job: in a Spark worker, the
@@ -442,6 +451,7 @@ def lab(tmp_path_factory) -> Lab:
                     if name not in running}
         running["before-first-swap"].result()
         sweep = sweep_commit(lab, jobs / "before-first-swap")
+        threaded = sweep_threaded(lab)
         running["cleaned-write"].result()
         sweep_recover(lab, sweep, jobs / "cleaned-write")
         lab.job_codes = {name: job.result() for name, job in running.items()}
@@ -456,6 +466,7 @@ def lab(tmp_path_factory) -> Lab:
     mark = time.monotonic()
     crashed = {f"job:{n}": jobs / n for n in lab.job_points}
     crashed |= {f"commit:{n}": sweep / n for n in lab.driver_results if n != "uninjected"}
+    crashed |= {f"threaded:{n}": threaded / n for n in lab.threaded_results}
     crashed |= {f"recover:{n}": tmp / "recover" / n for n in lab.recover_results if not n.endswith("-uninjected")}
     lab.unknown_after_kill = {
         name: unknown_names(log_dir) for name, log_dir in crashed.items()
@@ -471,7 +482,7 @@ def lab(tmp_path_factory) -> Lab:
     # compaction again, one job over the log dirs of every killed job and commit: the uninjected
     # result (a recovery killed and run again ends as the uninterrupted one: checked above)
     mark = time.monotonic()
-    again = {n: d for n, d in crashed.items() if not n.startswith("recover:")}
+    again = {n: d for n, d in crashed.items() if not n.startswith(("recover:", "threaded:"))}
     lab.converge_code = compact(list(again.values()), tmp, tmp / "converge.out")
     for name, log_dir in again.items():
         lab.after_convergence[name] = lab.check(log_dir, converged=True)
@@ -500,6 +511,24 @@ def sweep_commit(lab: Lab, killed_before_swap: Path) -> Path:
     for r in runs:
         lab.driver_logs[r["name"]] = relative(mutation_log(sweep / f"{r['name']}.log"), sweep / r["name"])
     lab.driver_uninjected = Snapshot.of(sweep / "uninjected")
+    return sweep
+
+
+THREADS, STRIDE = 4, 3  # the threaded sweep: a kill at every third mutation of a wave on 4 threads
+
+
+def sweep_threaded(lab: Lab) -> Path:
+    """The same wave with its renames and fsyncs on ``THREADS`` threads, killed at every
+    ``STRIDE``-th mutation: the order of the mutations of different partitions varies from run to
+    run, so what is checked is only what holds in any order (each partition old or new, a moved
+    checkpoint entry only beside a new partition)."""
+    sweep = lab.tmp / "threaded"
+    runs = [{"name": f"t{k:03d}", "template": str(lab.tmp / "commit-template"), "crash_at": f"*::{k}"}
+            for k in range(1, len(lab.commit) + 1, STRIDE)]
+    partitions = [{"dir": p, "topic": p.rsplit("-", 1)[0], "partition": int(p.rsplit("-", 1)[1]),
+                   "end": lab.after.checkpoint[p]} for p in lab.order]
+    lab.threaded_results = fork_driver({"action": "commit", "work": str(sweep), "partitions": partitions,
+                                        "threads": THREADS, "runs": runs}, lab.tmp, "threaded")
     return sweep
 
 
@@ -585,6 +614,8 @@ def test_every_kill_happened_where_it_was_injected(lab):
         result = lab.driver_results[f"k{k:03d}"]
         assert result["killed"], result
         assert lab.driver_logs[f"k{k:03d}"] == lab.commit[:k - 1], f"commit killed before mutation {k}"
+    assert len(lab.threaded_results) == len(range(1, len(lab.commit) + 1, STRIDE))
+    assert all(result["killed"] for result in lab.threaded_results.values()), lab.threaded_results
     for name, result in lab.recover_results.items():
         template, _, k = name.rpartition("-")
         if k == "uninjected":
@@ -636,6 +667,7 @@ def test_compaction_after_recovery_converges_to_the_uninjected_result(lab):
 
 def test_summary(lab, capsys):
     points = {"whole jobs": len(lab.job_points), "commit mutations": len(lab.commit),
+              "threaded commit kills": len(lab.threaded_results),
               "recover mutations": sum(1 for n in lab.recover_results if not n.endswith("-uninjected"))}
     checked = [*lab.after_recovery.values(), *lab.after_convergence.values()]
     outcomes: dict[str, int] = {}

@@ -258,6 +258,7 @@ def test_numbers_out_of_range_are_usage_errors(tmp_path, args, capsys):
     ("spark.kcompact.write.direct=yes", "spark.kcompact.write.direct='yes': true or false"),
     ("spark.kcompact.threads=two", "spark.kcompact.threads='two': the threads of a task are a whole number"),
     ("spark.kcompact.map.memory=lots", "spark.kcompact.map.memory: 'lots' is not a size"),
+    ("spark.kcompact.commit.threads=0", "spark.kcompact.commit.threads='0': the threads of a commit are a whole"),
 ])
 def test_bad_job_settings_are_usage_errors(tmp_path, setting, says, capsys):
     dirty(tmp_path / "orders-0")

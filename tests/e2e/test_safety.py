@@ -328,9 +328,9 @@ def _locked_elsewhere(lock: Path) -> bool:
 
 def test_replaced_files_go_once_every_partition_is_committed_under_the_lock(spark, tmp_path, monkeypatch):
     """The swap protocol ends with removing the replaced segments' ``.deleted`` files. The job
-    removes them on a thread once every partition is committed (both checkpoint entries written),
-    and the command line waits for it, its report written meanwhile, before the broker ``.lock``
-    goes; none is left."""
+    removes them on a thread once every partition is committed (both checkpoint entries written,
+    in one write for the wave), and the command line waits for it, its report written meanwhile,
+    before the broker ``.lock`` goes; none is left."""
     from kcompact import storage
     log_dir = tmp_path / "logs"
     for name in ("a-0", "a-1"):
@@ -354,7 +354,7 @@ def test_replaced_files_go_once_every_partition_is_committed_under_the_lock(spar
     assert main(["compact", str(log_dir), "--now", str(NOW), "--report", str(report), *TOPIC_ARGS]) == 0
     removed = [i for i, e in enumerate(events) if e[0] == "remove"]
     checkpoints = [i for i, e in enumerate(events) if e[0] == "checkpoint"]
-    assert len(checkpoints) == 2 and len(removed) == len(replaced)
+    assert len(checkpoints) == 1 and len(removed) == len(replaced)
     assert min(removed) > max(checkpoints)
     assert {events[i][1:] for i in removed} == {("kcompact-remove-deleted", True)}
     assert not list(log_dir.rglob("*.deleted")) and report.exists()
@@ -389,10 +389,11 @@ def test_a_job_returns_before_its_removal_ends_when_the_caller_takes_it(spark, t
 
 
 def test_a_job_stopped_mid_commit_still_removes_what_it_committed(spark, tmp_path, monkeypatch):
-    """An error (or a Ctrl-C) between two partitions' commits: the first partition is committed,
-    its replaced files go all the same; the second keeps its segments (and its ``.cleaned``
-    files, for recovery to remove, as after any interrupted job)."""
+    """An error (or a Ctrl-C) between two waves' commits (a wave of one partition here): the first
+    partition is committed, its replaced files go all the same; the second keeps its segments
+    (and its ``.cleaned`` files, for recovery to remove, as after any interrupted job)."""
     from kcompact.compaction.pipeline import committing, job
+    from kcompact.operations import commit
     from kcompact.operations.deleted import Removal
 
     log_dir = tmp_path / "logs"
@@ -400,13 +401,14 @@ def test_a_job_stopped_mid_commit_still_removes_what_it_committed(spark, tmp_pat
     before = tree(parts[1])
     real_changed, seen = committing._changed_since_plan, []
 
-    def stop_at_the_second(row, listing):
+    def stop_at_the_second(row, now):
         seen.append(row.path)
         if len(seen) == 2:
             raise KeyboardInterrupt
-        return real_changed(row, listing)
+        return real_changed(row, now)
 
     monkeypatch.setattr(committing, "_changed_since_plan", stop_at_the_second)
+    monkeypatch.setattr(commit, "WAVE", 1)
     removal = Removal()
     with pytest.raises(KeyboardInterrupt):
         job.run(spark, _plan(spark, log_dir), now=NOW, progress=lambda line: None, removal=removal)
@@ -419,22 +421,22 @@ def test_a_job_stopped_mid_commit_still_removes_what_it_committed(spark, tmp_pat
 
 def test_a_full_disk_at_the_checkpoint_frees_the_replaced_files_first(spark, tmp_path, monkeypatch):
     """The replaced files wait for the end of the commit; when the disk has no room left for the
-    checkpoint (ENOSPC), the partition's replaced files go at once and the checkpoint is written."""
+    checkpoint (ENOSPC), the wave's replaced files go at once and the checkpoint is written."""
     import errno
 
     from kcompact.compaction.pipeline import job
     from kcompact.operations import commit
 
     part = dirty_partition(tmp_path / "logs" / "a-0")
-    real_set, calls = commit.set_cleaner_offset, []
+    real_update, calls = commit.update_cleaner_offsets, []
 
-    def full_once(log_dir, topic, partition, offset):
+    def full_once(log_dir, change, held=None):
         calls.append(sorted(p.name for p in part.glob("*.deleted")))
         if len(calls) == 1:
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
-        real_set(log_dir, topic, partition, offset)
+        real_update(log_dir, change, held)
 
-    monkeypatch.setattr(commit, "set_cleaner_offset", full_once)
+    monkeypatch.setattr(commit, "update_cleaner_offsets", full_once)
     result = job.run(spark, _plan(spark, tmp_path / "logs"), now=NOW, progress=lambda line: None)
     assert [p.committed for p in result.report.partitions] == [True]
     assert calls[0] and calls[1] == []  # the replaced files were there, then gone before the second try

@@ -4,15 +4,17 @@ process that crash_points kills with SIGKILL at its point (tests only).
 A Spark start costs seconds; a fork costs a millisecond. So the sweep over every mutation of
 a commit runs the job's driver-side commit here, without Spark, on ``.cleaned`` files a real
 ``kcompact compact`` wrote (it was killed just before its first ``.swap`` rename): per
-partition, in the job's order, the job's own commit step (``operations.commit.commit_cleaned``:
-the swap of the segments below the cleaned range's end, then the cleaner checkpoint); then the
-removal of the ``.deleted`` files (``operations.deleted``), as ``compaction.pipeline.job`` commits. The
+partition, in the job's order, one wave of the job's own commit step (``operations.commit.commit_wave``:
+the swap of the segments below the cleaned range's end, then the cleaner checkpoint), on the
+threads the task names (default 1, as the crash tests' jobs); then the removal of the
+``.deleted`` files (``operations.deleted``), as ``compaction.pipeline.job`` commits. The
 ``recover`` action runs the command line's own ``recover``.
 
     python tests/faults/fork_driver.py TASK.json
 
 TASK: {"action": "commit" | "recover", "work": DIR,
        "partitions": [{"dir": "orders-0", "topic": "orders", "partition": 0, "end": 846}, ...],
+       "threads": N (optional),
        "runs": [{"name": NAME, "template": DIR, "crash_at": SPEC or null}, ...]}
 Each run copies its ``template`` log dir to ``work/NAME`` (a fresh copy per crash point), logs
 its mutations to ``work/NAME.log`` and prints one JSON line: {"name", "killed", "exit"}.
@@ -35,7 +37,7 @@ import crash_points
 import kcompact.operations.recover  # imported before forking: the children start warm
 from kcompact.jobs.cli import main as kcompact
 from kcompact.operations.cleaned import CLEANED, WrittenGroup
-from kcompact.operations.commit import commit_cleaned
+from kcompact.operations.commit import LocalCommit, commit_wave
 from kcompact.operations.deleted import Removal
 
 KINDS = ("log", "index", "timeindex", "txnindex")  # write_group's order of a group's files
@@ -53,13 +55,17 @@ def cleaned_groups(partition_dir: str) -> list[WrittenGroup]:
     return groups
 
 
-def commit(log_dir: str, partitions: list[dict]) -> int:
-    deleted = []
+def commit(log_dir: str, partitions: list[dict], threads: int = 1) -> int:
+    commits = []
     for p in partitions:
         path = posixpath.join(log_dir, p["dir"])
-        # a local disk: the segments replaced are those below the end, as listed now (``read`` unused)
-        deleted += commit_cleaned(log_dir, path, p["topic"], p["partition"], cleaned_groups(path), [], p["end"],
-                                  "fork-driver", None)
+        # the segments replaced are those below the end, as the wave lists them
+        commits.append(LocalCommit(path, p["topic"], p["partition"], cleaned_groups(path), p["end"]))
+    results = commit_wave(log_dir, commits, threads)
+    failed = [r for r in results if isinstance(r, OSError)]
+    if failed:
+        raise failed[0]
+    deleted = [path for r in results for path in r]
     removal = Removal()  # the job's too, once every partition is committed
     removal.start(deleted)
     return 1 if removal.wait() else 0
@@ -83,7 +89,8 @@ def run_one(task: dict, run: dict) -> dict:
             os.environ["KCOMPACT_CRASH_COUNTER"] = target + ".count"
             spec = run.get("crash_at")
             crash_points.install(crash_points.CrashPoint.parse(spec) if spec else None)
-            code = commit(target, task["partitions"]) if task["action"] == "commit" else recover(target)
+            code = (commit(target, task["partitions"], task.get("threads", 1)) if task["action"] == "commit"
+                    else recover(target))
         except BaseException:  # noqa: BLE001 - the child reports everything, then exits with its code
             traceback.print_exc()
         finally:

@@ -180,3 +180,32 @@ def test_recovery_notes_a_live_foreign_lease_without_failing():
     assert lines[-1] == "recovery: 0 partitions checked, 0 recovered, 0 skipped, 0 with problems, 1 held by another job"
     assert report.to_json()["held"] == report.held
     assert _exit_status(report.failed, 1) == EXIT_OK
+
+
+def test_asking_whether_a_lease_is_held_does_not_wait_for_a_renewal_round(tmp_path, monkeypatch):
+    """A round renews (and fsyncs) every lease of the job, seconds at thousands of partitions: the
+    commit's question, asked meanwhile, is answered at once, and a lease given back during the
+    round is not put back by it."""
+    from kcompact.compaction.pipeline.leases import LeaseKeeper
+
+    real_renew, renewing = states.renew, []
+
+    def slow_renew(lease):
+        renewing.append(lease.partition_dir)
+        time.sleep(0.75)
+        return real_renew(lease)
+
+    monkeypatch.setattr(states, "renew", slow_renew)
+    paths = [str(tmp_path / f"t-{p}") for p in range(4)]
+    with LeaseKeeper(lease_ms=400) as keeper:  # a round every 100 ms, here 3 s long
+        for path in paths:
+            assert keeper.acquire(path) is None
+        while not renewing:
+            time.sleep(0.01)
+        started = time.monotonic()
+        assert keeper.held(paths[0])
+        keeper.release(paths[3])
+        assert time.monotonic() - started < 1.0, "held() or release() waited for the renewal round"
+        time.sleep(3.2)  # the round reaches the released lease
+        assert not keeper.held(paths[3]) and states.read(paths[3])[0].state == states.IDLE
+    assert all(states.read(path)[0].state == states.IDLE for path in paths)

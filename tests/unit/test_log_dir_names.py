@@ -272,9 +272,9 @@ def test_every_state_of_a_local_cleaning_and_recovery_has_only_known_names(trace
                 with storage.create_durable(files[-1]) as f:
                     f.write(storage.read_bytes(info.path))
         group = WrittenGroup(first.base_offset, first.size, 0, 0, tuple(files))
-        for path in swap.commit_partition(str(pdir), [group], replaced):
+        for path in swap.swap_wave([swap.Swap(str(pdir), [group], replaced)])[0]:
             storage.remove(path)
-        checkpoints.set_cleaner_offset(str(log_dir), "orders", 0, replaced[1].base_offset)
+        checkpoints.update_cleaner_offsets(str(log_dir), lambda e: e | {("orders", 0): replaced[1].base_offset})
         last_run.write(str(log_dir), 1720001000000)
         states.release(lease)
         (pdir / segment_name(first.base_offset, "index")).unlink()
