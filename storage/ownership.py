@@ -50,9 +50,13 @@ def _kind(name: str) -> str:
     return base.rsplit("-", 1)[-1]
 
 
+SIBLINGS_OF_A_KIND = 64  # enough files of a kind to tell its bits; a log dir's root may hold thousands
+
+
 def _sibling_modes(directory: str, name: str) -> tuple[list[int], list[int]]:
     """Permission bits of the regular files of ``directory`` other than ``name``'s: those of the
-    same kind, and all."""
+    same kind, and all, read until ``SIBLINGS_OF_A_KIND`` of the same kind are found (a root of
+    20,000 partitions' state files would otherwise be read whole for each new one)."""
     same, every = [], []
     kind = _kind(name)
     try:
@@ -72,6 +76,8 @@ def _sibling_modes(directory: str, name: str) -> tuple[list[int], list[int]]:
         every.append(mode)
         if _kind(entry.name) == kind:
             same.append(mode)
+            if len(same) == SIBLINGS_OF_A_KIND:
+                break
     return same, every
 
 
