@@ -48,6 +48,28 @@ _HELD: dict[str, list] = {}  # lock file -> [fd, holders]
 _HELD_GUARD = threading.Lock()
 
 
+def holder(log_dir: str) -> str | None:
+    """Who holds ``log_dir``'s ``.lock`` now (a broker, a kcompact job): ``process N (command line:
+    ...)``, or ``this process``; None when nobody does, and on object stores. Asked with F_GETLK on
+    a descriptor of its own, never one this process locks with (closing that would drop the lock)."""
+    fs, fs_path = resolve(log_dir)
+    if not is_local(fs):
+        return None
+    path = os.path.realpath(posixpath.join(fs_path, BROKER_LOCK))
+    with _HELD_GUARD:
+        if path in _HELD:
+            return f"this process ({os.getpid()})"
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            pid = _lock_holder(fd)
+        finally:
+            os.close(fd)
+    return _describe_pid(pid) if pid is not None else None
+
+
 class LogDirLock:
     """The OS lock a Kafka broker takes on ``<log dir>/.lock`` (Java's FileChannel.tryLock: a
     POSIX record lock), held by a job for as long as it may change the log dir, so a broker
