@@ -137,8 +137,6 @@ MALFORMED = {
     "missing-newline": (b"0\n2\norders 0 5\norders 1 6", 15),
     "missing-newline-after-count": (b"0\n0", 2),
     "duplicate": (b"0\n3\na 0 1\nb 0 2\na 0 3\n", 16),
-    "empty-file": (b"", 0),
-    "only-version": (b"0\n", 2),
     "not-utf8": (b"0\n1\n\xff\xfe 0 5\n", 4),
 }
 
@@ -150,6 +148,12 @@ def test_malformed_checkpoint_names_the_bad_line(text, position):
     assert err.value.path == "/logs/cleaner-offset-checkpoint"
     assert err.value.position == position
     assert f"byte {position}" in str(err.value)
+
+
+def test_an_empty_checkpoint_has_no_entries():
+    """As Kafka's CheckpointFile reads one: a broker creates the file empty at start-up (issue 40)."""
+    assert checkpoint.parse("/logs/cleaner-offset-checkpoint", b"") == {}
+    assert checkpoint.parse("/logs/cleaner-offset-checkpoint", b"0\n") == {}
 
 
 # -- atomic writes ----------------------------------------------------------------------------
