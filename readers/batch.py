@@ -16,14 +16,19 @@ import numpy as np
 from kcompact import errors
 from kcompact.errors import FormatError
 from kcompact.readers import codecs, scan
+from kcompact.readers.layout import (
+    LEGACY_FIELDS,
+    LEGACY_TIMESTAMP_AT,
+    LOG_OVERHEAD,
+    MAGIC_AT,
+    V2_CRC_START,
+    V2_HEADER,
+    V2_HEADER_SIZE,
+)
 from kcompact.readers.records import Record, build_records, control_type
 
-LOG_OVERHEAD = 12  # baseOffset int64 + batchLength int32, not counted in batchLength
-ENTRY_PREFIX = struct.Struct(">qiib")  # offset, length, (leader epoch | crc), magic
-V2_HEADER = struct.Struct(">qiibIhiqqqhii")
-V2_HEADER_SIZE = V2_HEADER.size  # 61
-V2_CRC_START = 21
-LEGACY_V0 = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
+ENTRY_PREFIX = struct.Struct(">qiib")  # offset, length, (leader epoch | crc), magic: every format's
+LEGACY_V0 = struct.Struct(">" + "".join(code for _, code in LEGACY_FIELDS[:5]))  # offset .. attributes
 LEGACY_V1_TIMESTAMP = struct.Struct(">q")
 LEGACY_MIN_SIZE = {0: 14, 1: 22}  # crc+magic+attributes+[timestamp]+keylen+valuelen
 _INT32 = struct.Struct(">i")
@@ -58,7 +63,7 @@ class Batch:
         self._legacy_records: list[Record] | None = None
         self._legacy_mixed_magic = False
         self._scanned: tuple[bytes, np.ndarray, np.ndarray] | None = None
-        magic = buf[start + 16]
+        magic = buf[start + MAGIC_AT]
         self.magic = magic
         if magic == 2:
             (
@@ -92,7 +97,7 @@ class Batch:
     def compute_crc(self) -> int:
         if self.magic == 2:
             return crc32c.crc32c(memoryview(self.buf)[self.start + V2_CRC_START : self.end])
-        return zlib.crc32(memoryview(self.buf)[self.start + 16 : self.end])
+        return zlib.crc32(memoryview(self.buf)[self.start + MAGIC_AT : self.end])
 
     def crc_valid(self) -> bool:
         return self.compute_crc() == self.crc
@@ -252,7 +257,7 @@ def _legacy_records(batch: Batch) -> tuple[list[Record], bool]:
         end = pos + LOG_OVERHEAD + size
         if magic not in (0, 1) or size < LEGACY_MIN_SIZE[magic] or end > len(inner):
             raise FormatError(batch.path, batch.position, f"legacy wrapper: bad inner message at inner byte {pos}")
-        ts = LEGACY_V1_TIMESTAMP.unpack_from(inner, pos + 18)[0] if magic == 1 else NO_TIMESTAMP
+        ts = LEGACY_V1_TIMESTAMP.unpack_from(inner, pos + LEGACY_TIMESTAMP_AT)[0] if magic == 1 else NO_TIMESTAMP
         k, v, _ = _legacy_key_value(batch.path, inner, pos, end, batch.position, magic)
         entries.append((offset, ts, k, v, magic))
         pos = end

@@ -24,8 +24,28 @@ from numba import njit
 from kcompact import errors
 from kcompact.errors import FormatError
 from kcompact.readers import codecs, compiled_codecs, scan
-from kcompact.readers.batch import LEGACY_MIN_SIZE, LOG_OVERHEAD, V2_CRC_START, V2_HEADER_SIZE, Batch
+from kcompact.readers.batch import LEGACY_MIN_SIZE, Batch
 from kcompact.readers.crc import crcs
+from kcompact.readers.layout import (
+    ATTRIBUTES_AT,
+    BASE_SEQUENCE_AT,
+    BASE_TIMESTAMP_AT,
+    CRC_AT,
+    LAST_OFFSET_DELTA_AT,
+    LEADER_EPOCH_AT,
+    LEGACY_ATTRIBUTES_AT,
+    LEGACY_CRC_AT,
+    LEGACY_TIMESTAMP_AT,
+    LENGTH_AT,
+    LOG_OVERHEAD,
+    MAGIC_AT,
+    MAX_TIMESTAMP_AT,
+    PRODUCER_EPOCH_AT,
+    PRODUCER_ID_AT,
+    RECORDS_COUNT_AT,
+    V2_CRC_START,
+    V2_HEADER_SIZE,
+)
 from kcompact.readers.segment import DEFAULT_CHUNK, problems
 
 # Columns of the entry matrix. Legacy entries fill POSITION, SIZE, MAGIC, BASE_OFFSET (the
@@ -61,8 +81,8 @@ def walk_entries(buf, start, end):
     while pos < end:
         if end - pos < _PREFIX:
             return _matrix(buf, rows), pos, SHORT
-        length = _be(buf, pos + 8, 4)
-        magic = buf[pos + 16]
+        length = _be(buf, pos + LENGTH_AT, 4)
+        magic = buf[pos + MAGIC_AT]
         zero = True
         for i in range(pos, pos + _PREFIX):
             if buf[i] != 0:
@@ -88,28 +108,28 @@ def _matrix(buf, rows):
     out = np.empty((len(rows), N_COLUMNS), dtype=np.int64)
     for r in range(len(rows)):
         pos, total = rows[r]
-        magic = buf[pos + 16]
+        magic = buf[pos + MAGIC_AT]
         out[r, POSITION] = pos
         out[r, SIZE] = total
         out[r, MAGIC] = magic
         out[r, BASE_OFFSET] = _be(buf, pos, 8)
         if magic == 2:
-            out[r, LEADER_EPOCH] = _be(buf, pos + 12, 4)
-            out[r, CRC] = _be(buf, pos + 17, 4) & 0xFFFFFFFF
-            out[r, ATTRIBUTES] = _be(buf, pos + 21, 2)
-            out[r, LAST_OFFSET_DELTA] = _be(buf, pos + 23, 4)
-            out[r, BASE_TIMESTAMP] = _be(buf, pos + 27, 8)
-            out[r, MAX_TIMESTAMP] = _be(buf, pos + 35, 8)
-            out[r, PRODUCER_ID] = _be(buf, pos + 43, 8)
-            out[r, PRODUCER_EPOCH] = _be(buf, pos + 51, 2)
-            out[r, BASE_SEQUENCE] = _be(buf, pos + 53, 4)
-            out[r, RECORDS_COUNT] = _be(buf, pos + 57, 4)
+            out[r, LEADER_EPOCH] = _be(buf, pos + LEADER_EPOCH_AT, 4)
+            out[r, CRC] = _be(buf, pos + CRC_AT, 4) & 0xFFFFFFFF
+            out[r, ATTRIBUTES] = _be(buf, pos + ATTRIBUTES_AT, 2)
+            out[r, LAST_OFFSET_DELTA] = _be(buf, pos + LAST_OFFSET_DELTA_AT, 4)
+            out[r, BASE_TIMESTAMP] = _be(buf, pos + BASE_TIMESTAMP_AT, 8)
+            out[r, MAX_TIMESTAMP] = _be(buf, pos + MAX_TIMESTAMP_AT, 8)
+            out[r, PRODUCER_ID] = _be(buf, pos + PRODUCER_ID_AT, 8)
+            out[r, PRODUCER_EPOCH] = _be(buf, pos + PRODUCER_EPOCH_AT, 2)
+            out[r, BASE_SEQUENCE] = _be(buf, pos + BASE_SEQUENCE_AT, 4)
+            out[r, RECORDS_COUNT] = _be(buf, pos + RECORDS_COUNT_AT, 4)
         else:
             out[r, LEADER_EPOCH] = -1
-            out[r, CRC] = _be(buf, pos + 12, 4) & 0xFFFFFFFF
-            out[r, ATTRIBUTES] = buf[pos + 17]
+            out[r, CRC] = _be(buf, pos + LEGACY_CRC_AT, 4) & 0xFFFFFFFF
+            out[r, ATTRIBUTES] = buf[pos + LEGACY_ATTRIBUTES_AT]
             out[r, LAST_OFFSET_DELTA] = 0
-            ts = _be(buf, pos + 18, 8) if magic == 1 else -1
+            ts = _be(buf, pos + LEGACY_TIMESTAMP_AT, 8) if magic == 1 else -1
             out[r, BASE_TIMESTAMP] = ts
             out[r, MAX_TIMESTAMP] = ts
             out[r, PRODUCER_ID] = -1
@@ -175,7 +195,7 @@ def read_chunks(f: BinaryIO, path: str, start: int = 0, end: int | None = None, 
             return
         if how not in (END, INCOMPLETE, SHORT) or eof:
             raise _framing_error(path, buf, file_pos, stop, filled, how)
-        need = _be_py(buf, stop + 8) + LOG_OVERHEAD if how == INCOMPLETE else _PREFIX
+        need = _be_py(buf, stop + LENGTH_AT) + LOG_OVERHEAD if how == INCOMPLETE else _PREFIX
         buf, filled, file_pos, eof = windows.send((stop, need))
 
 
@@ -264,8 +284,8 @@ def _framing_error(path: str, buf: np.ndarray, file_pos: int, stop: int, filled:
     if how == ZERO_FILLED:
         return FormatError(path, pos, "torn tail: zero-filled entry header")
     offset = int.from_bytes(bytes(rest[:8]), "big", signed=True)
-    length = _be_py(buf, stop + 8)
-    magic = int(rest[16])
+    length = _be_py(buf, stop + LENGTH_AT)
+    magic = int(rest[MAGIC_AT])
     if how == BAD_MAGIC:
         return FormatError(path, pos, f"unknown magic {magic} (entry at offset {offset}, length {length})")
     if how == TOO_SHORT:

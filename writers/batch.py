@@ -21,11 +21,9 @@ from kcompact.readers.batch import (
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
     LOG_APPEND_TIME,
-    LOG_OVERHEAD,
     NO_TIMESTAMP,
-    V2_CRC_START,
-    V2_HEADER,
 )
+from kcompact.readers.layout import ATTRIBUTES_AT, CRC_AT, LOG_OVERHEAD, V2_CRC_START, V2_HEADER
 from kcompact.readers.records import Record
 from kcompact.writers.codecs import compress
 
@@ -116,5 +114,5 @@ def encode_batch(
     out = bytearray(header)
     out += body
     crc = crc32c.crc32c(memoryview(out)[V2_CRC_START:])
-    out[17:21] = crc.to_bytes(4, "big")
+    out[CRC_AT:ATTRIBUTES_AT] = crc.to_bytes(4, "big")
     return bytes(out)

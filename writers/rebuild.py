@@ -28,13 +28,27 @@ from kcompact.readers.batch import (
     ATTR_DELETE_HORIZON,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
-    LOG_OVERHEAD,
     NO_TIMESTAMP,
-    V2_CRC_START,
-    V2_HEADER_SIZE,
     Batch,
 )
 from kcompact.readers.crc import crcs
+from kcompact.readers.layout import (
+    ATTRIBUTES_AT,
+    BASE_SEQUENCE_AT,
+    BASE_TIMESTAMP_AT,
+    CRC_AT,
+    LAST_OFFSET_DELTA_AT,
+    LEADER_EPOCH_AT,
+    LENGTH_AT,
+    LOG_OVERHEAD,
+    MAGIC_AT,
+    MAX_TIMESTAMP_AT,
+    PRODUCER_EPOCH_AT,
+    PRODUCER_ID_AT,
+    RECORDS_COUNT_AT,
+    V2_CRC_START,
+    V2_HEADER_SIZE,
+)
 from kcompact.readers.scan import RECORD_POS
 from kcompact.readers.scan import _varint as read_varint
 from kcompact.writers.codecs import GZIP_OS_JAVA_16, compress
@@ -203,18 +217,18 @@ def frame_batches(sources, source, start, length, header, attributes, base_ts, m
         at[i] = w
         if header[i, 0] >= 0:
             _put(out, w, header[i, 0], 8)
-            _put(out, w + 8, V2_HEADER_SIZE - LOG_OVERHEAD + length[i], 4)
-            _put(out, w + 12, header[i, 1], 4)
-            out[w + 16] = 2
-            _put(out, w + 17, 0, 4)
-            _put(out, w + 21, attributes[i], 2)
-            _put(out, w + 23, header[i, 2], 4)
-            _put(out, w + 27, base_ts[i], 8)
-            _put(out, w + 35, max_ts[i], 8)
-            _put(out, w + 43, header[i, 3], 8)
-            _put(out, w + 51, header[i, 4], 2)
-            _put(out, w + 53, header[i, 5], 4)
-            _put(out, w + 57, count[i], 4)
+            _put(out, w + LENGTH_AT, V2_HEADER_SIZE - LOG_OVERHEAD + length[i], 4)
+            _put(out, w + LEADER_EPOCH_AT, header[i, 1], 4)
+            out[w + MAGIC_AT] = 2
+            _put(out, w + CRC_AT, 0, 4)
+            _put(out, w + ATTRIBUTES_AT, attributes[i], 2)
+            _put(out, w + LAST_OFFSET_DELTA_AT, header[i, 2], 4)
+            _put(out, w + BASE_TIMESTAMP_AT, base_ts[i], 8)
+            _put(out, w + MAX_TIMESTAMP_AT, max_ts[i], 8)
+            _put(out, w + PRODUCER_ID_AT, header[i, 3], 8)
+            _put(out, w + PRODUCER_EPOCH_AT, header[i, 4], 2)
+            _put(out, w + BASE_SEQUENCE_AT, header[i, 5], 4)
+            _put(out, w + RECORDS_COUNT_AT, count[i], 4)
             w += V2_HEADER_SIZE
         src = sources[source[i]]
         s = start[i]
@@ -228,9 +242,9 @@ def fill_crcs(out: np.ndarray, at: np.ndarray) -> None:
     at = np.asarray(at, np.int64)
     if not len(at):
         return
-    length = out[(at + 8)[:, None] + np.arange(4)].view(">u4")[:, 0].astype(np.int64)  # each batch's length field
+    length = out[(at + LENGTH_AT)[:, None] + np.arange(4)].view(">u4")[:, 0].astype(np.int64)  # batchLength
     crc = crcs(out, at + V2_CRC_START, at + LOG_OVERHEAD + length)
-    out[(at + 17)[:, None] + np.arange(4)] = crc.astype(">u4").view(np.uint8).reshape(-1, 4)
+    out[(at + CRC_AT)[:, None] + np.arange(4)] = crc.astype(">u4").view(np.uint8).reshape(-1, 4)
 
 
 def rebuild(batch: Batch, keep: np.ndarray, delete_horizon_ms: int | None = None,

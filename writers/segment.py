@@ -28,6 +28,13 @@ from kcompact.readers.indexes import (
     OffsetEntry,
     TimeEntry,
 )
+from kcompact.readers.layout import (
+    BASE_TIMESTAMP_AT,
+    LAST_OFFSET_DELTA_AT,
+    LEGACY_TIMESTAMP_AT,
+    MAGIC_AT,
+    MAX_TIMESTAMP_AT,
+)
 from kcompact.writers.indexes import OFFSET_DTYPE, TIME_DTYPE, encode_entries, encode_txn_index
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
@@ -61,13 +68,13 @@ def _batch_entries(data, at, size, state, interval, base_offset, offset_cap, tim
     the segment (base offset - 1: none), which each batch must start after (a v0/v1 entry: end)."""
     for i in range(at.shape[0]):
         p = at[i]
-        if data[p + 16] >= 2:
+        if data[p + MAGIC_AT] >= 2:
             first = _int(data, p, 8)
-            last = first + _int(data, p + 23, 4)
-            ts = _int(data, p + 35, 8)
+            last = first + _int(data, p + LAST_OFFSET_DELTA_AT, 4)
+            ts = _int(data, p + MAX_TIMESTAMP_AT, 8)
         else:
             last = first = _int(data, p, 8)
-            ts = _int(data, p + 18, 8) if data[p + 16] == 1 else NO_TIMESTAMP
+            ts = _int(data, p + LEGACY_TIMESTAMP_AT, 8) if data[p + MAGIC_AT] == 1 else NO_TIMESTAMP
         if first <= written:
             return OFFSETS_BACK, i
         written = last
@@ -181,8 +188,8 @@ class SegmentWriter:
         start, end = int(at[0]), int(at[-1] + size[-1])
         p = int(at[-1])
         last = int.from_bytes(data[p:p + 8].tobytes(), "big", signed=True)
-        if data[p + 16] >= 2:
-            last += int.from_bytes(data[p + 23:p + 27].tobytes(), "big", signed=True)
+        if data[p + MAGIC_AT] >= 2:
+            last += int.from_bytes(data[p + LAST_OFFSET_DELTA_AT:p + BASE_TIMESTAMP_AT].tobytes(), "big", signed=True)
         if last - self.base_offset > 0x7FFFFFFF or last < self.base_offset:
             raise ValueError(f"offset {last} does not fit segment {self.base_offset}")
         last_time = self._times.last(0)
@@ -204,8 +211,9 @@ class SegmentWriter:
             if bad > 0:
                 q = int(at[bad - 1])
                 prev = int.from_bytes(data[q:q + 8].tobytes(), "big", signed=True)
-                if data[q + 16] >= 2:
-                    prev += int.from_bytes(data[q + 23:q + 27].tobytes(), "big", signed=True)
+                if data[q + MAGIC_AT] >= 2:
+                    prev += int.from_bytes(data[q + LAST_OFFSET_DELTA_AT:q + BASE_TIMESTAMP_AT].tobytes(), "big",
+                                           signed=True)
             raise self._back(self.size + p - start, int.from_bytes(data[p:p + 8].tobytes(), "big", signed=True), prev)
         if outcome != DONE:
             where = f"segment {self.base_offset}: the batch at byte {self.size + int(at[bad]) - start}"
