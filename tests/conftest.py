@@ -22,6 +22,22 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(mark)
 
 
+# -- one name per module: kcompact.<layer>, never the bare folder ---------------------------------
+LAYERS = {p.name for p in HERE.parent.iterdir() if (p / "__init__.py").is_file()} - {"kcompact", "tests"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_name_per_module():
+    """Fail the run if any module was imported under a bare layer name (``readers.batch`` beside
+    ``kcompact.readers.batch``: the repository root on sys.path makes that possible, and the module
+    would then exist twice, with two copies of its state and its classes)."""
+    import sys
+
+    yield
+    bare = sorted(name for name in sys.modules if name.partition(".")[0] in LAYERS)
+    assert not bare, f"modules imported under a bare layer name (import kcompact.<layer>): {', '.join(bare[:10])}"
+
+
 # -- S3 through moto's server mode --------------------------------------------------------
 @pytest.fixture(scope="session")
 def s3_server():
