@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -68,6 +69,88 @@ def s3_server():
 def s3_endpoint(s3_server):
     """The URL of the session's S3 server."""
     return s3_server.endpoint
+
+
+# -- S3 on a real server: SeaweedFS ------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory):
+    """SeaweedFS on 127.0.0.1 (tests/seaweedfs.py), started once for the session, behind a proxy
+    that counts its requests (``seaweedfs.proxy``). Its own credentials: unlike moto, it checks
+    them. Nothing of this session's fsspec configuration points at it (``Store.installed`` does)."""
+    from tests.seaweedfs import CountingProxy, SeaweedFS
+
+    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs")).start()
+    server.proxy = CountingProxy(server.s3).start()
+    try:
+        yield server
+    finally:
+        server.proxy.stop()
+        server.stop()
+
+
+class Store:
+    """One S3 endpoint of the tests: its requests' counter (``snapshot``, ``reset``, ``by_key``), its
+    credentials, the fsspec options that reach it, a child process's environment for it."""
+
+    def __init__(self, name: str, counter, endpoint: str, key: str, secret: str):
+        self.name, self.counter, self.endpoint, self.key, self.secret = name, counter, endpoint, key, secret
+
+    def conf(self) -> dict:
+        return {"client_kwargs": {"endpoint_url": self.endpoint}, "key": self.key, "secret": self.secret}
+
+    def fs(self):
+        """The test's own view of the store: never cached."""
+        import s3fs
+
+        return s3fs.S3FileSystem(**self.conf(), use_listings_cache=False, skip_instance_cache=True)
+
+    def env(self) -> dict:
+        import os
+        import sys
+
+        kept = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "KCOMPACT_", "FSSPEC_"))}
+        return kept | {"FSSPEC_S3": json.dumps({"client_kwargs": {"endpoint_url": self.endpoint}}),
+                       "AWS_ACCESS_KEY_ID": self.key, "AWS_SECRET_ACCESS_KEY": self.secret,
+                       "AWS_DEFAULT_REGION": "us-east-1", "PYSPARK_PYTHON": sys.executable,
+                       "PYSPARK_DRIVER_PYTHON": sys.executable, "KCOMPACT_SPARK_LOG_LEVEL": "ERROR"}
+
+    @contextlib.contextmanager
+    def installed(self, spark=None):
+        """Every ``s3://`` path of this process (and of ``spark``'s Python workers) on this store meanwhile."""
+        import fsspec
+        import s3fs
+
+        saved = fsspec.config.conf.get("s3")
+        fsspec.config.conf["s3"] = self.conf()
+        s3fs.S3FileSystem.clear_instance_cache()
+        environment = spark.sparkContext.environment if spark is not None else {}
+        saved_env = environment.get("FSSPEC_S3")
+        environment["FSSPEC_S3"] = json.dumps(self.conf())
+        try:
+            yield self
+        finally:
+            s3fs.S3FileSystem.clear_instance_cache()
+            if saved is None:
+                fsspec.config.conf.pop("s3", None)
+            else:
+                fsspec.config.conf["s3"] = saved
+            if saved_env is None:
+                environment.pop("FSSPEC_S3", None)
+            else:
+                environment["FSSPEC_S3"] = saved_env
+
+
+@pytest.fixture(scope="module", params=["moto", "seaweedfs"])
+def store(request) -> Store:
+    """The S3 server of a test that runs on both: moto (a mock in this process) and SeaweedFS (a
+    real server)."""
+    if request.param == "moto":
+        server = request.getfixturevalue("s3_server")
+        return Store("moto", server, server.endpoint, "testing", "testing")
+    from tests.seaweedfs import ACCESS_KEY, SECRET_KEY
+
+    server = request.getfixturevalue("seaweedfs")
+    return Store("seaweedfs", server.proxy, server.proxy.endpoint, ACCESS_KEY, SECRET_KEY)
 
 
 # -- a live process of this host (a lease holder that still runs) ------------------------------------
