@@ -61,8 +61,9 @@ MUTATIONS = ("PUT", "COPY", "DELETE", "DELETE_BATCH", "MULTIPART")
 
 
 def test_a_store_without_conditional_writes_is_refused_before_anything_is_written(unconditional, gen, capsys):
-    """The nightly job and a state command (every command that writes asks, jobs/arguments.py), in this process (the command line's own exit code and
-    stderr line): refused, the bucket as it was, the probe's two requests the only writes."""
+    """The nightly job and a state command (every command that writes asks, jobs/arguments.py), in
+    this process (the command line's own exit code and stderr line): refused, the bucket as it
+    was, the probe's two requests the only writes."""
     fs, url = upload(unconditional, gen, "refused")
     before = listing(fs, "refused")
     with unconditional.installed():
