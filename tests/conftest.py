@@ -92,11 +92,13 @@ class Store:
     """One S3 endpoint of the tests: its requests' counter (``snapshot``, ``reset``, ``by_key``), its
     credentials, the fsspec options that reach it, a child process's environment for it."""
 
-    def __init__(self, name: str, counter, endpoint: str, key: str, secret: str):
+    def __init__(self, name: str, counter, endpoint: str, key: str, secret: str, **options):
         self.name, self.counter, self.endpoint, self.key, self.secret = name, counter, endpoint, key, secret
+        self.options = options  # more of s3fs's arguments
 
     def conf(self) -> dict:
-        return {"client_kwargs": {"endpoint_url": self.endpoint}, "key": self.key, "secret": self.secret}
+        return {"client_kwargs": {"endpoint_url": self.endpoint}, "key": self.key, "secret": self.secret,
+                **self.options}
 
     def fs(self):
         """The test's own view of the store: never cached."""
@@ -109,7 +111,9 @@ class Store:
         import sys
 
         kept = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "KCOMPACT_", "FSSPEC_"))}
-        return kept | {"FSSPEC_S3": json.dumps({"client_kwargs": {"endpoint_url": self.endpoint}}),
+        options = {"client_kwargs": {"endpoint_url": self.endpoint},  # as docs/deployment.md says
+                   "config_kwargs": {"s3": {"addressing_style": "path"}}}
+        return kept | {"FSSPEC_S3": json.dumps(options),
                        "AWS_ACCESS_KEY_ID": self.key, "AWS_SECRET_ACCESS_KEY": self.secret,
                        "AWS_DEFAULT_REGION": "us-east-1", "PYSPARK_PYTHON": sys.executable,
                        "PYSPARK_DRIVER_PYTHON": sys.executable, "KCOMPACT_SPARK_LOG_LEVEL": "ERROR"}

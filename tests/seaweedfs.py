@@ -61,10 +61,11 @@ def _die_with_parent() -> None:
 
 
 class SeaweedFS:
-    """``weed server`` on 127.0.0.1 with its data in ``root``; ``bucket`` made at the first start."""
+    """``weed server`` on 127.0.0.1 with its data in ``root``; ``bucket`` made at the first start.
+    ``volume_max``: volumes of 64 MB it may make (what it can hold)."""
 
-    def __init__(self, root: Path, bucket: str = "kcompact"):
-        self.root, self.bucket = Path(root), bucket
+    def __init__(self, root: Path, bucket: str = "kcompact", volume_max: int = 32):
+        self.root, self.bucket, self.volume_max = Path(root), bucket, volume_max
         (self.root / "data").mkdir(parents=True, exist_ok=True)
         self.config = self.root / "identities.json"
         self.config.write_text(json.dumps({"identities": [{
@@ -86,7 +87,8 @@ class SeaweedFS:
         return [weed, "server", f"-dir={self.root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 f"-master.port={self.master}", f"-master.port.grpc={self.master_grpc}",
                 "-master.volumeSizeLimitMB=64", "-master.telemetry=false", "-master.electionTimeout=250ms",
-                f"-volume.port={self.volume}", f"-volume.port.grpc={self.volume_grpc}", "-volume.max=32",
+                f"-volume.port={self.volume}", f"-volume.port.grpc={self.volume_grpc}",
+                f"-volume.max={self.volume_max}",
                 "-filer", f"-filer.port={self.filer}", f"-filer.port.grpc={self.filer_grpc}",
                 "-s3", f"-s3.port={self.s3}", f"-s3.port.grpc={self.s3_grpc}", f"-s3.config={self.config}",
                 "-s3.port.iceberg=0", "-s3.port.lance=0", "-s3.iam=false"]
@@ -133,10 +135,11 @@ class SeaweedFS:
         self.proc = None
 
     def stop(self) -> None:
+        """SIGTERM, and SIGKILL after a second: its volume server would wait 10 s for clients to go."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 self.kill()
         self.proc = None
