@@ -14,8 +14,8 @@ import pytest
 
 from kcompact.jobs import cli
 from kcompact.storage import probe
-from tests.conftest import Store
 from tests.s3server import CountingS3
+from tests.stores import Store
 
 BUCKET = "kc-probe"
 NOW = "1720001000000"

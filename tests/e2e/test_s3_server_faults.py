@@ -30,7 +30,6 @@ from kcompact.logdir import commits
 from kcompact.logdir import names as log_dir_names
 from kcompact.readers.checkpoint import parse as parse_checkpoint
 from kcompact.storage import probe
-from tests.conftest import Store
 from tests.e2e.test_s3_commit import (
     BUCKET,
     COMMIT_ONE,
@@ -48,6 +47,7 @@ from tests.e2e.test_s3_commit import (
     url,
 )
 from tests.seaweedfs import ACCESS_KEY, SECRET_KEY
+from tests.stores import Store
 
 MUTATIONS = ("PUT", "COPY", "DELETE", "DELETE_BATCH", "MULTIPART")
 
