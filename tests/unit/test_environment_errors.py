@@ -149,7 +149,9 @@ def test_an_internal_bug_exits_3_whatever_builtin_it_is(monkeypatch, capsys, exc
     (errors.MissingFile(2, "No such file or directory", "/x/c.properties"), 2,
      "kcompact: error: /x/c.properties: no such file or directory"),
     (errors.OutOfMemory("a Spark task ran out of memory"), 2, "kcompact: error: a Spark task ran out of memory"),
-], ids=["format", "argument", "config", "usage", "storage", "memory"])
+    (errors.NoConditionalWrites("s3://b/l: http://s:9000 ignores conditional writes"), 2,
+     "kcompact: object store refused: s3://b/l: http://s:9000 ignores conditional writes"),
+], ids=["format", "argument", "config", "usage", "storage", "memory", "no conditional writes"])
 def test_the_command_line_decides_on_the_class(monkeypatch, capsys, exc, code, line):
     failing(monkeypatch, exc)
     assert cli.main(["status", "/nowhere"]) == code == exc.exit_code
