@@ -8,7 +8,7 @@ request that begins the chosen step (the step's request never reaches the server
 acknowledged before must survive its restart). A step is one of the commit's mutating requests,
 or one batch of copies sent at once (operations/s3commit.py sends a partition's copies together).
 The commit is driven in this process on pre-staged objects (as tests/e2e/test_s3_commit.py's
-sweep), so each kill point costs a restart, not a JVM; its client gives up at the first refused
+sweep), so each kill point costs a restart, not a JVM; its botocore gives up at the first dropped
 connection (the default's retries would only wait longer for a server that is not there).
 
 Truth comes from outside the code under test: the same compaction on local disk (Kafka's swap
@@ -126,21 +126,24 @@ def test_the_server_killed_at_each_step_of_a_commit_loses_nothing(seaweed, seawe
     uninjected = {n: fs.cat(f"{BUCKET}/sweep/uninjected/{TARGET}/{n}")
                   for n in object_names(fs, f"sweep/uninjected/{TARGET}")}
     points = [f"kill{n:02d}" for n in range(1, total + 1)]
-    # the committer gives up at the first refused connection: the default's 5 x 5 retries would
-    # only wait longer for a server that is not there
-    failing_fast = Store("seaweedfs", store.counter, store.endpoint, ACCESS_KEY, SECRET_KEY, retries=1,
+    # the committer's botocore gives up at the first dropped connection (s3fs still retries 5
+    # times): the default's 5 x 5 attempts would only wait longer for a server that is not there
+    failing_fast = Store("seaweedfs", store.counter, store.endpoint, ACCESS_KEY, SECRET_KEY,
                          config_kwargs={"retries": {"max_attempts": 1}})
     committed, restart_s = {}, []
     for n, point in enumerate(points, 1):
         args = prepare(point)
         steps.arm(n)
-        with failing_fast.installed(), pytest.raises(errors.StorageError):
-            commit(args)  # the store went away under it
-        steps.armed = False
-        assert steps.killed_at is not None and seaweedfs.proc is None, point
-        began = time.monotonic()
-        seaweedfs.start()
-        restart_s.append(time.monotonic() - began)
+        try:
+            with failing_fast.installed(), pytest.raises(errors.StorageError):
+                commit(args)  # the store went away under it
+            assert steps.killed_at is not None and seaweedfs.proc is None, point
+        finally:
+            steps.armed = False
+            began = time.monotonic()
+            if seaweedfs.proc is None:
+                seaweedfs.start()
+            restart_s.append(time.monotonic() - began)
         committed[point] = fs.exists(f"{BUCKET}/sweep/{point}/{commits.record_name('orders', 0, 1)}")
         assert committed[point] == (n > 1), (point, steps.killed_at)  # the record's PUT is the commit point
         assert log_dir_names.unknown(object_names(fs, f"sweep/{point}")) == [], point
@@ -173,9 +176,9 @@ def test_a_run_with_the_server_down_ends_2_before_anything_is_written(seaweed, s
     _, fs, _ = seaweed
     fs.put(f"{small}/", f"{BUCKET}/down/", recursive=True)
     before = {p: fs.cat(p) for p in fs.find(f"{BUCKET}/down")}
-    # straight to its port (refused connections, not a proxy's dropped ones); fewer retries than the
-    # default's 5 x 5, which only make the same answer come later
-    direct = Store("seaweedfs, no proxy", None, seaweedfs.endpoint, ACCESS_KEY, SECRET_KEY, retries=1,
+    # straight to its port (refused connections, not a proxy's dropped ones); botocore's attempts
+    # cut to one (s3fs still retries 5 times), which only make the same answer come later
+    direct = Store("seaweedfs, no proxy", None, seaweedfs.endpoint, ACCESS_KEY, SECRET_KEY,
                    config_kwargs={"retries": {"max_attempts": 1}})
     seaweedfs.stop()
     try:

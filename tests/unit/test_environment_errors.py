@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from botocore.exceptions import (
     ClientError,
+    ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
     NoCredentialsError,
@@ -78,6 +79,15 @@ def test_an_unreachable_endpoint_is_a_connection_problem_naming_it(exc, says):
     endpoint = exc.kwargs["endpoint_url"].rsplit("/nightly-logs", 1)[0]
     assert f"cannot connect to the object store at {endpoint} " in line and says in line, line
     assert "s3://nightly-logs" in line and "endpoint_url" in line, line
+
+
+def test_a_connection_the_server_closed_unanswered_is_a_failure_of_storage():
+    """A server that dies under a request (tests/e2e/test_s3_server_faults.py kills one): no bug."""
+    exc = ConnectionClosedError(endpoint_url="http://127.0.0.1:9/nightly-logs/broker-1/kcompact-commit.t-0.1.json")
+    assert isinstance(storage.failures.as_storage_error(exc), errors.StorageError)
+    line = one_line(storage.describe_failure(exc, URLS))
+    assert line.startswith("s3://nightly-logs: the object store at http://127.0.0.1:9 closed the connection "), line
+    assert "kcompact recover" in line, line
 
 
 def test_other_errors_are_left_as_they_were():
