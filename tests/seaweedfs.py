@@ -62,9 +62,10 @@ def _die_with_parent() -> None:
 
 class SeaweedFS:
     """``weed server`` on 127.0.0.1 with its data in ``root``; ``bucket`` made at the first start.
-    ``volume_max``: volumes of 64 MB it may make (what it can hold)."""
+    ``volume_max``: volumes of 64 MB it may make. Each bucket is a collection that grows 7 at its
+    first write: a test session's few buckets must fit, or a write fails with InternalError."""
 
-    def __init__(self, root: Path, bucket: str = "kcompact", volume_max: int = 32):
+    def __init__(self, root: Path, bucket: str = "kcompact", volume_max: int = 100):
         self.root, self.bucket, self.volume_max = Path(root), bucket, volume_max
         (self.root / "data").mkdir(parents=True, exist_ok=True)
         self.config = self.root / "identities.json"
