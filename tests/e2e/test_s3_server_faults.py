@@ -8,7 +8,7 @@ request that begins the chosen step (the step's request never reaches the server
 acknowledged before must survive its restart). A step is one of the commit's mutating requests,
 or one batch of copies sent at once (operations/s3commit.py sends a partition's copies together).
 The commit is driven in this process on pre-staged objects (as tests/e2e/test_s3_commit.py's
-sweep), so each kill point costs a restart, not a JVM; its botocore gives up at the first dropped
+sweep), so each kill point costs a restart, not a JVM; its client gives up at the first dropped
 connection (the default's retries would only wait longer for a server that is not there).
 
 Truth comes from outside the code under test: the same compaction on local disk (Kafka's swap
@@ -108,7 +108,8 @@ def commit(args: dict) -> None:
 
 
 @pytest.mark.slow  # more than 20 s (make test-fast leaves it out)
-def test_the_server_killed_at_each_step_of_a_commit_loses_nothing(seaweed, seaweedfs, gen, merged_truth):
+def test_the_server_killed_at_each_step_of_a_commit_loses_nothing(seaweed, seaweedfs, gen, merged_truth,
+                                                                  monkeypatch):
     """orders-0's commit (three segments cleaned into one group), the server SIGKILLed before each
     of its steps in turn and started again: readers see the old or the new partition, whole; one
     ``kcompact run`` over every killed copy brings each to the uninjected result."""
@@ -126,8 +127,8 @@ def test_the_server_killed_at_each_step_of_a_commit_loses_nothing(seaweed, seawe
     uninjected = {n: fs.cat(f"{BUCKET}/sweep/uninjected/{TARGET}/{n}")
                   for n in object_names(fs, f"sweep/uninjected/{TARGET}")}
     points = [f"kill{n:02d}" for n in range(1, total + 1)]
-    # the committer's botocore gives up at the first dropped connection (s3fs still retries 5
-    # times): the default's 5 x 5 attempts would only wait longer for a server that is not there
+    # the committer gives up at the first dropped connection: the default's 5 x 5 attempts
+    # (botocore's, s3fs's) would only wait longer for a server that is not there
     failing_fast = Store("seaweedfs", store.counter, store.endpoint, ACCESS_KEY, SECRET_KEY,
                          config_kwargs={"retries": {"max_attempts": 1}})
     committed, restart_s = {}, []
@@ -135,7 +136,8 @@ def test_the_server_killed_at_each_step_of_a_commit_loses_nothing(seaweed, seawe
         args = prepare(point)
         steps.arm(n)
         try:
-            with failing_fast.installed(), pytest.raises(errors.StorageError):
+            with monkeypatch.context() as m, failing_fast.installed(), pytest.raises(errors.StorageError):
+                m.setattr("s3fs.S3FileSystem.retries", 1)  # s3fs's own 5 tries: a class attribute
                 commit(args)  # the store went away under it
             assert steps.killed_at is not None and seaweedfs.proc is None, point
         finally:
