@@ -130,6 +130,15 @@ class StateError(UsageError):
     """A change of a partition's cleaning state its current state refuses (``resume`` of one not paused)."""
 
 
+class NoConditionalWrites(UsageError):
+    """An object store that ignores conditional writes (``If-None-Match``, ``If-Match`` on PUT),
+    which every commit there relies on: refused by the start-up probe (``storage.probe``) before
+    anything is written. The store's, not one partition's: no partition is tried on it."""
+
+    failure = None
+    label = "object store refused: "
+
+
 class OutOfMemory(KcompactError):
     """A Spark job failed for want of memory (``errors.memory``): the sizing's to change, not a bug."""
 

@@ -251,3 +251,5 @@ def check(args: argparse.Namespace) -> None:
         checks.output(args.output, "--output", (".parquet", ".json"))
         checks.output(args.plot, "--plot", (".png",))
     checks.output(getattr(args, "report", None), "--report", (".json",))
+    if args.command in WRITING_COMMANDS and not getattr(args, "dry_run", False):  # last: it sends requests
+        checks.conditional_writes(args.paths if args.command not in STATE_COMMANDS else [args.logdir])

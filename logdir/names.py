@@ -89,6 +89,10 @@ TABLE: tuple[Name, ...] = (
     _name("kcompact-last-run.json.tmp", r"kcompact-last-run\.json\.tmp", ROOT,
           "storage.write_atomic, cut short by a crash", IGNORES,
           "a root file; kcompact recover removes it", "kcompact-last-run.json.tmp"),
+    _name("kcompact-probe.<hex>.tmp", r"kcompact-probe\.[0-9a-f]{32}\.tmp", ROOT,
+          "the start-up probe of an object store that ignores conditional writes (storage/probe.py)", IGNORES,
+          "object stores only, deleted by the request after the one that wrote it",
+          "kcompact-probe.0123456789abcdef0123456789abcdef.tmp"),
     # -- Kafka's names at the root that kcompact writes -----------------------------------------
     _name(".lock", r"\.lock", ROOT, "Kafka; kcompact creates it when missing (storage/lock.py)", READS,
           "the broker's own lock file (LogManager.lockLogDirs), empty, given the log dir's owner",

@@ -180,6 +180,10 @@ def _describe_boto(boto, error: BaseException) -> str | None:
     if isinstance(error, boto.ClientError):
         refusal = _REFUSALS.get(str(error.response.get("Error", {}).get("Code", "")))
         return refusal.format(**credential_names()) if refusal else None
+    if isinstance(error, boto.ConnectionClosedError):  # a server that died or restarted under the request
+        return (f"the object store at {_endpoint(error.kwargs.get('endpoint_url'))} closed the connection before "
+                "it answered (the server stopped or restarted?): check that it runs; the next run or "
+                "'kcompact recover' finishes or undoes what was under way")
     if isinstance(error, boto.ConnectionError) and not isinstance(error, boto.HTTPClientError):
         if isinstance(error, boto.ConnectTimeoutError):
             why = "no answer within the connect timeout"

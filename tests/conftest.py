@@ -70,6 +70,38 @@ def s3_endpoint(s3_server):
     return s3_server.endpoint
 
 
+# -- S3 on a real server: SeaweedFS ------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory):
+    """SeaweedFS on 127.0.0.1 (tests/seaweedfs.py), started once for the session, behind a proxy
+    that counts its requests (``seaweedfs.proxy``). Its own credentials: unlike moto, it checks
+    them. Nothing of this session's fsspec configuration points at it (``Store.installed`` does)."""
+    from tests.seaweedfs import CountingProxy, SeaweedFS
+
+    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs")).start()
+    server.proxy = CountingProxy(server.s3).start()
+    try:
+        yield server
+    finally:
+        server.proxy.stop()
+        server.stop()
+
+
+@pytest.fixture(scope="module", params=["moto", "seaweedfs"])
+def store(request):
+    """The S3 server of a test that runs on both: moto (a mock in this process) and SeaweedFS (a
+    real server)."""
+    from tests.stores import Store
+
+    if request.param == "moto":
+        server = request.getfixturevalue("s3_server")
+        return Store("moto", server, server.endpoint, "testing", "testing")
+    from tests.seaweedfs import ACCESS_KEY, SECRET_KEY
+
+    server = request.getfixturevalue("seaweedfs")
+    return Store("seaweedfs", server.proxy, server.proxy.endpoint, ACCESS_KEY, SECRET_KEY)
+
+
 # -- a live process of this host (a lease holder that still runs) ------------------------------------
 @pytest.fixture
 def live_child():

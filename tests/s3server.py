@@ -1,7 +1,8 @@
 """A local S3 endpoint for tests and benchmarks: moto's server, seen through a WSGI layer that
 counts the requests that arrive by S3 operation, can hold each one for a fixed latency, and can
 answer a share of them ``503 SlowDown`` before moto sees them (as a throttled store does: the
-request is refused, nothing in the bucket changes).
+request is refused, nothing in the bucket changes), and can drop the conditions of writes
+(``If-Match``, ``If-None-Match``) before moto sees them, as a store without conditional writes.
 
 The operation is told from the HTTP method, the query and the headers, as S3's REST API defines
 them, not from what the client meant: a LIST is a GET on a bucket, a COPY a PUT with
@@ -60,10 +61,11 @@ def _target(environ) -> str:
 class CountingS3:
     """moto on 127.0.0.1 with a counter in front. ``latency_s``: each request is held that long
     before it is served. ``throttle``: the share of requests (0..1) answered 503 SlowDown, drawn
-    from a seeded generator so a run is repeatable."""
+    from a seeded generator so a run is repeatable. ``conditional=False``: the conditions of every
+    request are dropped unread, so every conditional write is written."""
 
-    def __init__(self, latency_s: float = 0.0, throttle: float = 0.0, seed: int = 0):
-        self.latency_s, self.throttle = latency_s, throttle
+    def __init__(self, latency_s: float = 0.0, throttle: float = 0.0, seed: int = 0, conditional: bool = True):
+        self.latency_s, self.throttle, self.conditional = latency_s, throttle, conditional
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self.counts: collections.Counter = collections.Counter()
@@ -106,6 +108,9 @@ class CountingS3:
         op = operation(
             environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""), headers
         )
+        if not self.conditional:
+            environ.pop("HTTP_IF_MATCH", None)
+            environ.pop("HTTP_IF_NONE_MATCH", None)
         if self.latency_s:
             time.sleep(self.latency_s)
         with self._lock:

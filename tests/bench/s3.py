@@ -6,7 +6,8 @@ here runs under pytest.
 A store's bill and a nightly run's length follow the number of requests, which local disk never
 shows, so each command runs against moto behind ``tests.s3server.CountingS3`` (which counts the
 requests by S3 operation and the bytes both ways, and can hold each request ``--latency-ms`` as a
-remote store would), and again on a copy on local disk as the yardstick. Corpora (generated once
+remote store would), against a real S3 server, SeaweedFS (``tests.seaweedfs``, counted by its proxy
+alike; no added latency), and again on a copy on local disk as the yardstick. Corpora (generated once
 with ``tools.generator``, as ``kcompact gen`` does, cached in ``--dir``; a ``manifest.json``
 written last marks one complete):
   - ``many``: the built-in spec (``kcompact gen --print-spec``), seed 7, with its compacted topic
@@ -180,32 +181,51 @@ def run_cli(command: str, path: str, now: int, env: dict[str, str],
 
 
 class S3:
-    """A counting moto server and a client: each run uploads the log dir under a prefix of its own."""
+    """A counting S3 server and a client: each run uploads the log dir under a prefix of its own.
+    ``moto`` (behind tests.s3server.CountingS3, which can hold each request) or ``seaweedfs`` (a
+    real server, tests/seaweedfs.py, its data in ``root``, counted by the proxy in front of it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "moto", root: Path | None = None) -> None:
         import s3fs
 
-        from tests.s3server import CountingS3
+        self.kind, self.weed = kind, None
+        if kind == "moto":
+            from tests.s3server import CountingS3
 
-        self.server = CountingS3().start()
-        self.conf = {"client_kwargs": {"endpoint_url": self.server.endpoint}, "key": "testing", "secret": "testing"}
-        self.fs = s3fs.S3FileSystem(**self.conf)
-        self.fs.mkdir(BUCKET)
+            self.server = CountingS3().start()
+            key = secret = "testing"
+        else:
+            from tests.seaweedfs import ACCESS_KEY, SECRET_KEY, CountingProxy, SeaweedFS
+
+            shutil.rmtree(root, ignore_errors=True)
+            self.weed = SeaweedFS(root, bucket=BUCKET, volume_max=200).start()
+            self.server = CountingProxy(self.weed.s3).start()
+            key, secret = ACCESS_KEY, SECRET_KEY
+        self.conf = {"client_kwargs": {"endpoint_url": self.server.endpoint}, "key": key, "secret": secret}
+        self.fs = s3fs.S3FileSystem(**self.conf, skip_instance_cache=True)
+        if not self.fs.exists(BUCKET):
+            self.fs.mkdir(BUCKET)
         self.runs = 0
+
+    def _latency(self, seconds: float) -> None:
+        if self.kind == "moto":
+            self.server.latency_s = seconds
+        elif seconds:
+            raise ValueError("no added latency on SeaweedFS")
 
     def run(self, command: str, logs: str, now: int, latency_s: float, extra: tuple[str, ...] = ()) -> Measured:
         self.runs += 1
         prefix = f"{BUCKET}/run-{self.runs}"
-        self.server.latency_s = 0.0
+        self._latency(0.0)
         self.fs.put(logs + "/", prefix + "/", recursive=True)
         self.server.reset()
-        self.server.latency_s = latency_s
+        self._latency(latency_s)
         try:
             wall, summary, driver_s = run_cli(
                 command, f"s3://{prefix}", now, child_env(FSSPEC_S3=json.dumps(self.conf)), extra
             )
         finally:
-            self.server.latency_s = 0.0
+            self._latency(0.0)
         snap = self.server.snapshot()
         self.fs.invalidate_cache()
         self.fs.rm(prefix, recursive=True)  # moto holds the bytes in this process
@@ -213,6 +233,8 @@ class S3:
 
     def stop(self) -> None:
         self.server.stop()
+        if self.weed is not None:
+            self.weed.stop()
 
 
 def run_local(command: str, logs: str, now: int, work: Path, extra: tuple[str, ...] = ()) -> Measured:
@@ -244,6 +266,7 @@ def bench(args: argparse.Namespace) -> dict:
         corpora["large"] = large(args.dir / f"large-{args.large_gb:g}", args.large_gb)
     tiny = many(args.dir / "tiny", 1)
     s3, latency_s, work = S3(), args.latency_ms / 1000, args.dir / "work"
+    weed = S3("seaweedfs", args.dir / "seaweedfs") if not args.skip_seaweedfs else None
     results: dict = {"tiny": {}, "corpora": {}}
     try:
         s3.run("plan", tiny["logs"], tiny["now"], 0.0)  # not counted: the bench's first process reads Spark from disk
@@ -252,18 +275,26 @@ def bench(args: argparse.Namespace) -> dict:
                                         for _ in range(args.runs)]
             for name, c in corpora.items():
                 runs: dict[str, list[Measured]] = {"s3": [], "s3_latency": [], "local": []}
+                if weed is not None:
+                    runs["seaweedfs"] = []
                 extra = c.get("extra", ())
                 for i in range(args.runs):
                     runs["s3"].append(s3.run(command, c["logs"], c["now"], 0.0, extra))
                     runs["s3_latency"].append(s3.run(command, c["logs"], c["now"], latency_s, extra))
                     runs["local"].append(run_local(command, c["logs"], c["now"], work, extra))
+                    if weed is not None:
+                        runs["seaweedfs"].append(weed.run(command, c["logs"], c["now"], 0.0, extra))
                     print(f"{name} {command} run {i + 1}: S3 {runs['s3'][-1].wall_s:.1f} s, "
                           f"+{args.latency_ms:g} ms {runs['s3_latency'][-1].wall_s:.1f} s, "
-                          f"local {runs['local'][-1].wall_s:.1f} s", flush=True)
+                          f"local {runs['local'][-1].wall_s:.1f} s"
+                          + (f", SeaweedFS {runs['seaweedfs'][-1].wall_s:.1f} s" if weed is not None else ""),
+                          flush=True)
                 check(name, command, runs)
                 results["corpora"].setdefault(name, {})[command] = {k: [asdict(m) for m in v] for k, v in runs.items()}
     finally:
         s3.stop()
+        if weed is not None:
+            weed.stop()
     results["manifests"] = {name: {k: v for k, v in c.items() if k not in ("files", "spec", "extra")}
                             for name, c in {**corpora, "tiny": tiny}.items()}
     return results
@@ -276,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large-gb", type=float, default=1.0, help="GB (10^9 bytes) of .log in the large partition")
     parser.add_argument("--skip-large", action="store_true", help="no large partition (none generated)")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="added to every S3 request in the latency runs")
+    parser.add_argument("--skip-seaweedfs", action="store_true", help="moto only (no SeaweedFS column)")
     parser.add_argument("--runs", type=int, default=1, help="runs of each measurement; walls are the median")
     parser.add_argument("--executors", type=int, default=10, help="executors of the projected nightly run")
     parser.add_argument("--put-price", type=float, default=0.005, help="USD per 1,000 PUT/COPY/LIST/POST requests")

@@ -60,6 +60,16 @@ def figures(results: dict, args: argparse.Namespace) -> list[dict]:
                 "fleet_s": fleet_seconds(walls["s3_latency"], _median(runs["s3_latency"], "driver_s"), fixed,
                                          partitions, args.executors),
             })
+            if "seaweedfs" in runs:  # the same command on a real server, no added latency: beside moto's
+                weed, moto = runs["seaweedfs"][0], runs["s3"][0]
+                weed_partitions = m["compacted"] if command == "plan" else weed["summary"][1]
+                out[-1]["seaweedfs"] = {
+                    "requests": {op: weed["requests"].get(op, 0) for op in OPS},
+                    "total": sum(weed["requests"].values()), "partitions": weed_partitions,
+                    "per_partition": sum(weed["requests"].values()) / weed_partitions,
+                    "wall_per_partition_s": walls["seaweedfs"] / weed_partitions,
+                    "moto_per_partition": sum(moto["requests"].values()) / partitions,
+                    "moto_wall_per_partition_s": walls["s3"] / partitions}
     return out
 
 
@@ -122,6 +132,22 @@ def render(results: dict, args: argparse.Namespace) -> str:
                [[f["corpus"], f["command"], f"{f['per_partition']:,.1f}", f"{f['fleet_requests']:,.0f}",
                  f"{f['fleet_cost_usd']:,.2f}", f"{f['driver_s']:.1f}", f"{f['fleet_s'] / 3600:,.2f}"] for f in figs]),
     ]
+    weed = [f for f in figs if "seaweedfs" in f]
+    if weed:
+        lines += [
+            "", "### moto and SeaweedFS (a real S3 server, tests/seaweedfs.py, no added latency), per partition", "",
+            "requests counted where they arrive (moto: CountingS3; SeaweedFS: the proxy in front of it); "
+            "per partition: as above (plan: compacted partitions; compact: cleaned partitions); walls: whole "
+            "process, median", "",
+            _table(["corpus", "command", "moto requests", "SeaweedFS requests", "moto per partition",
+                    "SeaweedFS per partition", "moto wall s", "SeaweedFS wall s", "moto s per partition",
+                    "SeaweedFS s per partition"],
+                   [[f["corpus"], f["command"], f"{f['total_no_latency']:,}", f"{f['seaweedfs']['total']:,}",
+                     f"{f['seaweedfs']['moto_per_partition']:,.1f}", f"{f['seaweedfs']['per_partition']:,.1f}",
+                     f"{f['walls']['s3']:.1f}", f"{f['walls']['seaweedfs']:.1f}",
+                     f"{f['seaweedfs']['moto_wall_per_partition_s']:.3f}",
+                     f"{f['seaweedfs']['wall_per_partition_s']:.3f}"] for f in weed]),
+        ]
     refused = sum(f["refused"] for f in figs)
     if refused:
         lines += ["", f"requests refused by the server (503): {refused}"]

@@ -4,8 +4,8 @@ process's) is taken over at once, as on local disk; a lease of another host or o
 respected until it expires, and the run that meets it says so, holder and expiry, and ends partial
 (4), never 0; ``recover`` notes it without failing.
 
-Log dirs in the session's moto bucket; state files written as the holders would leave them; the
-commands run in this process on the session's Spark.
+Log dirs in the session's moto bucket (the takeover on SeaweedFS too); state files written as the
+holders would leave them; the commands run in this process on the session's Spark.
 """
 
 from __future__ import annotations
@@ -72,15 +72,21 @@ def committed(report: Path) -> list[str]:
     return sorted(f"{p['topic']}-{p['partition']}" for p in doc["partitions"] if p["committed"])
 
 
-def test_compact_takes_over_the_leases_of_a_dead_process_of_this_host(spark_s3, s3, tmp_path, capsys):
-    """SIGKILLed mid-run: a state file per partition, lease still valid, its pid gone: cleaned now."""
+def test_compact_takes_over_the_leases_of_a_dead_process_of_this_host(spark_s3, store, tmp_path, capsys):
+    """SIGKILLed mid-run: a state file per partition, lease still valid, its pid gone: cleaned now.
+    On moto and on SeaweedFS (``store``), whose conditional writes the takeover's compare-and-swap
+    meets."""
+    s3 = store.fs()
+    if not s3.exists(BUCKET):
+        s3.mkdir(BUCKET)
     names = ["t-0", "t-1", "t-2"]
     url = log_dir(s3, tmp_path, "dead", names)
     pid = dead_pid()
-    for name in names:
-        put_lease(s3, url, name, "kcompact-killed", pid)
-    assert not states.read(f"{url}/t-0")[0].expired()  # valid for two more minutes
-    code = main(["compact", url, "--now", str(NOW), *TOPIC_ARGS, "--report", str(tmp_path / "r.json")])
+    with store.installed(spark_s3):
+        for name in names:
+            put_lease(s3, url, name, "kcompact-killed", pid)
+        assert not states.read(f"{url}/t-0")[0].expired()  # valid for two more minutes
+        code = main(["compact", url, "--now", str(NOW), *TOPIC_ARGS, "--report", str(tmp_path / "r.json")])
     out = capsys.readouterr().out
     assert code == 0, out
     assert committed(tmp_path / "r.json") == names

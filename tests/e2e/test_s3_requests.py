@@ -1,7 +1,7 @@
-"""Requests per partition on an object store, counted where they arrive (the session's S3 server,
-tests/s3server.py), for whole commands on a log dir of many small partitions: what the work needs
-(docs/protocols.md, "Requests to an object store"), not a listing per partition, a HEAD per read
-or a checkpoint write per commit.
+"""Requests per partition on an object store, counted where they arrive (moto's server,
+tests/s3server.py, and the proxy in front of SeaweedFS, tests/seaweedfs.py: ``store``), for whole
+commands on a log dir of many small partitions: what the work needs (docs/protocols.md, "Requests
+to an object store"), not a listing per partition, a HEAD per read or a checkpoint write per commit.
 
 Truth: the budgets come from the work itself (one GET per segment read, one PUT and one COPY per
 file written, the log dir listed once per stage), the plan's own segments and dirty offsets say
@@ -12,7 +12,6 @@ local disk (whose result the Kafka fixture tests check against Kafka's cleaner).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -43,21 +42,22 @@ def log_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def env(s3_endpoint) -> dict:
-    kept = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "KCOMPACT_"))}
-    return kept | {"FSSPEC_S3": json.dumps({"client_kwargs": {"endpoint_url": s3_endpoint}}),
-                   "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                   "AWS_DEFAULT_REGION": "us-east-1", "PYSPARK_PYTHON": sys.executable,
-                   "PYSPARK_DRIVER_PYTHON": sys.executable, "KCOMPACT_SPARK_LOG_LEVEL": "ERROR"}
+def env(store) -> dict:
+    return store.env()
 
 
 @pytest.fixture(scope="module")
-def s3(s3_server):
-    import s3fs
-
-    fs = s3fs.S3FileSystem(use_listings_cache=False)
-    fs.mkdir(BUCKET)
+def s3(store):
+    fs = store.fs()
+    if not fs.exists(BUCKET):
+        fs.mkdir(BUCKET)
     return fs
+
+
+@pytest.fixture(scope="module")
+def counter(store):
+    """The requests' counter of the store under test (moto's, or the proxy in front of SeaweedFS)."""
+    return store.counter
 
 
 def upload(fs, local: Path, prefix: str) -> str:
@@ -74,9 +74,9 @@ def counted(server, args: list[str], env: dict) -> tuple[subprocess.CompletedPro
     return done, server.snapshot()["requests"], dict(server.by_key)
 
 
-def test_a_plan_reads_what_the_rules_need_and_lists_once(s3, s3_server, log_dir, env, tmp_path):
+def test_a_plan_reads_what_the_rules_need_and_lists_once(s3, counter, log_dir, env, tmp_path):
     url = upload(s3, log_dir, "plan")
-    _, requests, _ = counted(s3_server, ["plan", url, "--now", NOW, "--output", str(tmp_path / "plan.json")], env)
+    _, requests, _ = counted(counter, ["plan", url, "--now", NOW, "--output", str(tmp_path / "plan.json")], env)
     rows = json.loads((tmp_path / "plan.json").read_text())
     rows = rows["partitions"] if isinstance(rows, dict) else rows
     assert len(rows) == PARTITIONS + 2
@@ -92,9 +92,18 @@ def test_a_plan_reads_what_the_rules_need_and_lists_once(s3, s3_server, log_dir,
     )  # the arguments' checks and one stage
 
 
-def test_a_compaction_sends_at_most_40_requests_a_cleaned_partition(s3, s3_server, log_dir, env, tmp_path):
+@pytest.fixture(scope="module")
+def local_compaction(log_dir, tmp_path_factory) -> Path:
+    """The log dir compacted on local disk, once for both stores."""
+    local = tmp_path_factory.mktemp("local") / "logs"
+    shutil.copytree(log_dir, local)
+    assert cli.main(["compact", str(local), "--now", NOW, *MERGING]) == 0
+    return local
+
+
+def test_a_compaction_sends_at_most_40_requests_a_cleaned_partition(s3, counter, log_dir, env, local_compaction):
     url = upload(s3, log_dir, "compact")
-    done, requests, by_key = counted(s3_server, ["compact", url, "--now", NOW, *MERGING], env)
+    done, requests, by_key = counted(counter, ["compact", url, "--now", NOW, *MERGING], env)
     summary = re.search(r"^\d+ partitions?: (\d+) cleaned", done.stdout, re.M)
     cleaned = int(summary[1]) if summary else 0
     assert cleaned >= PARTITIONS - 3, done.stdout[-2000:]
@@ -106,9 +115,7 @@ def test_a_compaction_sends_at_most_40_requests_a_cleaned_partition(s3, s3_serve
     assert checkpoint_puts == 1  # one wave of commits, one log dir
     assert requests.get("DELETE_BATCH", 0) <= 2 and requests.get("DELETE", 0) <= cleaned, requests
     # the same result as on local disk, file by file
-    local = tmp_path / "local"
-    shutil.copytree(log_dir, local)
-    assert cli.main(["compact", str(local), "--now", NOW, *MERGING]) == 0
+    local = local_compaction
     for pdir in sorted(p for p in local.iterdir() if p.is_dir()):
         for f in sorted(pdir.iterdir()):
             assert s3.cat_file(f"{BUCKET}/compact/{pdir.name}/{f.name}") == f.read_bytes(), f
@@ -128,11 +135,17 @@ def shared_path(spark_s3):
     spark_s3.conf.unset(settings.MAP_MEMORY)
 
 
-def test_the_shared_path_reads_by_listed_sizes_too(s3, s3_server, shared_path, tmp_path):
+def test_the_shared_path_reads_by_listed_sizes_too(s3_server, shared_path, tmp_path):
     """A partition too big for one task (its map made by many, its segments cut into byte ranges)
-    sends no HEAD either, and ends as on local disk."""
+    sends no HEAD either, and ends as on local disk. In this process, on the session's moto (not
+    ``store``: the path's requests are the client's, whatever the server)."""
+    import s3fs
+
     import kcompact
 
+    s3 = s3fs.S3FileSystem(use_listings_cache=False)
+    if not s3.exists(BUCKET):
+        s3.mkdir(BUCKET)
     small = tmp_path / "logs"
     assert cli.main(["gen", "--out", str(small), "--seed", "7", "-q"]) == 0
     url = upload(s3, small, "shared")

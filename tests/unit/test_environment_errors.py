@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from botocore.exceptions import (
     ClientError,
+    ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
     NoCredentialsError,
@@ -78,6 +79,15 @@ def test_an_unreachable_endpoint_is_a_connection_problem_naming_it(exc, says):
     endpoint = exc.kwargs["endpoint_url"].rsplit("/nightly-logs", 1)[0]
     assert f"cannot connect to the object store at {endpoint} " in line and says in line, line
     assert "s3://nightly-logs" in line and "endpoint_url" in line, line
+
+
+def test_a_connection_the_server_closed_unanswered_is_a_failure_of_storage():
+    """A server that dies under a request (tests/e2e/test_s3_server_faults.py kills one): no bug."""
+    exc = ConnectionClosedError(endpoint_url="http://127.0.0.1:9/nightly-logs/broker-1/kcompact-commit.t-0.1.json")
+    assert isinstance(storage.failures.as_storage_error(exc), errors.StorageError)
+    line = one_line(storage.describe_failure(exc, URLS))
+    assert line.startswith("s3://nightly-logs: the object store at http://127.0.0.1:9 closed the connection "), line
+    assert "kcompact recover" in line, line
 
 
 def test_other_errors_are_left_as_they_were():
@@ -149,7 +159,9 @@ def test_an_internal_bug_exits_3_whatever_builtin_it_is(monkeypatch, capsys, exc
     (errors.MissingFile(2, "No such file or directory", "/x/c.properties"), 2,
      "kcompact: error: /x/c.properties: no such file or directory"),
     (errors.OutOfMemory("a Spark task ran out of memory"), 2, "kcompact: error: a Spark task ran out of memory"),
-], ids=["format", "argument", "config", "usage", "storage", "memory"])
+    (errors.NoConditionalWrites("s3://b/l: http://s:9000 ignores conditional writes"), 2,
+     "kcompact: object store refused: s3://b/l: http://s:9000 ignores conditional writes"),
+], ids=["format", "argument", "config", "usage", "storage", "memory", "no conditional writes"])
 def test_the_command_line_decides_on_the_class(monkeypatch, capsys, exc, code, line):
     failing(monkeypatch, exc)
     assert cli.main(["status", "/nowhere"]) == code == exc.exit_code

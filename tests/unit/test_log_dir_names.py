@@ -60,6 +60,7 @@ NOT_IN_LOG_DIRS_MODULES = {
 SAMPLES = {
     "topic": "orders.v2", "partition": "7", "generation:010d": "0000000003", "base_offset:020d": f"{1200:020d}",
     "kind": "log", "final": f"{1200:020d}.log", "owner": "kcompact-0123456789ab", "STAGED": commits.STAGED,
+    "nonce": "0123456789abcdef0123456789abcdef",
 }
 SUFFIX = re.compile(r"\.[A-Za-z][A-Za-z0-9_]*")
 WITH_EXTENSION = re.compile(r"[\w{}.+-]*[\w}]\.[A-Za-z]\w*")
