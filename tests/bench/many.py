@@ -20,7 +20,8 @@ of the driver's Python process, of its JVM and of the Python workers, sampled fr
 every ``SAMPLE_S`` (the last sample of each process counts); the driver's milliseconds of CPU per
 partition, whole and over the one-partition run; peak RSS (``VmHWM``) of the driver's Python
 process and of its JVM; MB/s and records/s of the corpus over the whole process and over the
-whole less the fixed cost. ``--profile`` runs the corpus's driver once more under cProfile
+whole less the fixed cost; the partitions' seconds in Spark tasks, from the report (kept as
+``<dir>/report-<size>.json``). ``--profile`` runs the corpus's driver once more under cProfile
 (``<dir>/<size>/driver.prof``) and prints its heaviest calls. The 1-minute load average is
 printed before and after each run: the machine is shared.
 """
@@ -171,6 +172,7 @@ class Run:
     sampler: Sampler
     stages: dict[str, float]
     totals: dict
+    task_s: float  # the partitions' own seconds in Spark tasks (stage 1 and their groups), summed
 
 
 def run_once(corpus: Path, work_base: Path, partitions: int, profile: Path | None = None) -> Run:
@@ -202,7 +204,8 @@ def run_once(corpus: Path, work_base: Path, partitions: int, profile: Path | Non
         raise SystemExit(f"kcompact compact exited {os.waitstatus_to_exitcode(status)}:\n{tail}")
     result = json.loads(report.read_text())
     run = Run(partitions, (load, os.getloadavg()[0]), wall, usage.ru_utime + usage.ru_stime, sampler,
-              result["stages"], result["totals"])
+              result["stages"], result["totals"], sum(p["seconds"] for p in result["partitions"]))
+    shutil.copy(report, work_base.parent / f"report-{partitions}{'-profiled' if profile else ''}.json")
     shutil.rmtree(work_base, ignore_errors=True)
     return run
 
@@ -238,6 +241,9 @@ def figures(manifest: dict, runs: list[Run], fixed: list[Run]) -> dict[str, str]
         "one partition (fixed cost)": f"{fixed_wall:.1f} s",
         "whole - fixed, per partition": f"{(wall - fixed_wall) * 1000 / max(n - 1, 1):.2f} ms",
         **{f"stage {name} (per partition beyond one)": per(stages[name], fixed_stages[name]) for name in stages},
+        "Spark tasks' seconds on the partitions (report, summed)": (
+            f"{_median(runs, lambda r: r.task_s):.1f} s ({_median(runs, lambda r: r.task_s) * 1000 / n:.2f} "
+            "ms/partition)"),
         "driver CPU (user + sys)": per(driver, fixed_driver),
         "driver CPU / partitions": f"{driver * 1000 / n:.2f} ms",
         "JVM CPU, Python workers' CPU": f"{_median(runs, lambda r: r.sampler.cpu_of('jvm')):.1f} s, "
@@ -299,13 +305,15 @@ def main(argv: list[str] | None = None) -> int:
                       "runs": [{"wall_s": r.wall_s, "cpu_s": r.cpu_s, "load": r.load, "stages": r.stages,
                                 "cpu": {role: r.sampler.cpu_of(role) for role in ("driver", "jvm", "workers")},
                                 "peak_rss": r.sampler.peak} for r in runs]}
+        (args.dir / "results.json").write_text(json.dumps(results, indent=1))  # kept should a later run fail
+        print(table(columns[-1:]), flush=True)
         if args.profile:
             prof = args.dir / str(n) / "driver.prof"
             profiled = run_once(args.dir / str(n) / "corpus", args.dir / "work", n, profile=prof)
             print(f"profiled run: {profiled.wall_s:.1f} s whole, stages {profiled.stages}\n{profile_lines(prof)}",
                   flush=True)
-    (args.dir / "results.json").write_text(json.dumps(results, indent=1))
-    print(table(columns))
+    if len(columns) > 1:
+        print(table(columns))
     return 0
 
 
