@@ -148,12 +148,10 @@ class Sampler:
             pid = stack.pop()
             seen.append(pid)
             stack.extend(_children(pid))
-        for pid in seen:
-            if pid not in self.roles:
-                comm = _read(f"/proc/{pid}/comm").strip()
-                self.roles[pid] = ("driver" if pid == driver else "jvm" if comm == "java"
-                                   else "workers" if comm.startswith("python") else "other")
-            role = self.roles[pid]
+        for pid in seen:  # named at every sample: the JVM's process starts as spark-submit's shell
+            comm = _read(f"/proc/{pid}/comm").strip()
+            role = self.roles[pid] = ("driver" if pid == driver else "jvm" if comm == "java"
+                                      else "workers" if comm.startswith("python") else "other")
             user, kernel = _cpu_seconds(pid)
             self.cpu[pid] = max(self.cpu.get(pid, 0.0), user + kernel)
             if role in self.peak:
@@ -248,7 +246,7 @@ def figures(manifest: dict, runs: list[Run], fixed: list[Run]) -> dict[str, str]
         "driver CPU / partitions": f"{driver * 1000 / n:.2f} ms",
         "JVM CPU, Python workers' CPU": f"{_median(runs, lambda r: r.sampler.cpu_of('jvm')):.1f} s, "
                                         f"{_median(runs, lambda r: r.sampler.cpu_of('workers')):.1f} s",
-        "CPU of every process": f"{_median(runs, lambda r: r.cpu_s):.1f} s",
+        "CPU of the driver and the children it reaped (wait4)": f"{_median(runs, lambda r: r.cpu_s):.1f} s",
         "peak RSS, driver Python + JVM": (
             f"{_median(runs, lambda r: r.sampler.peak['driver'] + r.sampler.peak['jvm']) / MB:.0f} MB "
             f"({_median(runs, lambda r: r.sampler.peak['driver']) / MB:.0f} + "
