@@ -12,7 +12,7 @@ export PYSPARK_DRIVER_PYTHON := $(BIN)/python
 DEMO_DIR := demo-logs
 BENCH_DIR := bench-data
 
-.PHONY: install libsnappy demo lint test test-fast test-deep dist bench-format bench-plan bench-rebuild bench-compact bench-s3 bench-read clean
+.PHONY: install libsnappy demo lint test test-fast test-deep dist bench-format bench-plan bench-rebuild bench-compact bench-many bench-s3 bench-read clean
 
 install: $(STAMP) $(KERNELS) libsnappy
 
@@ -119,6 +119,11 @@ bench-rebuild: $(STAMP)
 
 bench-compact: $(STAMP)
 	$(BIN)/python -m tests.bench.compact --dir $(BENCH_DIR)/compact
+
+# Log dirs of many small compacted partitions (2,000, 20,000, 100,000; e.g. SIZES=2000 for one).
+SIZES ?= 2000,20000,100000
+bench-many: $(STAMP) $(KERNELS)
+	$(BIN)/python -m tests.bench.many --dir $(BENCH_DIR)/many --sizes $(SIZES)
 
 bench-read: $(STAMP)
 	$(BIN)/python -m tests.bench.read --dir $(BENCH_DIR)/read

@@ -51,9 +51,16 @@ def read_partition(path: str, topic: str, number: int, first_dirty: int, threads
             if seg.index and holds_first_dirty else (),
         ))
     last = len(part.segments) - 1
-    with ThreadPoolExecutor(threads) as pool:
-        tables = [t for found in pool.map(lambda i: _tables(part.segments[i], i == last), range(last + 1))
-                  for t in found]
+
+    def read(i: int) -> list[np.ndarray]:
+        return _tables(part.segments[i], i == last)
+
+    if threads > 1 and last > 0:
+        with ThreadPoolExecutor(threads) as pool:
+            found = list(pool.map(read, range(last + 1)))
+    else:  # no thread to start and hand each segment to: on a busy machine that wait is most of a small partition
+        found = [read(i) for i in range(last + 1)]
+    tables = [t for chunk_tables in found for t in chunk_tables]
     table = np.concatenate(tables) if tables else np.empty(0, BATCH_TABLE)
     _offsets_increase(part, table)
     return part, segments, table

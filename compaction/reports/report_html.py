@@ -29,6 +29,10 @@ from kcompact.operations.states import utc
 from kcompact.planner.plot import short_label
 
 TOP = 40  # partitions drawn in a per-partition plot: the largest ones
+# Partitions listed in a page's per-partition tables: failed and skipped ones first, then the
+# largest, so the page's size and its rendering stay flat however many partitions a run had (the
+# JSON holds every row).
+SHOWN = 500
 DPI = 100
 REASON_COLOURS = dict(zip(REASONS, ("#1864ab", "#c92a2a", "#e67700", "#868e96", "#862e9c")))
 RULE = ("Every number is the report's JSON value: integers as they are, decimals rounded to 3 places "
@@ -196,6 +200,24 @@ def _largest(parts: list[dict], key) -> list[dict]:
     return sorted(parts, key=key, reverse=True)[:TOP][::-1]
 
 
+def shown(parts: list[dict], size: str) -> list[int]:
+    """Indexes of the partitions a table lists, in the document's order: at most ``SHOWN``, those
+    with an error or skipped first, then the largest by ``size``."""
+    if len(parts) <= SHOWN:
+        return list(range(len(parts)))
+    ranked = sorted(range(len(parts)), key=lambda i: (not (parts[i]["error"] or parts[i]["skipped"]),
+                                                      -parts[i][size]))
+    return sorted(ranked[:SHOWN])
+
+
+def _shown_line(parts: list[dict], listed: list[int], what: str) -> list[str]:
+    """What the page says when its tables list only some of the partitions."""
+    if len(listed) == len(parts):
+        return []
+    return [f"The tables below list {len(listed):,} of the {len(parts):,} partitions: those that failed or were "
+            f"skipped, then the largest by {what}. The JSON report holds every partition."]
+
+
 def _name(p: dict) -> str:
     return f"{p['topic']}-{p['partition']}" if p.get("topic") is not None else posixpath.basename(p["path"])
 
@@ -322,15 +344,17 @@ def compaction_section(doc: Doc, id: str = "compaction") -> Section:
     totals = [("totals", k, *sub) for k, v in data["totals"].items()
               for sub in ([(r,) for r in v] if isinstance(v, dict) else [()])]
     s.tables.append(_key_values(doc, f"{id}-totals", "Totals", totals, strip=1))
+    parts = data["partitions"]
+    listed = shown(parts, "bytes_read")
+    s.paragraphs += _shown_line(parts, listed, "bytes read")
     s.tables.append(Table(f"{id}-partitions", "Partitions", [" ".join(c) for c in PARTITION_COLUMNS],
-                          [Row(None, [doc.cell("partitions", i, *c) for c in PARTITION_COLUMNS])
-                           for i in range(len(data["partitions"]))]))
+                          [Row(None, [doc.cell("partitions", i, *c) for c in PARTITION_COLUMNS]) for i in listed]))
     group_columns = ("base_offset", "segments", "outcome")
     s.tables.append(Table(f"{id}-groups", "Segment groups (each becomes one cleaned segment)",
                           ["topic", "partition", *group_columns],
                           [Row(None, [doc.cell("partitions", i, "topic"), doc.cell("partitions", i, "partition")]
                                + [doc.cell("partitions", i, "groups", j, c) for c in group_columns])
-                           for i, p in enumerate(data["partitions"]) for j in range(len(p["groups"]))]))
+                           for i in listed for j in range(len(parts[i]["groups"]))]))
     reset_columns = ("log_dir", "topic", "partition", "from", "offset", "why")
     s.tables.append(Table(f"{id}-checkpoint-resets", "Cleaner checkpoint entries outside their log, reset to "
                           "the log start", list(reset_columns),
@@ -358,14 +382,16 @@ def retention_section(doc: Doc, id: str = "retention") -> Section:
     s.tables.append(_key_values(doc, f"{id}-totals", "Totals", [("totals", k) for k in data["totals"]], strip=1))
     columns = ("topic", "partition", "path", "log_start", "new_log_start", "bytes_deleted", "deleted", "skipped",
                "error")
+    parts = data["partitions"]
+    listed = shown(parts, "bytes_deleted")
+    s.paragraphs += _shown_line(parts, listed, "bytes deleted")
     s.tables.append(Table(f"{id}-partitions", "Partitions", list(columns),
-                          [Row(None, [doc.cell("partitions", i, c) for c in columns])
-                           for i in range(len(data["partitions"]))]))
+                          [Row(None, [doc.cell("partitions", i, c) for c in columns]) for i in listed]))
     segment_columns = ("base_offset", "size", "largest_timestamp", "reason")
     s.tables.append(Table(f"{id}-segments", "Segments due for deletion", ["topic", "partition", *segment_columns],
                           [Row(None, [doc.cell("partitions", i, "topic"), doc.cell("partitions", i, "partition")]
                                + [doc.cell("partitions", i, "segments", j, c) for c in segment_columns])
-                           for i, p in enumerate(data["partitions"]) for j in range(len(p["segments"]))]))
+                           for i in listed for j in range(len(parts[i]["segments"]))]))
     s.notes += [("note", note) for note in data["notes"]]
     s.notes += [(f"warning: {_name(p)}", w) for p in data["partitions"] for w in p["warnings"]]
     s.figures += _retention_plots(data["partitions"])

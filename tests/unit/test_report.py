@@ -312,3 +312,44 @@ def test_a_run_that_cleans_nothing_says_why(rows, dry_run, last):
     lines = r.text().split("\n")
     assert lines[-1] == last
     assert not [line for line in lines if line.startswith("0 partitions")]
+
+
+# -- the page stays flat as partitions grow (issue 39 item 4) ----------------------------------------
+def many(n: int) -> Report:
+    """``n`` cleaned partitions of sizes 1..n KiB in a shuffled order, then one failed and one skipped
+    (the smallest of all: bytes_read 0)."""
+    order = list(range(1, n + 1))
+    order = order[1::2] + order[::2]  # odd sizes first, then the even ones
+    parts = [PartitionReport("t", i, f"/logs/a/t-{i}", 0, 10, bytes_read=size * 1024, bytes_written=size * 100,
+                             records_read=10, records_kept=3, seconds=0.01, committed=True,
+                             groups=[{"base_offset": 0, "segments": [0], "outcome": "swapped in"}])
+             for i, size in enumerate(order)]
+    return Report(NOW, False, [*parts, failed(), skipped()], seconds=9.0, stages={"5 commit": 1.0})
+
+
+def listed_rows(page: str, table: str) -> list[int]:
+    """The JSON indexes of the partitions a table of the page lists, in its order."""
+    body = page.split(f'<table id="{table}">', 1)[1].split("</table>", 1)[0]
+    rows = body.split("<tr>")[2:]  # after the header row
+    return [int(row.split('data-path="/partitions/', 1)[1].split("/", 1)[0]) for row in rows]
+
+
+def test_page_lists_the_top_partitions_and_the_json_every_one(monkeypatch):
+    from kcompact.compaction.reports import report_html
+    from kcompact.compaction.reports.report_html import SHOWN, Plot, render
+
+    # the plots draw TOP partitions at most whatever the count; their PNGs are the slow part
+    monkeypatch.setattr(report_html, "_png", lambda name, caption, fig: Plot(name, caption, ""))
+    n = 5_000
+    doc = many(n).to_json()
+    assert len(doc["partitions"]) == n + 2 and SHOWN == 500
+    page = render(doc)
+    # the failed and the skipped one (indexes n, n + 1), then the 498 largest: sizes n-497..n KiB
+    largest = {i for i, p in enumerate(doc["partitions"][:n]) if p["bytes_read"] > (n - 498) * 1024}
+    assert len(largest) == 498
+    assert listed_rows(page, "compaction-partitions") == sorted(largest | {n, n + 1})
+    assert listed_rows(page, "compaction-groups") == sorted(largest)  # failed and skipped have no groups
+    assert "list 500 of the 5,002 partitions" in page
+    small = render(many(SHOWN - 2).to_json())  # 500 partitions in all: every one listed, the same rows
+    assert "The JSON report holds every partition" not in small
+    assert len(page) < len(small) * 1.05  # longer numbers and the line saying so; not ten times the rows

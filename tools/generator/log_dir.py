@@ -8,16 +8,21 @@ import base64
 import bisect
 import hashlib
 import io
+import multiprocessing
 import os
-from collections.abc import Callable
+import posixpath
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kcompact import errors, storage
 from kcompact.logdir.listing import METADATA_DIR, segment_name
 from kcompact.readers import checkpoint
 from kcompact.readers.records import Record
+from kcompact.storage import bulk
 from kcompact.tools.generator import progress
-from kcompact.tools.generator.partition import _append_partition, _write_partition
+from kcompact.tools.generator.partition import Write, _append_partition, _write_partition
 from kcompact.tools.generator.spec import validate
 from kcompact.tools.generator.truth import GenResult, PartitionTruth
 from kcompact.writers import metadata
@@ -25,6 +30,7 @@ from kcompact.writers.batch import encode_batch
 from kcompact.writers.checkpoint import render_checkpoint
 from kcompact.writers.segment import SegmentWriter
 
+FORK_FROM = 64  # partitions from which local generation forks a worker per core
 ROOT_CHECKPOINTS = (
     "cleaner-offset-checkpoint",
     "log-start-offset-checkpoint",
@@ -113,7 +119,7 @@ def _refuse_non_empty(out: str) -> None:
         raise errors.UsageError(f"{out}: exists and is not an empty directory; choose a new --out")
 
 
-def _write_metadata_log(out: str, spec: dict[str, Any], ids: dict[str, str]) -> int:
+def _write_metadata_log(out: str, spec: dict[str, Any], ids: dict[str, str], write: Write) -> int:
     """``__cluster_metadata-0`` as a KRaft controller leaves it: per topic a TopicRecord and
     a ConfigRecord per override, so the log dir carries its own topic configuration."""
     pdir = storage.join(out, METADATA_DIR)
@@ -131,7 +137,7 @@ def _write_metadata_log(out: str, spec: dict[str, Any], ids: dict[str, str]) -> 
     contents = {"log": log.getvalue(), "index": files.offset_index, "timeindex": files.time_index}
     for kind, data in contents.items():
         path = storage.join(pdir, segment_name(0, kind))
-        storage.write_durable(path, data)
+        write(path, data)
         storage.set_mtime(path, ts)
     return sum(len(d) for d in contents.values())
 
@@ -150,7 +156,11 @@ def generate(out: str, spec: dict[str, Any], seed: int, keep_records: bool = Tru
     On local disk the log dir is written under a sibling name (``<out>.gen-<pid>.tmp``) and renamed
     into place when it is whole; on an object store, where a rename is a copy, in place. Either
     way, what was written is removed when generation stops part way (an error, a signal): a
-    partial log dir is a valid one that ``verify`` cannot tell from a whole one."""
+    partial log dir is a valid one that ``verify`` cannot tell from a whole one.
+
+    Files are written without an fsync each; the tree is synced once, before the rename (locally),
+    and the rename made durable. Many local partitions are written by forked workers, one per core
+    (each partition's bytes depend on its own seeded generator alone, so the bytes are the same)."""
     spec = validate(spec)
     out = out.rstrip("/")
     _refuse_non_empty(out)
@@ -161,9 +171,11 @@ def generate(out: str, spec: dict[str, Any], seed: int, keep_records: bool = Tru
     local = storage.is_local_path(out)
     target = f"{out}.gen-{os.getpid()}.tmp" if local else out
     try:
-        result = _generate(target, spec, seed, keep_records, progress.Progress(say, partitions))
+        result = _generate(target, spec, seed, keep_records, progress.Progress(say, partitions), local)
         if local:
+            bulk.sync_tree(target)
             storage.rename(target, out)  # over an empty dir too: rename(2) replaces one
+            storage.fsync_dir(posixpath.dirname(out) or ".")
     except BaseException:
         storage.remove_tree(target)
         raise
@@ -171,22 +183,62 @@ def generate(out: str, spec: dict[str, Any], seed: int, keep_records: bool = Tru
     return result
 
 
-def _generate(out: str, spec: dict[str, Any], seed: int, keep_records: bool, shown: progress.Progress) -> GenResult:
+# What forked workers read: set by the parent just before it forks them (inherited, never pickled).
+_FORKED: tuple | None = None
+
+
+def _forked_partition(item: tuple[int, int]) -> tuple[PartitionTruth, int]:
+    out, topics, seed, ids, keep_records = _FORKED
+    topic = topics[item[0]]
+    return _write_partition(out, topic, item[1], seed, ids[topic["name"]], keep_records, bulk.write_unsynced)
+
+
+def _worker_signals() -> None:
+    """A worker leaves Ctrl-C to the parent, which stops the pool and removes what was written, and
+    ends quietly when the parent terminates it (not by the command line's handler it inherited)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _partitions(out: str, topics: list[dict[str, Any]], seed: int, ids: dict[str, str], keep_records: bool,
+                local: bool) -> Iterator[tuple[PartitionTruth, int]]:
+    """Every partition written, its truth and size in spec order: in forked workers when there are
+    many on local disk and this process runs no other thread (a fork copies only the calling one)."""
+    items = [(t, p) for t, topic in enumerate(topics) for p in range(topic["partitions"])]
+    workers = min(os.cpu_count() or 1, len(items) // FORK_FROM)
+    if not local or workers < 2 or threading.active_count() > 1:
+        for t, p in items:
+            yield _write_partition(out, topics[t], p, seed, ids[topics[t]["name"]], keep_records, bulk.write_unsynced)
+        return
+    global _FORKED
+    _FORKED = (out, topics, seed, ids, keep_records)
+    pool = multiprocessing.get_context("fork").Pool(workers, _worker_signals)
+    try:
+        yield from pool.imap(_forked_partition, items, chunksize=8)
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+        _FORKED = None
+
+
+def _generate(out: str, spec: dict[str, Any], seed: int, keep_records: bool, shown: progress.Progress,
+              local: bool) -> GenResult:
     storage.makedirs(out)
     parts: dict[tuple[str, int], PartitionTruth] = {}
-    ids, written = {}, 0
-    for topic in spec["topics"]:
-        ids[topic["name"]] = topic_id(seed, topic["name"])
-        for partition in range(topic["partitions"]):
-            truth, size = _write_partition(out, topic, partition, seed, ids[topic["name"]], keep_records)
-            parts[topic["name"], partition] = truth
-            written += size
-            shown.partition_done(written)
-    written += _write_metadata_log(out, spec, ids)
+    ids = {topic["name"]: topic_id(seed, topic["name"]) for topic in spec["topics"]}
+    written = 0
+    for truth, size in _partitions(out, spec["topics"], seed, ids, keep_records, local):
+        parts[truth.topic, truth.partition] = truth
+        written += size
+        shown.partition_done(written)
+    written += _write_metadata_log(out, spec, ids, bulk.write_unsynced)
     files = _checkpoints(spec["topics"], parts)
     for name in ROOT_CHECKPOINTS:
         data = render_checkpoint(files[name])
-        storage.write_atomic(storage.join(out, name), data)
+        bulk.write_unsynced(storage.join(out, name), data)
         written += len(data)
     return GenResult(
         out=out,

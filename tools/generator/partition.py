@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,8 @@ from kcompact.writers.snapshot import render_snapshot
 
 DEFAULT_SEGMENT_BYTES = 1 << 30
 DEFAULT_SEGMENT_INDEX_BYTES = 10 * 1024 * 1024
+
+Write = Callable[[str, bytes], None]  # how a file is written: durable in a live log dir, unsynced in a new tree
 
 
 def _leader_epoch_checkpoint(epochs: dict[int, int]) -> bytes:
@@ -90,14 +93,14 @@ def _laid_after(producer: _PartitionProducer, topic: dict[str, Any], before: lis
     return before[:-1] + (_layout(after, topic) if after else before[-1:])
 
 
-def _write_segment(pdir: str, laid: _Laid) -> tuple[WrittenSegment, int]:
+def _write_segment(pdir: str, laid: _Laid, write: Write = storage.write_durable) -> tuple[WrittenSegment, int]:
     files = laid.files
     contents = {"log": laid.log, "index": files.offset_index, "timeindex": files.time_index}
     if files.txn_index:
         contents["txnindex"] = files.txn_index
     for kind, data in contents.items():
         path = storage.join(pdir, segment_name(files.base_offset, kind))
-        storage.write_durable(path, data)
+        write(path, data)
         storage.set_mtime(path, laid.wall_ms)
     segment = WrittenSegment(files.base_offset, files.log_size, files.next_offset - 1, files.max_timestamp)
     return segment, sum(len(d) for d in contents.values())
@@ -130,19 +133,21 @@ def _producer_snapshots(encoded: list[_Encoded], offsets: list[int]) -> dict[int
     return out
 
 
-def _write_snapshots(pdir: str, encoded: list[_Encoded], offsets: list[int]) -> int:
+def _write_snapshots(pdir: str, encoded: list[_Encoded], offsets: list[int],
+                     write: Write = storage.write_durable) -> int:
     written = 0
     for offset, data in _producer_snapshots(encoded, offsets).items():
         path = storage.join(pdir, segment_name(offset, "snapshot"))
-        storage.write_durable(path, data)
+        write(path, data)
         storage.set_mtime(path, max(e.wall_ms for e in encoded if e.batch.last_offset < offset))
         written += len(data)
     return written
 
 
 def _write_partition(out: str, topic: dict[str, Any], partition: int, seed: int, tid: str,
-                     keep_records: bool) -> tuple[PartitionTruth, int]:
-    """The partition as it was before the cut (all of it without ``append_records``)."""
+                     keep_records: bool, write: Write) -> tuple[PartitionTruth, int]:
+    """The partition as it was before the cut (all of it without ``append_records``), into a
+    new tree: ``write`` need not sync (``generate`` syncs the tree before it is renamed into place)."""
     producer = _produce(topic, partition, seed, keep_records)
     encoded = producer.encoded[:producer.cut]
     pdir = storage.join(out, f"{topic['name']}-{partition}")
@@ -150,15 +155,15 @@ def _write_partition(out: str, topic: dict[str, Any], partition: int, seed: int,
     segments, written = [], 0
     laid_out = _laid_before(producer, topic)
     for laid in laid_out:
-        segment, size = _write_segment(pdir, laid)
+        segment, size = _write_segment(pdir, laid, write)
         segments.append(segment)
         written += size
     end = encoded[-1].batch.last_offset + 1
-    written += _write_snapshots(pdir, encoded, [laid.files.base_offset for laid in laid_out[1:]] + [end])
+    written += _write_snapshots(pdir, encoded, [laid.files.base_offset for laid in laid_out[1:]] + [end], write)
     metadata = f"version: 0\ntopic_id: {tid}\n".encode()
     epochs = _leader_epoch_checkpoint({e: o for e, o in producer.leader_epochs.items() if o < end})
-    storage.write_atomic(storage.join(pdir, "leader-epoch-checkpoint"), epochs)
-    storage.write_atomic(storage.join(pdir, "partition.metadata"), metadata)
+    write(storage.join(pdir, "leader-epoch-checkpoint"), epochs)
+    write(storage.join(pdir, "partition.metadata"), metadata)
     truth = _truth(topic, partition, encoded, producer.records, segments)
     return truth, written + len(epochs) + len(metadata)
 

@@ -30,6 +30,10 @@ _WORDS = (
     "uniform", "victor", "whiskey", "xray", "yankee", "zulu", "0", "1", "2", "3", "42", "1000",
 )
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
+# Word salad draws a word as ``random.choice`` does (``getrandbits`` of the count's bit length, again
+# while out of range): the same words from the same seed, without two Python calls per word.
+_WORD_BITS = len(_WORDS).bit_length()
+_WORD_ROOM = tuple(len(w) + 1 for w in _WORDS)  # a word and the space after it
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,11 +254,14 @@ class _PartitionProducer:
     def _value(self) -> bytes:
         """Word salad: compressible like real payloads, unlike random bytes."""
         size = self.rng.randint(*self.topic["value_size"])
+        draw, count = self.rng.getrandbits, len(_WORDS)
         words, length = [], 0
         while length < size:
-            word = self.rng.choice(_WORDS)
-            words.append(word)
-            length += len(word) + 1
+            i = draw(_WORD_BITS)
+            while i >= count:
+                i = draw(_WORD_BITS)
+            words.append(_WORDS[i])
+            length += _WORD_ROOM[i]
         return " ".join(words).encode()[:size]
 
     def _letters(self, n: int) -> bytes:
