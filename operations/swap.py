@@ -26,7 +26,6 @@ the others go on.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kcompact import storage
@@ -68,12 +67,7 @@ def swap_wave(swaps: Sequence[Swap], threads: int = 1) -> list[list[str] | OSErr
 
         live = [i for i in range(len(swaps)) if i not in failed]
         if action is not None:
-            if threads <= 1 or len(live) < 2:
-                for i in live:
-                    attempt(i)
-            else:
-                with ThreadPoolExecutor(min(threads, len(live))) as pool:
-                    list(pool.map(attempt, live))
+            storage.on_threads(attempt, live, threads)
         dirs = {swaps[i].partition_dir: i for i in live if i not in failed}
         for path, exc in storage.fsync_dirs(list(dirs), threads).items():
             failed[dirs[path]] = exc

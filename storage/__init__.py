@@ -60,6 +60,7 @@ __all__ = [
     "list_dir",
     "list_tree",
     "map_in_flight",
+    "on_threads",
     "makedirs",
     "open_read",
     "read_bytes",
@@ -120,14 +121,20 @@ def list_dir(path: str) -> tuple[list[FileInfo], list[str]]:
 IN_FLIGHT = 8  # units of work on an object store a thread pool keeps going at once (``map_in_flight``)
 
 
+def on_threads(function, items: list, threads: int) -> list:
+    """``function`` of each item, in order, on at most ``threads`` threads (one: one after another,
+    on this one)."""
+    if threads <= 1 or len(items) < 2:
+        return [function(item) for item in items]
+    with ThreadPoolExecutor(min(threads, len(items))) as pool:
+        return list(pool.map(function, items))
+
+
 def map_in_flight(function, items: list, path: str) -> list:
     """``function`` of each item, in order. When ``path`` is on an object store, ``IN_FLIGHT`` at
     once: each spends most of its time waiting on the store's answers, not on a core. Locally one
     after another."""
-    if is_local_path(path) or len(items) < 2:
-        return [function(item) for item in items]
-    with ThreadPoolExecutor(min(IN_FLIGHT, len(items))) as pool:
-        return list(pool.map(function, items))
+    return on_threads(function, items, 1 if is_local_path(path) else IN_FLIGHT)
 
 
 @typed
@@ -432,12 +439,7 @@ def fsync_dirs(paths: list[str], threads: int = 1) -> dict[str, OSError]:
         except OSError as exc:
             failed[path] = exc
 
-    if threads <= 1 or len(unique) < 2:
-        for path in unique:
-            sync(path)
-    else:
-        with ThreadPoolExecutor(min(threads, len(unique))) as pool:
-            list(pool.map(sync, unique))
+    on_threads(sync, unique, threads)
     return failed
 
 
