@@ -457,6 +457,27 @@ def test_s3_reads_like_local(spark, source, log_dir: Path):
     assert rows_of(remote) == sorted(expected_compaction(log_dir), key=order)
 
 
+def test_s3_reads_like_local_on_a_real_server(spark, source, log_dir: Path, seaweedfs):
+    """The same on SeaweedFS (tests/seaweedfs.py): a real server's listings and ranged reads, the
+    executors reaching it through the environment the session gives them."""
+    from tests.seaweedfs import ACCESS_KEY, SECRET_KEY
+    from tests.stores import Store
+
+    store = Store("seaweedfs", seaweedfs.proxy, seaweedfs.proxy.endpoint, ACCESS_KEY, SECRET_KEY)
+    with store.installed(spark):
+        spark.dataSource.register(source)  # a registration carries the environment it was made in
+        fs = store.fs()
+        if not fs.exists("kafka-log-real"):
+            fs.mkdir("kafka-log-real")
+        fs.put(str(log_dir), "kafka-log-real/logs", recursive=True)
+        store.counter.reset()
+        remote = read(spark, "s3://kafka-log-real/logs", mode="compaction", maxSplitBytes="4000")
+        served = store.counter.snapshot()["requests"]
+    spark.dataSource.register(source)  # back to the module's store
+    assert rows_of(remote) == sorted(expected_compaction(log_dir), key=order)
+    assert served.get("GET", 0) > 0 and served.get("PUT", 0) == 0, served  # read in place, nothing written
+
+
 def corrupt_copy(log_dir: Path, tmp_path: Path) -> tuple[Path, int]:
     """user-events-0 with one byte of its 8th batch's records flipped; returns the .log and that batch's position."""
     part = tmp_path / "user-events-0"
