@@ -7,7 +7,7 @@ fate for every partition.
 The log dirs hold what each decision is about: a corrupt batch the job meets (uncleanable), one
 the planner meets (uncleanable, the run fails it), a group whose write fails with an I/O error
 (transient: left idle), a sound partition (cleaned) and a delete-policy partition with a stray
-file (bad input: retention is blocked, the runs partial).
+``.log`` file that no base offset names (bad input: retention is blocked, the runs partial).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def log_dirs(root: Path) -> Path:
     for name in ("good-0", "io-0"):
         write_partition(d / name, [(0, [recs(0, [b"a", b"a", b"b"])]), (3, [recs(3, [b"c"])])])
     write_partition(d / "logs-0", [(0, [recs(0, [b"a"], ts=0)]), (1, [recs(1, [b"b"])])])
-    (d / "logs-0" / "stray.txt").write_bytes(b"x")  # not a segment file name: bad input
+    (d / "logs-0" / "stray.log").write_bytes(b"x")  # named like a segment, no base offset: a broker refuses it
     return d
 
 

@@ -184,7 +184,9 @@ def test_sigterm_while_cleaning_is_handled_as_ctrl_c(tmp_path, hook, to):
     # what the job wrote is removed before it exits, and said (issue 43 item 4: thousands were left)
     assert not [k for k in after if k.endswith(".cleaned")], (err, out)
     removed = re.search(r"removed (\d+) unfinished \.cleaned files of (\d) partitions?", err)
-    assert removed and int(removed[1]) >= 3, err  # at least the stopped group's .log, .index, .timeindex
+    if to == "process":  # the executors ran on: the driver removed at least the stopped group's three files
+        assert removed and int(removed[1]) >= 3, err
+    # to the group, the signal may stop the writing task first, which removes its own files
     assert {k: v for k, v in digests(after).items() if k != ".lock"
             and not k.startswith("kcompact-state.")} == {k: v for k, v in before.items() if k != ".lock"}
     assert_no_lease({k: v for k, v in after.items() if k.startswith("kcompact-state.")})
