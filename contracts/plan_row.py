@@ -10,13 +10,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from kcompact.conf.policy import is_compacted
-from kcompact.contracts.records import Record, column, mapping, nested
+from kcompact.contracts.typed_rows import TypedRow, column, mapping, nested
 
 I32, I64, F64, STR, BOOL = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
 
 
 @dataclass(frozen=True, slots=True)
-class Segment(Record):
+class Segment(TypedRow):
     """A segment as the planner saw it; ``largest_timestamp`` is what the retention.ms rule
     compares (the last time-index entry, else the file's modification time)."""
 
@@ -28,7 +28,7 @@ class Segment(Record):
 
 
 @dataclass(frozen=True, slots=True)
-class RetentionDelete(Record):
+class RetentionDelete(TypedRow):
     """A segment retention deletes, and by which rule."""
 
     base_offset: int = column(I64)
@@ -38,7 +38,7 @@ class RetentionDelete(Record):
 
 
 @dataclass(frozen=True, slots=True)
-class LeaseHolder(Record):
+class LeaseHolder(TypedRow):
     """Another job's lease on the partition (``operations.states``)."""
 
     owner: str | None = column(STR)
@@ -48,7 +48,7 @@ class LeaseHolder(Record):
 
 
 @dataclass(frozen=True, slots=True)
-class PlanRow(Record):
+class PlanRow(TypedRow):
     """One partition of a plan, by Kafka's names. Decisions read the kinds (``skip_kind``,
     ``retention_skip_kind``, ``fault_kind``: ``errors.failure.Failure``'s values), people the
     reasons beside them."""

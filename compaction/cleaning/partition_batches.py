@@ -1,5 +1,5 @@
 """What stage 1 of the compaction job reports per partition (``compaction.pipeline.batch_plans``):
-its batch plans and segment groups, typed (``contracts.records``) for the driver, which builds the
+its batch plans and segment groups, typed (``contracts.typed_rows``) for the driver, which builds the
 segment groups' jobs, the report and the commit from them."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from kcompact.compaction.rules.cleaner_config import CleanerConfig
-from kcompact.contracts.records import Record, column, nested
+from kcompact.contracts.typed_rows import TypedRow, column, nested
 from kcompact.readers.indexes import AbortedTxn
 
 I32, I64 = pa.int32(), pa.int64()
 
 
 @dataclass(frozen=True, slots=True)
-class Aborted(Record):
+class Aborted(TypedRow):
     """An aborted transaction a segment group's ``.txnindex`` must list (``readers.indexes.AbortedTxn``)."""
 
     producer_id: int = column(I64)
@@ -29,7 +29,7 @@ class Aborted(Record):
 
 
 @dataclass(frozen=True, slots=True)
-class SegmentGroup(Record):
+class SegmentGroup(TypedRow):
     """A segment group: the segments one output segment replaces (``segments``, with their
     ``sizes``), and the newest one's modification time, which the output keeps."""
 
@@ -42,7 +42,7 @@ class SegmentGroup(Record):
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionBatches(Record):
+class PartitionBatches(TypedRow):
     """Stage 1's row of one partition: its batch plans (``batches``, a blob of ``BATCH_PLAN``) and
     segment groups, or the error (and its kind, ``failure``) that stopped it."""
 

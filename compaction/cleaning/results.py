@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from kcompact import storage
-from kcompact.contracts.records import Record, column
+from kcompact.contracts.typed_rows import TypedRow, column
 from kcompact.errors import memory
 from kcompact.errors.failure import Failure
 from kcompact.planner.scan import unreadable
@@ -28,7 +28,7 @@ I64 = pa.int64()
 
 
 @dataclass(frozen=True, slots=True)
-class GroupResult(Record):
+class GroupResult(TypedRow):
     """One segment group of a partition (``gid``: its index in the job), as stages 2-4 left it: its
     ``.cleaned`` files written (``files``, of ``size`` bytes, ``batches`` and ``records``), or
     the error that stopped it; ``codes``: its records per fate code (``REASON_OF_CODE``)."""
@@ -45,6 +45,7 @@ class GroupResult(Record):
     error: str | None = column(pa.string())
     codes: tuple[int, ...] = column(pa.list_(I64))
     failure: str | None = column(pa.string())  # ``errors.failure.Failure``'s value
+    inexact_snappy: int = column(I64, 0)  # snappy batches compressed without Google's snappy
 
 
 def reason(exc: Exception, path: str | None = None) -> str:

@@ -65,8 +65,9 @@ from kcompact.readers.batch import (
     Batch,
 )
 from kcompact.readers.indexes import AbortedTxn
+from kcompact.writers import snappy_library
 from kcompact.writers.chunks import BufferSizes
-from kcompact.writers.cleaned import output_bytes, records_written
+from kcompact.writers.cleaned import REWRITE, output_bytes, records_written
 from kcompact.writers.codecs import GZIP_OS_JAVA_16
 from kcompact.writers.compiled_codecs import compress_many
 from kcompact.writers.rebuild import EMPTY_ATTRIBUTES, KEPT_ATTRIBUTES, fill_crcs, frame_batches, splice_batches
@@ -256,6 +257,9 @@ class Rewriter:
     def __init__(self, job: GroupJob, plans: GroupPlans, render: bool, lookup: Lookup | None = None):
         self.job, self.plans, self.lookup, self.render = job, plans, lookup, render
         self.counts = np.zeros(len(REASON_OF_CODE), np.int64)
+        # snappy batches compressed anew, per rendered chunk (copied ones keep the broker's bytes);
+        # appended to, as chunks are rendered on several threads (``backward``)
+        self.snappy_rebuilt: list[int] = []
 
     def outputs(self) -> Iterator[ChunkOut]:
         """What every batch of the group becomes, a read chunk at a time, in file order."""
@@ -367,6 +371,7 @@ class Rewriter:
             raise FormatError(chunk.path, chunk.file_position + int(e[k, walk.POSITION]),
                               f"batch at offset {int(e[k, walk.BASE_OFFSET])}: records section does not match its scan")
         codec = e[rebuilt, walk.ATTRIBUTES] & ATTR_CODEC_MASK
+        self.snappy_rebuilt.append(int(np.count_nonzero(codec == codecs.SNAPPY)))
         sources = [chunk.buf, spliced, _NONE, _NONE]  # what entries are copied from, by ``source``
         source[rebuilt], start[rebuilt], length[rebuilt] = 1, at[:-1], np.diff(at)
         compressed = np.flatnonzero(codec != codecs.NONE)
@@ -417,6 +422,7 @@ class Rewriter:
             outcome = batch_outcome(plan, kept, bool((codes_k == KEPT_TOMBSTONE).any()), job.now,
                                     job.delete_retention_ms, kept > 0 and batch.inner_magic_differs, job.legacy_to_v2)
             out = output_bytes(batch, outcome, keep, job.legacy_to_v2, job.gzip_os)
+            self.snappy_rebuilt.append(int(outcome.kind == REWRITE and batch.codec == codecs.SNAPPY))
             if out is None:
                 yield k, Output(None)
                 continue
@@ -439,8 +445,11 @@ def write_outputs(job: GroupJob, outputs: Iterable) -> WrittenGroup:
 
 
 def succeeded(base: GroupResult, written: WrittenGroup, started: float, rewriter: Rewriter) -> GroupResult:
+    """A group written; its snappy batches compressed anew by a process without Google's snappy
+    (an executor whose host lacks it, while the driver has it) counted, for the report to say."""
+    inexact = sum(rewriter.snappy_rebuilt) if snappy_library.missing() else 0
     return base.but(size=written.size, batches=written.batches, records=written.records, files=tuple(written.files),
-                    seconds=time.monotonic() - started, codes=tuple(rewriter.counts.tolist()))
+                    seconds=time.monotonic() - started, codes=tuple(rewriter.counts.tolist()), inexact_snappy=inexact)
 
 
 def failed(job: GroupJob, base: GroupResult, started: float, rewriter: Rewriter, exc: Exception) -> GroupResult:

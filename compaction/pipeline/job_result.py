@@ -47,6 +47,8 @@ class JobResult:
             if o.status in (COMMITTED, UNFINISHED):
                 self.deleted += o.deleted
             if o.status == COMMITTED:
+                if inexact := sum(g.inexact_snappy for g in o.groups):
+                    self.report.inexact_snappy[o.row.path] = inexact
                 self.report.partitions.append(
                     PartitionReport.of(o.row, bytes_read(o.pid), counts, o.groups, committed=True)
                 )

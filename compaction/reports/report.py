@@ -185,6 +185,8 @@ class Report:
     previous_runs: dict[str, int | None] = field(default_factory=dict)
     began_choosing_ms: int | None = None
     run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
+    # partition dir -> its snappy batches compressed anew by an executor without Google's snappy
+    inexact_snappy: dict[str, int] = field(default_factory=dict)
 
     def observe_plan(self, plan: Iterable[PlanRow], marked: Iterable[str] = (), paused: Iterable[str] = ()) -> None:
         """Keep the rows of ``plan``, what Kafka's cleaner-manager gauges read, the partition dirs
@@ -314,9 +316,16 @@ class Report:
     def notes(self) -> list[str]:
         """What the plan noted without holding anything back (torn tails of active segments, snappy
         blocks without Google's snappy), each once; and when this process lacks Google's snappy
-        while the plan's did not, that too."""
+        while the plan's did not, that too, or (said instead, with the partitions) when executors
+        wrote snappy batches without it."""
         notes = dict.fromkeys(note for r in self.planned or [] for note in r.notes or [])
-        if self.partitions and snappy_library.missing():
+        if self.inexact_snappy:
+            where = sorted(self.inexact_snappy)
+            notes.pop(snappy_library.NOT_EXACT, None)
+            notes[f"{snappy_library.NOT_EXACT} on the executors that wrote {sum(self.inexact_snappy.values()):,d} "
+                  f"snappy batches of {len(where):,d} partitions: {', '.join(where[:3])}"
+                  + (", ..." if len(where) > 3 else "")] = None
+        elif self.partitions and snappy_library.missing():
             notes[snappy_library.NOT_EXACT] = None
         return list(notes)
 

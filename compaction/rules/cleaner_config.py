@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from kcompact.contracts.records import Record, column
+from kcompact.contracts.typed_rows import TypedRow, column
 
 I64 = pa.int64()
 
 
 @dataclass(frozen=True, slots=True)
-class CleanerConfig(Record):
+class CleanerConfig(TypedRow):
     """The settings Kafka's cleaner reads when it cleans one partition (topic-level names;
     broker-only ones by their broker names)."""
 

@@ -19,7 +19,10 @@ from kcompact.compaction.pipeline import batch_plans, job
 from kcompact.compaction.pipeline.to_clean import PartitionToClean
 from kcompact.compaction.rules.cleaner_config import CleanerConfig
 from kcompact.conf.resolve import Config
-from tests.support import kp_batches, kp_keyed, seg_path, write_partition
+from kcompact.readers import codecs
+from kcompact.readers.records import Record
+from kcompact.writers import snappy_library
+from tests.support import kp_batches, kp_build, kp_keyed, seg_path, write_partition
 
 NOW = 1_700_000_000_000
 TS = NOW - 3_600_000
@@ -184,3 +187,32 @@ def test_map_shards_split_keys_evenly_enough():
     hashes = np.random.default_rng(1).integers(-(1 << 63), (1 << 63) - 1, 4096, dtype=np.int64)
     counts = np.bincount([shard_of(int(h), 4) for h in hashes], minlength=4)
     assert counts.min() > 800
+
+
+def _snappy_partition(root: Path) -> Path:
+    """``t-0``: one closed segment of snappy batches (kafka-python's), each with superseded keys
+    (so it is compressed anew), then a copied one whose keys all stay, then the active segment."""
+    offset, segments = 0, []
+    for keys in ([b"a", b"b"] * 140, [b"c%d" % i for i in range(200)]):  # 480 records: _to_clean's active base
+        records = [Record(offset + i, TS, k, b"value-%d" % i * 4) for i, k in enumerate(keys)]
+        segments.append((offset, [kp_build(records, codec=codecs.SNAPPY, base_offset=offset)]))
+        offset += len(keys)
+    segments.append((offset, [kp_keyed(offset, [b"z"], TS)]))
+    return write_partition(root / "t-0", segments)
+
+
+@pytest.mark.parametrize("without", [False, True])
+def test_snappy_batches_compressed_without_googles_snappy_are_counted(tmp_path, monkeypatch, without):
+    """An executor without libsnappy compresses with cramjam (valid, not Kafka's bytes): each group
+    counts the snappy batches it compressed anew, none when the library was there or a batch is
+    copied, for the driver's report to say which partitions are not byte-exact."""
+    if without:
+        monkeypatch.setattr(snappy_library, "missing", lambda: snappy_library.NOT_EXACT)
+    part = _snappy_partition(tmp_path)
+    groups, keys = _groups(part, segment_bytes=1 << 30)
+    results = clean_partition(groups, render=True, threads=1, keys=keys)
+    assert [r.error for r in results] == [None]
+    assert [r.inexact_snappy for r in results] == [1 if without else 0]
+    got = [(r.key, r.value) for name, data in _cleaned(part).items() if name.endswith(".log.cleaned")
+           for batch in kp_batches(data) for r in batch]
+    assert [k for k, _ in got] == [b"a", b"b"] + [b"c%d" % i for i in range(200)]

@@ -353,3 +353,34 @@ def test_page_lists_the_top_partitions_and_the_json_every_one(monkeypatch):
     small = render(many(SHOWN - 2).to_json())  # 500 partitions in all: every one listed, the same rows
     assert "The JSON report holds every partition" not in small
     assert len(page) < len(small) * 1.05  # longer numbers and the line saying so; not ten times the rows
+
+
+def test_snappy_batches_written_by_executors_without_libsnappy_are_named(monkeypatch):
+    """The driver has Google's snappy, an executor did not: the notes name those partitions."""
+    from kcompact.writers import snappy_library
+
+    monkeypatch.setattr(snappy_library, "missing", lambda: None)
+    r = report()
+    assert snappy_library.NOT_EXACT not in " ".join(r.notes())
+    r.inexact_snappy = {"/logs/a/orders-0": 3, "/logs/b/users-1": 2}
+    assert [n for n in r.notes() if n.startswith(snappy_library.NOT_EXACT)] == [
+        f"{snappy_library.NOT_EXACT} on the executors that wrote 5 snappy batches of 2 partitions: "
+        "/logs/a/orders-0, /logs/b/users-1"]
+    assert r.to_json()["notes"] == r.notes()
+
+
+def test_a_committed_partitions_inexact_snappy_batches_reach_the_report():
+    """Stage 5's outcomes carry each group's count; the job's result keeps them per partition."""
+    from kcompact.compaction.cleaning.partition_batches import PartitionBatches
+    from kcompact.compaction.cleaning.results import GroupResult
+    from kcompact.compaction.pipeline.committing import COMMITTED, Outcome
+    from kcompact.compaction.pipeline.job_result import JobResult
+
+    rows = [PartitionBatches(path=f"/logs/a/t-{i}", log_dir="/logs/a", topic="t", partition=i, first_dirty_offset=0,
+                             first_uncleanable_dirty_offset=10, latest_offset=9) for i in range(2)]
+    groups = [[GroupResult(0, rows[0].path, 0, 0, inexact_snappy=2), GroupResult(1, rows[0].path, 1, 5,
+                                                                                  inexact_snappy=1)],
+              [GroupResult(2, rows[1].path, 0, 0)]]
+    result = JobResult(Report(now=NOW, dry_run=False))
+    result.record([Outcome(i, rows[i], groups[i], COMMITTED) for i in range(2)], lambda pid: 100, {})
+    assert result.report.inexact_snappy == {"/logs/a/t-0": 3}

@@ -1,4 +1,4 @@
-"""Typed records (``contracts.records``): one dataclass gives the Arrow schema and the driver's
+"""Typed rows (``contracts.typed_rows``): one dataclass gives the Arrow schema and the driver's
 records; checked against schemas and tables written out by hand with pyarrow."""
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ import pytest
 from kcompact.compaction.cleaning.partition_batches import PartitionBatches
 from kcompact.compaction.cleaning.results import GroupResult
 from kcompact.contracts.plan_row import PlanRow
-from kcompact.contracts.records import Record, column, mapping, nested
+from kcompact.contracts.typed_rows import TypedRow, column, mapping, nested
 
 
 @dataclass(frozen=True, slots=True)
-class Inner(Record):
+class Inner(TypedRow):
     a: int = column(pa.int64())
     b: str | None = column(pa.string())
 
 
 @dataclass(frozen=True, slots=True)
-class Outer(Record):
+class Outer(TypedRow):
     name: str = column(pa.string())
     small: int | None = column(pa.int32())
     ratio: float = column(pa.float64(), 0.5)
@@ -83,7 +83,7 @@ def test_missing_columns_take_defaults_and_unknown_names_are_refused():
 
 def test_a_field_not_declared_with_its_arrow_type_is_refused():
     @dataclass(frozen=True, slots=True)
-    class Loose(Record):
+    class Loose(TypedRow):
         n: int = 0
 
     with pytest.raises(TypeError, match=r"Loose.n is not declared"):
@@ -100,4 +100,4 @@ def test_the_stages_rows_have_the_columns_the_stages_exchange():
     assert PlanRow.schema().field("lease_holder").type.names == ["owner", "host", "pid", "until"]
     assert PartitionBatches.schema().field("batches").type == pa.binary()
     assert GroupResult.schema().names == ["gid", "path", "group", "base_offset", "size", "batches", "records", "files",
-                                          "seconds", "error", "codes", "failure"]
+                                          "seconds", "error", "codes", "failure", "inexact_snappy"]

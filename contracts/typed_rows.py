@@ -1,6 +1,6 @@
-"""Typed records for the rows that pass between stages: one frozen dataclass per kind of row, whose
+"""The rows that pass between stages, typed: one frozen dataclass per kind of row, whose
 fields carry their Arrow types, gives both the record the driver reads by attribute and the Arrow
-schema (``Record.schema``) of the tables and Spark DataFrames the stages exchange. A field read by a
+schema (``TypedRow.schema``) of the tables and Spark DataFrames the stages exchange. A field read by a
 wrong name fails where it is read; a column added to the schema is a field added to the record.
 
 A field is declared with ``column`` (a scalar or a list of scalars), ``nested`` (another record,
@@ -27,7 +27,7 @@ def column(arrow: pa.DataType, default: Any = None) -> Any:
     return dataclasses.field(default=default, metadata={_ARROW: arrow})
 
 
-def nested(record: type[Record], many: bool = False) -> Any:
+def nested(record: type[TypedRow], many: bool = False) -> Any:
     """A field holding one ``record`` (None by default), or with ``many`` a tuple of them."""
     arrow = record.struct()
     if many:
@@ -40,7 +40,7 @@ def mapping() -> Any:
     return dataclasses.field(default=None, metadata={_ARROW: pa.map_(pa.string(), pa.string()), _MAP: True})
 
 
-class Record:
+class TypedRow:
     """The base of a typed row: subclasses are ``@dataclass(frozen=True, slots=True)`` with every field
     declared by ``column``, ``nested`` or ``mapping``."""
 
@@ -78,12 +78,12 @@ class Record:
         return [cls.of(row) for row in table.select(names).to_pylist()]
 
     @classmethod
-    def table(cls, records: Iterable[Record], schema: pa.Schema | None = None) -> pa.Table:
+    def table(cls, records: Iterable[TypedRow], schema: pa.Schema | None = None) -> pa.Table:
         """``records`` as a table of ``schema`` (default: this record's own)."""
         return pa.Table.from_pylist([r.row() for r in records], schema=schema or cls.schema())
 
     @classmethod
-    def batch(cls, records: Iterable[Record]) -> pa.RecordBatch:
+    def batch(cls, records: Iterable[TypedRow]) -> pa.RecordBatch:
         """``records`` as one record batch of this record's schema (what a Spark task yields)."""
         return pa.RecordBatch.from_pylist([r.row() for r in records], schema=cls.schema())
 
