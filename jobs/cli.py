@@ -166,9 +166,8 @@ def _summary(text: str) -> None:
 def _recover(args: argparse.Namespace) -> int:
     """The broker's load-time recovery (swaps, torn tails of active segments, broken indexes), on
     every partition not held by a live job; partial (4), as the jobs, when a log dir held no partition."""
-    from kcompact.logdir.listing import held_partitions
-
     from kcompact.compaction.reports.outcome import outcome, recovery_undone
+    from kcompact.logdir.listing import held_partitions
 
     say = _say(args)
     with _log_dirs_held(args.paths) as (free, busy):
@@ -377,12 +376,12 @@ def _run(args: argparse.Namespace) -> int:
         code = _exit_status(result.failed + len(busy), result.attempted + len(busy),
                             incomplete=result.blocked + len(result.compaction.held()) + len(empty))
         if args.report:
-            from kcompact.compaction.reports.outcome import compaction_undone, outcome, recovery_undone, retention_undone
+            from kcompact.compaction.reports import outcome as undone
 
-            steps = [retention_undone(result.retention), compaction_undone(result.compaction)]
+            steps = [undone.retention_undone(result.retention), undone.compaction_undone(result.compaction)]
             if result.recovery is not None:
-                steps.insert(0, recovery_undone(result.recovery, free))
-            found = outcome(code, *steps, log_dirs=_not_worked_on("run", busy, empty))
+                steps.insert(0, undone.recovery_undone(result.recovery, free))
+            found = undone.outcome(code, *steps, log_dirs=_not_worked_on("run", busy, empty))
             _write_report(args, {"outcome": found, **result.to_json()}, spark=spark)
     return code
 

@@ -81,10 +81,21 @@ def compaction_undone(report: Report, step: str = "compaction") -> dict[str, lis
     for p in report.partitions:
         name, log_dir = f"{p.topic}-{p.partition}", _log_dir_of(p.path)
         if p.skipped and (log_dir, name) not in listed:
-            kind = p.failure
-            way_out = ("fix what it names, then run again" if kind is not None and kind.blocks else RETRIED)
-            out["skipped"].append(_row(step, name, log_dir, str(p.skipped), way_out))
+            out["skipped"].append(_row(step, name, log_dir, str(p.skipped), skip_way_out(p.failure, log_dir, name)))
     return out
+
+
+def skip_way_out(kind: Failure | None, log_dir: str, name: str) -> str:
+    """What to do about a partition a job passed over for a state of ``kind``."""
+    if kind is Failure.PAUSED:
+        return f"'kcompact resume {log_dir} {name}'"
+    if kind is Failure.UNCLEANABLE:
+        return f"fix or remove the named file, then 'kcompact reset-uncleanable {log_dir} {name}'"
+    if kind is Failure.BAD_INPUT:
+        return f"'kcompact verify {log_dir}' lists every problem"
+    if kind is Failure.LEASE_HELD:
+        return "none: cleaned once that job ends or its lease lapses ('kcompact status' shows it)"
+    return RETRIED
 
 
 def _paused(step: str, paused: dict[str, list[str]]) -> list[dict]:
@@ -100,9 +111,7 @@ def retention_undone(report: RetentionReport, step: str = "retention") -> dict[s
             out["failed"].append(_row(step, p.name, p.log_dir, p.error, f"{RETRIED}; should it fail again, "
                                       f"'kcompact verify {p.log_dir}' lists the log dir's problems", kind=None))
     for p in report.blocked:
-        way_out = (f"fix or remove the named file, then 'kcompact reset-uncleanable {p.log_dir} {p.name}'"
-                   if p.skip_kind is Failure.UNCLEANABLE else f"'kcompact verify {p.log_dir}' lists every problem")
-        out["held_back"].append(_row(step, p.name, p.log_dir, p.skipped, way_out))
+        out["held_back"].append(_row(step, p.name, p.log_dir, p.skipped, skip_way_out(p.skip_kind, p.log_dir, p.name)))
     out["paused"] += _paused(step, report.paused)
     return out
 
@@ -140,8 +149,12 @@ def outcome(code: int, *undone: dict[str, list[dict]], log_dirs: list[dict] = ()
     every step's ``undone`` and ``log_dirs`` (``log_dir_row``), by subject."""
     rows = {subject: [r for u in undone for r in u[subject]] for subject in SUBJECTS}
     rows["log_dirs"] = list(log_dirs) + rows["log_dirs"]
-    counts = [f"{len(rows[s]):,d} {'log dir' if s == 'log_dirs' else 'partition'}{'' if len(rows[s]) == 1 else 's'} "
-              f"{label}" for s, label in SUBJECTS.items() if rows[s]]
+    counts = []
+    for subject, label in SUBJECTS.items():
+        n = len({(r["log_dir"], r["partition"]) for r in rows[subject]})  # one held back in two steps: once
+        if n:
+            noun = "log dir" if subject == "log_dirs" else "partition"
+            counts.append(f"{n:,d} {noun}{'' if n == 1 else 's'} {label}")
     word, sentence = MEANING[code]
     verdict = f"Exit {code} ({word}): {', '.join(counts) or 'nothing left undone'}"
     return {"exit_code": code, "meaning": f"{word}: {sentence}", "verdict": verdict, **rows}
