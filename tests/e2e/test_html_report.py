@@ -1,9 +1,9 @@
 """The HTML reports as a browser shows them, against the JSON reports written beside them.
 
-Real jobs run through the command line on a generated log dir (``kcompact compact``, then
-``kcompact retain --dry-run`` on the cleaned dir, and ``kcompact run`` on a copy), and on a log
-dir of hand-built bytes with one corrupt partition (``compact``: exit 4, then ``recover`` of a
-crashed run's leftover), each with ``--report``; Debian's Chromium, headless, renders each page in
+Real jobs run through the command line on a generated log dir (``kcompact compact``, with one
+corrupt partition of hand-built bytes added: exit 4; then ``kcompact retain --dry-run`` and
+``kcompact recover`` of a crashed run's leftover on the cleaned dir, and ``kcompact run`` on a
+copy), each with ``--report``; Debian's Chromium, headless, renders each page in
 a 1280 x 800 window, the first screen: ``--dump-dom`` gives the DOM it built, ``--screenshot`` a
 PNG of that screen, from one run of the unchanged page. Every table cell of the DOM must name the
 place of its value in the JSON (a JSON pointer, resolved here by the ``jsonpointer`` library) and
@@ -40,7 +40,6 @@ from matplotlib import image
 from kcompact.jobs.cli import main
 from kcompact.tools import generator
 from tests.e2e.test_compaction_bad_input import corrupt_partition, recs
-from tests.support import write_partition
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -53,7 +52,7 @@ KAFKA_METRICS = {"max-dirty-percent", "max-clean-time-secs", "max-buffer-utiliza
 COMPACTION_PLOTS = {"bytes", "removed", "stages"}
 RETENTION_PLOTS = {"retention-bytes", "retention-rules"}
 PLOTS = {"compact": COMPACTION_PLOTS, "retain": RETENTION_PLOTS, "run": COMPACTION_PLOTS | RETENTION_PLOTS,
-         "corrupt": COMPACTION_PLOTS, "recover": set()}
+         "recover": set()}
 PAGES = list(PLOTS)
 SCREEN = (800, 1280)  # the first screen: what a 1280 x 800 window shows before any scrolling
 # the outcome block's background (compaction.reports.report_html's CSS), as the screenshot's RGB
@@ -66,20 +65,18 @@ def reports(spark, tmp_path_factory):
     assert os.access(CHROMIUM, os.X_OK), f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)"
     root = tmp_path_factory.mktemp("html")
     generator.generate(str(root / "gen"), generator.load_spec(None), seed=11)
-    a, b, c = root / "a", root / "b", root / "c"
+    a, b = root / "a", root / "b"
     shutil.copytree(root / "gen", a)
     shutil.copytree(root / "gen", b)
-    corrupt_partition(c / "orders-0")  # a CRC broken in a closed segment: marked uncleanable, exit 4
-    write_partition(c / "orders-1", [(0, [recs(0, [b"a", b"a", b"b"])]), (3, [recs(3, [b"c"])])])
+    corrupt_partition(a / "broken-0")  # a CRC broken in a closed segment: marked uncleanable, exit 4
     codes = {
-        "compact": main(["compact", str(a), "--now", str(NOW), "--report", str(root / "compact.json")]),
+        "compact": main(["compact", str(a), "--now", str(NOW), "--topic-config", "broken:cleanup.policy=compact",
+                         "--report", str(root / "compact.json")]),
         "retain": main(["retain", str(a), "--now", str(NOW), "--dry-run", "--report", str(root / "retain.json")]),
         "run": main(["run", str(b), "--now", str(NOW), "--report", str(root / "run.json")]),
-        "corrupt": main(["compact", str(c), "--now", str(NOW), "--topic-config", "orders:cleanup.policy=compact",
-                         "--report", str(root / "corrupt.json")]),
     }
-    (c / "orders-1" / f"{3:020d}.log.cleaned").write_bytes(recs(3, [b"c"]))  # what a crashed run leaves
-    codes["recover"] = main(["recover", str(c), "--report", str(root / "recover.json")])
+    (a / "broken-0" / f"{6:020d}.log.cleaned").write_bytes(recs(6, [b"e"]))  # what a crashed run leaves
+    codes["recover"] = main(["recover", str(a), "--report", str(root / "recover.json")])
     return SimpleNamespace(root=root, codes=codes, **{name: page(root, name, code) for name, code in codes.items()})
 
 
@@ -281,7 +278,7 @@ def widths(root: Path, name: str) -> dict:
 
 # -- the pages -----------------------------------------------------------------------------------
 def test_jobs_end_as_expected(reports):
-    assert reports.codes == {"compact": 0, "retain": 0, "run": 0, "corrupt": 4, "recover": 0}
+    assert reports.codes == {"compact": 4, "retain": 0, "run": 0, "recover": 0}
 
 
 @pytest.mark.parametrize("name", PAGES)
@@ -309,15 +306,15 @@ def test_first_screen_is_the_outcome(reports, name):
 
 
 def test_first_screen_of_a_corrupt_partition_names_it_and_what_to_do(reports):
-    p = reports.corrupt
+    p = reports.compact
     outcome = p.doc["outcome"]
     assert outcome["verdict"].startswith("Exit 4 (partial): 1 partition failed")
     (failed,) = outcome["failed"]
-    assert failed["partition"] == "orders-0" and failed["kind"] == "corrupt input"
-    assert "CRC mismatch" in failed["why"] and failed["why"].startswith(str(reports.root / "c" / "orders-0"))
-    assert failed["way_out"].endswith(f"then 'kcompact reset-uncleanable {reports.root / 'c'} orders-0'")
+    assert failed["partition"] == "broken-0" and failed["kind"] == "corrupt input"
+    assert "CRC mismatch" in failed["why"] and failed["why"].startswith(str(reports.root / "a" / "broken-0"))
+    assert failed["way_out"].endswith(f"then 'kcompact reset-uncleanable {reports.root / 'a'} broken-0'")
     cells = outcome_cells(p)
-    assert cells["/outcome/failed/0/partition"] == "orders-0"
+    assert cells["/outcome/failed/0/partition"] == "broken-0"
     assert cells["/outcome/failed/0/way_out"] == failed["way_out"]
     assert f"<h2>{html.escape(outcome['verdict'], quote=False)}</h2>" in p.raw
 
@@ -325,7 +322,7 @@ def test_first_screen_of_a_corrupt_partition_names_it_and_what_to_do(reports):
 def test_recovery_page_lists_what_it_recovered(reports):
     doc = reports.recover.doc
     (part,) = doc["partitions"]
-    assert part["path"].endswith("/orders-1") and part["deleted"] == [f"{3:020d}.log.cleaned"]
+    assert part["path"].endswith("/broken-0") and part["deleted"] == [f"{6:020d}.log.cleaned"]
     assert doc["outcome"]["verdict"] == "Exit 0 (done): nothing left undone"
 
 
