@@ -9,14 +9,17 @@ rows and sentences are written out here.
 from __future__ import annotations
 
 import html
+import json
 import re
 
 from kcompact.compaction.reports.outcome import compaction_undone, outcome, retention_undone
-from kcompact.compaction.reports.report import Report
+from kcompact.compaction.reports.report import PartitionReport, Report
 from kcompact.compaction.reports.report_html import render
 from kcompact.contracts.plan_row import PlanRow
 from kcompact.errors.failure import Failure
+from kcompact.jobs.cli import main
 from kcompact.operations.retention import PartitionRetention, RetentionReport
+from tests.support import checkpoint_text, kp_keyed, write_partition
 from tests.unit.test_report import NOW, cleaned, failed, undone_plan
 
 
@@ -110,3 +113,38 @@ def test_empty_plots_are_a_sentence_not_a_picture():
     retention = RetentionReport(NOW, True)
     doc = {"outcome": outcome(0, retention_undone(retention)), **retention.to_json()}
     assert "No plots of retention: no segment was due for deletion." in render(doc) and "<img" not in render(doc)
+
+
+def test_a_step_each_lists_a_partition_the_verdict_counts_once():
+    r = Report(NOW, False, [cleaned()], seconds=1.0)
+    r.observe_plan(PlanRow.read(undone_plan()))
+    skipped = PartitionReport.skipped_for(PlanRow(topic="orders", partition=8, path="/logs/b/orders-8",
+                                                  first_dirty_offset=0), "paused (1x; resume to clean)", Failure.PAUSED)
+    r.partitions.append(skipped)
+    held = PartitionRetention("orders", 6, "/logs/a/orders-6", "/logs/a", 0, None, skipped="bad input: x",
+                              skip_kind=Failure.BAD_INPUT)
+    found = outcome(4, retention_undone(RetentionReport(NOW, False, [held])), compaction_undone(r))
+    assert [(r["step"], r["partition"]) for r in found["held_back"]] == [
+        ("retention", "orders-6"), ("compaction", "orders-2"), ("compaction", "orders-6")]
+    assert found["verdict"].startswith("Exit 4 (partial): 2 partitions held back until fixed,")
+    assert [(r["partition"], r["way_out"]) for r in found["skipped"]] == [
+        ("orders-8", "'kcompact resume /logs/b orders-8'")]
+
+
+def test_recover_reports_its_outcome_and_page(tmp_path):
+    """``recover --report`` (no Spark): a log dir with no partition makes it partial, and says so first."""
+    empty, logs = tmp_path / "empty", tmp_path / "logs"
+    empty.mkdir()
+    (empty / "meta.properties").write_text("version=1\nnode.id=1\n")
+    (empty / "recovery-point-offset-checkpoint").write_bytes(checkpoint_text([]))
+    write_partition(logs / "orders-0", [(0, [kp_keyed(0, [b"a"], NOW)])])
+    (logs / "orders-0" / f"{0:020d}.log.cleaned").write_bytes(b"")  # what a crashed run leaves
+    code = main(["recover", str(logs), str(empty), "--report", str(tmp_path / "r.json")])
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert code == doc["outcome"]["exit_code"] == 4
+    assert [(r["log_dir"], r["why"]) for r in doc["outcome"]["log_dirs"]] == [
+        (str(empty), "no partitions in this log dir: nothing to do")]
+    assert doc["outcome"]["verdict"] == "Exit 4 (partial): 1 log dir not worked on"
+    assert doc["partitions"][0]["deleted"] == [f"{0:020d}.log.cleaned"]
+    page = (tmp_path / "r.html").read_text()
+    assert page.index('<section id="outcome" class="outcome failed">') < page.index('<section id="recovery">')
