@@ -117,20 +117,31 @@ def _session(args: argparse.Namespace):
 
 
 @contextlib.contextmanager
-def _log_dirs_held(paths: list[str], dry_run: bool = False) -> Iterator[tuple[list[str], list[str]]]:
-    """Hold the broker ``.lock`` of every log dir for the whole command: (the free dirs, messages
-    about the dirs in use, which are left alone)."""
+def _log_dirs_held(paths: list[str], dry_run: bool = False) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """Hold the broker ``.lock`` of every log dir for the whole command: (the free dirs, the dirs in
+    use, which are left alone, each with its message)."""
     from kcompact import storage
-    free, busy = [], []
+    free, busy = [], {}
     with contextlib.ExitStack() as stack:
         for path in paths:
             try:
                 stack.enter_context(storage.LogDirLock(path, create=not dry_run))
                 free.append(path)
             except errors.LogDirBusy as exc:
-                busy.append(str(exc))
+                busy[path] = str(exc)
                 _warn(str(exc))
         yield free, busy
+
+
+def _not_worked_on(step: str, busy: dict[str, str], empty: list[str]) -> list[dict]:
+    """The outcome's rows for the log dirs a command left alone: in use, or holding no partition."""
+    from kcompact.compaction.reports.outcome import log_dir_row
+
+    return ([log_dir_row(step, path, why, "stop what holds it (a broker, another job), then run again")
+             for path, why in busy.items()]
+            + [log_dir_row(step, path, "no partitions in this log dir: nothing to do",
+                           "check the path: a Kafka log dir holds one directory per partition (topic-N)")
+               for path in empty])
 
 
 @contextlib.contextmanager
@@ -155,6 +166,7 @@ def _summary(text: str) -> None:
 def _recover(args: argparse.Namespace) -> int:
     """The broker's load-time recovery (swaps, torn tails of active segments, broken indexes), on
     every partition not held by a live job; partial (4), as the jobs, when a log dir held no partition."""
+    from kcompact.compaction.reports.outcome import outcome, recovery_undone
     from kcompact.logdir.listing import held_partitions
 
     say = _say(args)
@@ -163,13 +175,16 @@ def _recover(args: argparse.Namespace) -> int:
         if free:
             report = kcompact.recover(free, torn_tails=True, progress=say)
             print(report.text())
-            if args.report:
-                _write_report(args, report.to_json(), page=False)  # no page layout for recovery
-    empty = [path for path in free if not held_partitions(path)]
-    for path in empty:
-        _warn(f"{path}: no partitions in this log dir: nothing to do")
-    failed = len(busy) + (report.failed if report else 0)
-    return _exit_status(failed, len(args.paths) + (len(report.partitions) if report else 0), incomplete=len(empty))
+        empty = [path for path in free if not held_partitions(path)]
+        for path in empty:
+            _warn(f"{path}: no partitions in this log dir: nothing to do")
+        failed = len(busy) + (report.failed if report else 0)
+        code = _exit_status(failed, len(args.paths) + (len(report.partitions) if report else 0), incomplete=len(empty))
+        if report is not None and args.report:
+            undone = recovery_undone(report, free)
+            _write_report(args, {"outcome": outcome(code, undone, log_dirs=_not_worked_on("recovery", busy, empty)),
+                                 **report.to_json()})
+    return code
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -263,11 +278,15 @@ def _compact(args: argparse.Namespace) -> int:
                                         watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
         empty = _empty(free, plan)
         print(report.text(each=not args.quiet))
+        totals = report.totals()
+        code = _exit_status(totals["failed"] + len(busy), totals["partitions"] - totals["skipped"] + len(busy),
+                            incomplete=len(report.blocked()) + len(report.held()) + len(empty))
         if args.report:
-            _write_report(args, report.to_json(), spark=spark, paths=paths)
-    totals = report.totals()
-    return _exit_status(totals["failed"] + len(busy), totals["partitions"] - totals["skipped"] + len(busy),
-                        incomplete=len(report.blocked()) + len(report.held()) + len(empty))
+            from kcompact.compaction.reports.outcome import compaction_undone, outcome
+
+            found = outcome(code, compaction_undone(report), log_dirs=_not_worked_on("compaction", busy, empty))
+            _write_report(args, {"outcome": found, **report.to_json()}, spark=spark, paths=paths)
+    return code
 
 
 @contextlib.contextmanager
@@ -279,9 +298,10 @@ def _ticker(spark, say: Callable[[str], None], what: str, total_bytes: int | Non
         yield
 
 
-def _write_report(args: argparse.Namespace, doc: dict, page: bool = True, spark=None, paths=None) -> None:
-    """The report, with where and how this run ran (``doc["run"]``) when the document has room for it
-    (every command's that runs Spark: ``spark`` is its session)."""
+def _write_report(args: argparse.Namespace, doc: dict, spark=None, paths=None) -> None:
+    """The report and its page, with where and how this run ran (``doc["run"]``) when the document has
+    room for it (every command's that runs Spark: ``spark`` is its session). ``doc["outcome"]`` holds
+    the exit code the command then returns."""
     from kcompact.compaction.reports.report_html import write_report
     from kcompact.jobs.spark import let_go
 
@@ -289,7 +309,7 @@ def _write_report(args: argparse.Namespace, doc: dict, page: bool = True, spark=
         doc["run"] = _run_facts(args, spark, paths or args.paths)
     if args.own_process:
         let_go()  # Spark's last use
-    print(f"report written to {' and '.join(write_report(args.report, doc, page))}")
+    print(f"report written to {' and '.join(write_report(args.report, doc))}")
 
 
 def _run_facts(args: argparse.Namespace, spark, paths: list[str]) -> dict:
@@ -328,12 +348,16 @@ def _retain(args: argparse.Namespace) -> int:
         with _ticker(spark, say, "retention"):
             report, plan = kcompact.retain(spark, free, config=config, now=args.now, dry_run=args.dry_run,
                                            progress=say, summary=_summary)
-    empty = _empty(free, plan)
-    print(report.text())
-    if args.report:
-        _write_report(args, report.to_json(), spark=spark)
-    return _exit_status(report.totals()["failed"] + len(busy), report.attempted + len(busy),
-                        incomplete=len(report.blocked) + len(empty))
+        empty = _empty(free, plan)
+        print(report.text())
+        code = _exit_status(report.totals()["failed"] + len(busy), report.attempted + len(busy),
+                            incomplete=len(report.blocked) + len(empty))
+        if args.report:
+            from kcompact.compaction.reports.outcome import outcome, retention_undone
+
+            found = outcome(code, retention_undone(report), log_dirs=_not_worked_on("retention", busy, empty))
+            _write_report(args, {"outcome": found, **report.to_json()}, spark=spark)
+    return code
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -349,10 +373,17 @@ def _run(args: argparse.Namespace) -> int:
                               watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
         empty = _empty(free, result.plan)
         print(result.text(each=not args.quiet))
+        code = _exit_status(result.failed + len(busy), result.attempted + len(busy),
+                            incomplete=result.blocked + len(result.compaction.held()) + len(empty))
         if args.report:
-            _write_report(args, result.to_json(), spark=spark)
-    return _exit_status(result.failed + len(busy), result.attempted + len(busy),
-                        incomplete=result.blocked + len(result.compaction.held()) + len(empty))
+            from kcompact.compaction.reports import outcome as undone
+
+            steps = [undone.retention_undone(result.retention), undone.compaction_undone(result.compaction)]
+            if result.recovery is not None:
+                steps.insert(0, undone.recovery_undone(result.recovery, free))
+            found = undone.outcome(code, *steps, log_dirs=_not_worked_on("run", busy, empty))
+            _write_report(args, {"outcome": found, **result.to_json()}, spark=spark)
+    return code
 
 
 COMMANDS = {"dump": _dump, "verify": _verify, "gen": _gen, "plan": _plan, "compact": _compact, "retain": _retain,

@@ -1,8 +1,13 @@
 """Every job's report as one self-contained HTML page: tables and plots, nothing fetched.
 
 ``render(doc)`` takes a report's JSON document (``compaction.reports.report.Report.to_json()``,
-``operations.retention.RetentionReport.to_json()`` or ``kcompact.NightlyReport.to_json()``), so the
-page shows exactly the numbers the JSON file holds. Every table cell carries the place of its
+``operations.retention.RetentionReport.to_json()``, ``kcompact.NightlyReport.to_json()`` or
+``operations.recover.RecoveryReport.to_json()``), so the page shows exactly the numbers the JSON
+file holds. It leads with what an operator needs first, the command's ``outcome``
+(``compaction.reports.outcome``: the exit code, a one-line verdict, what failed, is held back,
+paused or uncleanable, each with what to do) in a block coloured for success or failure; then the
+plots (an empty one is not drawn: a sentence says so); then the tables, each of a few columns on
+one subject. Every table cell carries the place of its
 value in that document as a JSON pointer (``data-path``) and the value itself as JSON
 (``data-value``); the cell's text shows integers and strings as they are, decimals rounded to
 3 places, booleans as yes/no, null as a dash, lists and objects as JSON. Plots are matplotlib
@@ -52,8 +57,7 @@ p.rule, p.when { color: #495057; margin: 0.3em 0; }
 table { border-collapse: collapse; font-size: 0.8em; max-width: 100%; }
 caption { text-align: left; font-weight: bold; padding: 0.3em 0; }
 th, td { border: 1px solid #dee2e6; padding: 0.2em 0.4em; vertical-align: top; }
-thead th { overflow-wrap: anywhere; min-width: 3em; }
-thead th { background: #e9ecef; position: sticky; top: 0; }
+thead th { white-space: nowrap; word-break: normal; background: #e9ecef; position: sticky; top: 0; }
 tbody th { background: #f8f9fa; text-align: left; font-weight: normal; }
 tbody tr:nth-child(even) td { background: #f8f9fa; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
@@ -62,17 +66,16 @@ figure { display: inline-block; margin: 0.5em 1.5em 0.5em 0; }
 figure img { max-width: 100%; border: 1px solid #dee2e6; }
 figcaption { font-size: 0.85em; color: #495057; }
 dl { font-size: 0.85em; } dt { font-weight: bold; margin-top: 0.4em; } dd { margin-left: 1.5em; }
+section.outcome { padding: 0.2em 1em 0.6em; border-left: 8px solid; }
+section.outcome h2 { border-bottom: none; margin-top: 0.4em; }
+section.outcome.ok { background: #ebfbee; border-color: #2b8a3e; }
+section.outcome.failed { background: #fff0f0; border-color: #c92a2a; }
+section.outcome .scroll { margin: 0.4em 0; }
 </style>
 </head>
 <body>
 <h1>{{ title }}</h1>
-<p class="rule">{{ rule }}</p>
-{% for s in sections %}
-<section id="{{ s.id }}">
-<h2>{{ s.title }}</h2>
-{% for p in s.paragraphs %}<p class="when">{{ p }}</p>
-{% endfor %}
-{% for t in s.tables %}
+{% macro table(t) %}
 <div class="scroll"><table id="{{ t.id }}">
 <caption>{{ t.caption }}</caption>
 <thead><tr>{% for h in t.headers %}<th scope="col">{{ h }}</th>{% endfor %}</tr></thead>
@@ -81,10 +84,30 @@ dl { font-size: 0.85em; } dt { font-weight: bold; margin-top: 0.4em; } dd { marg
 {%- for c in row.cells %}<td class="{{ c.kind }}" data-path="{{ c.path }}" data-value="{{ c.value }}">{{ c.text }}</td>{% endfor %}</tr>
 {% endfor %}
 </tbody></table></div>
+{% endmacro %}
+{% if outcome %}
+<section id="outcome" class="outcome {{ outcome.colour }}">
+<h2>{{ outcome.verdict }}</h2>
+{% for t in outcome.tables %}{{ table(t) }}{% endfor %}
+</section>
+{% endif %}
+{% if figures or empty %}
+<section id="plots">
+<h2>Plots</h2>
+{% for p in empty %}<p class="when">{{ p }}</p>
 {% endfor %}
-{% for f in s.figures %}<figure><img data-plot="{{ f.name }}" alt="{{ f.caption }}" src="data:image/png;base64,{{ f.png }}">
+{% for f in figures %}<figure><img data-plot="{{ f.name }}" alt="{{ f.caption }}" src="data:image/png;base64,{{ f.png }}">
 <figcaption>{{ f.caption }}</figcaption></figure>
 {% endfor %}
+</section>
+{% endif %}
+<p class="rule">{{ rule }}</p>
+{% for s in sections %}
+<section id="{{ s.id }}">
+<h2>{{ s.title }}</h2>
+{% for p in s.paragraphs %}<p class="when">{{ p }}</p>
+{% endfor %}
+{% for t in s.tables %}{{ table(t) }}{% endfor %}
 {% if s.notes %}<dl>{% for term, text in s.notes %}<dt>{{ term }}</dt><dd>{{ text }}</dd>{% endfor %}</dl>{% endif %}
 </section>
 {% endfor %}
@@ -130,8 +153,21 @@ class Section:
     title: str
     paragraphs: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
-    figures: list[Plot] = field(default_factory=list)
+    figures: list[Plot] = field(default_factory=list)  # drawn below the outcome, before every section's tables
+    empty: list[str] = field(default_factory=list)  # why a plot of the section is not drawn: nothing to draw
     notes: list[tuple[str, str]] = field(default_factory=list)
+
+    def plots(self, *made: Plot | str) -> None:
+        """Keep each plot ``made``, or the sentence saying why one has nothing to draw."""
+        for m in made:
+            (self.figures if isinstance(m, Plot) else self.empty).append(m)
+
+
+@dataclass(slots=True)
+class Outcome:
+    verdict: str
+    colour: str  # "ok" (exit 0) or "failed"
+    tables: list[Table]
 
 
 class Doc:
@@ -190,11 +226,6 @@ def _png(name: str, caption: str, fig: Figure) -> Plot:
     return Plot(name, caption, base64.b64encode(out.getvalue()).decode("ascii"))
 
 
-def _nothing(ax, why: str) -> None:
-    ax.axis("off")
-    ax.text(0.5, 0.5, why, ha="center", va="center", fontsize=12, color="#495057")
-
-
 def _largest(parts: list[dict], key) -> list[dict]:
     """At most TOP partitions, the largest by ``key``, drawn largest at the top."""
     return sorted(parts, key=key, reverse=True)[:TOP][::-1]
@@ -222,74 +253,70 @@ def _name(p: dict) -> str:
     return f"{p['topic']}-{p['partition']}" if p.get("topic") is not None else posixpath.basename(p["path"])
 
 
-def _bytes_plot(parts: list[dict]) -> Plot:
+def _bytes_plot(parts: list[dict]) -> Plot | str:
     done = _largest([p for p in parts if not p["error"] and not p["skipped"]], lambda p: p["bytes_read"])
+    if not done:
+        return "No plot of bytes before and after: no partition was cleaned."
     fig, ax = _figure(2 * len(done))
-    if done:
-        y = range(len(done))
-        ax.barh([i + 0.2 for i in y], [p["bytes_read"] / MB for p in done], 0.4, label="before (bytes read)",
-                color="#adb5bd")
-        ax.barh([i - 0.2 for i in y], [p["bytes_written"] / MB for p in done], 0.4, label="after (bytes written)",
-                color="#2b8a3e")
-        ax.set_yticks(list(y), [short_label(_name(p)) for p in done])
-        ax.set_xlabel("MB (2^20 bytes)")
-        fig.legend(loc="outside right upper")
-    else:
-        _nothing(ax, "no partition was cleaned")
+    y = range(len(done))
+    ax.barh([i + 0.2 for i in y], [p["bytes_read"] / MB for p in done], 0.4, label="before (bytes read)",
+            color="#adb5bd")
+    ax.barh([i - 0.2 for i in y], [p["bytes_written"] / MB for p in done], 0.4, label="after (bytes written)",
+            color="#2b8a3e")
+    ax.set_yticks(list(y), [short_label(_name(p)) for p in done])
+    ax.set_xlabel("MB (2^20 bytes)")
+    fig.legend(loc="outside right upper")
     return _png("bytes", f"Bytes before and after, per partition ({TOP} largest at most)", fig)
 
 
-def _removed_plot(parts: list[dict]) -> Plot:
+def _removed_plot(parts: list[dict]) -> Plot | str:
     done = _largest([p for p in parts if not p["error"] and not p["skipped"]],
                     lambda p: sum(p["removed"].values()))
+    if not any(sum(p["removed"].values()) for p in done):
+        return "No plot of records removed: no record was removed."
     fig, ax = _figure(len(done))
-    if done and any(sum(p["removed"].values()) for p in done):
-        left = [0] * len(done)
-        for reason in REASONS:
-            counts = [p["removed"].get(reason, 0) for p in done]
-            ax.barh(range(len(done)), counts, left=left, label=reason, color=REASON_COLOURS[reason])
-            left = [a + b for a, b in zip(left, counts)]
-        ax.set_yticks(range(len(done)), [short_label(_name(p)) for p in done])
-        ax.set_xlabel("records removed")
-        fig.legend(loc="outside right upper")
-    else:
-        _nothing(ax, "no record was removed")
+    left = [0] * len(done)
+    for reason in REASONS:
+        counts = [p["removed"].get(reason, 0) for p in done]
+        ax.barh(range(len(done)), counts, left=left, label=reason, color=REASON_COLOURS[reason])
+        left = [a + b for a, b in zip(left, counts)]
+    ax.set_yticks(range(len(done)), [short_label(_name(p)) for p in done])
+    ax.set_xlabel("records removed")
+    fig.legend(loc="outside right upper")
     return _png("removed", f"Records removed by reason, per partition ({TOP} most at most)", fig)
 
 
-def _stages_plot(stages: dict[str, float]) -> Plot:
+def _stages_plot(stages: dict[str, float]) -> Plot | str:
+    if not stages:
+        return "No plot of stage timings: no stage ran."
     fig, ax = _figure(len(stages))
-    if stages:
-        names = list(stages)[::-1]
-        ax.barh(names, [stages[n] for n in names], color="#1864ab")
-        ax.set_xlabel("seconds (wall)")
-    else:
-        _nothing(ax, "no stage timings")
+    names = list(stages)[::-1]
+    ax.barh(names, [stages[n] for n in names], color="#1864ab")
+    ax.set_xlabel("seconds (wall)")
     return _png("stages", "Stage timings, back to back", fig)
 
 
-def _retention_plots(parts: list[dict]) -> list[Plot]:
+def _retention_plots(parts: list[dict]) -> list[Plot | str]:
+    """Bytes deleted per partition and segments deleted per rule, or (none due) one sentence."""
     due = _largest([p for p in parts if p["bytes_deleted"]], lambda p: p["bytes_deleted"])
-    fig, ax = _figure(len(due))
-    if due:
-        ax.barh(range(len(due)), [p["bytes_deleted"] / MB for p in due], color="#c92a2a")
-        ax.set_yticks(range(len(due)), [short_label(_name(p)) for p in due])
-        ax.set_xlabel("MB (2^20 bytes)")
-    else:
-        _nothing(ax, "no segment due for deletion")
-    by_bytes = _png("retention-bytes", f"Bytes deleted (due, in a dry run), per partition ({TOP} largest at most)",
-                    fig)
     rules: dict[str, int] = {}
     for p in parts:
         for rule, n in p["reasons"].items():
             rules[rule] = rules.get(rule, 0) + n
+    if not rules:
+        return ["No plots of retention: no segment was due for deletion."]
+    out: list[Plot | str] = ["No plot of bytes deleted: the segments due hold no bytes."]
+    if due:
+        fig, ax = _figure(len(due))
+        ax.barh(range(len(due)), [p["bytes_deleted"] / MB for p in due], color="#c92a2a")
+        ax.set_yticks(range(len(due)), [short_label(_name(p)) for p in due])
+        ax.set_xlabel("MB (2^20 bytes)")
+        out = [_png("retention-bytes", f"Bytes deleted (due, in a dry run), per partition ({TOP} largest at most)",
+                    fig)]
     fig, ax = _figure(len(rules))
-    if rules:
-        ax.barh(list(rules), list(rules.values()), color="#e67700")
-        ax.set_xlabel("segments")
-    else:
-        _nothing(ax, "no segment due for deletion")
-    return [by_bytes, _png("retention-rules", "Segments deleted (due, in a dry run), by rule", fig)]
+    ax.barh(list(rules), list(rules.values()), color="#e67700")
+    ax.set_xlabel("segments")
+    return [*out, _png("retention-rules", "Segments deleted (due, in a dry run), by rule", fig)]
 
 
 # -- sections ----------------------------------------------------------------------------------
@@ -330,10 +357,24 @@ def _undone(doc: Doc, s: Section, id: str) -> None:
     s.notes += [("note", text) for text in data.get("notes") or []]
 
 
-PARTITION_COLUMNS = (("topic",), ("partition",), ("path",), ("dirty_start",), ("dirty_end",), ("bytes_read",),
-                     ("bytes_written",), ("records_read",), ("records_kept",),
-                     *(("removed", r) for r in REASONS), ("seconds",), ("mb_per_s",), ("committed",), ("error",),
-                     ("skipped",))
+# The partitions' columns, a table per subject (each row of the later ones labelled with its partition)
+SIZE_COLUMNS = (("topic",), ("partition",), ("dirty_start",), ("dirty_end",), ("bytes_read",), ("bytes_written",),
+                ("records_read",), ("records_kept",), ("seconds",), ("mb_per_s",))
+REMOVED_COLUMNS = tuple(("removed", r) for r in REASONS)
+FATE_COLUMNS = (("committed",), ("failure",), ("error",), ("skipped",), ("path",))
+
+
+def _partition_tables(doc: Doc, id: str, listed: list[int], subjects: list[tuple[str, str, tuple]]) -> list[Table]:
+    """One table per (id suffix, caption, columns) of ``subjects`` over the ``listed`` partitions;
+    the first holds their topic and partition, the others name each row with its partition."""
+    parts = doc.data["partitions"]
+    out = []
+    for n, (suffix, caption, columns) in enumerate(subjects):
+        headers = [" ".join(c[1:] or c) for c in columns]  # a removed count by its reason alone
+        out.append(Table(f"{id}-{suffix}", caption, headers if n == 0 else ["partition", *headers],
+                         [Row(None if n == 0 else _name(parts[i]), [doc.cell("partitions", i, *c) for c in columns])
+                          for i in listed]))
+    return out
 
 
 def compaction_section(doc: Doc, id: str = "compaction") -> Section:
@@ -347,8 +388,10 @@ def compaction_section(doc: Doc, id: str = "compaction") -> Section:
     parts = data["partitions"]
     listed = shown(parts, "bytes_read")
     s.paragraphs += _shown_line(parts, listed, "bytes read")
-    s.tables.append(Table(f"{id}-partitions", "Partitions", [" ".join(c) for c in PARTITION_COLUMNS],
-                          [Row(None, [doc.cell("partitions", i, *c) for c in PARTITION_COLUMNS]) for i in listed]))
+    s.tables += _partition_tables(doc, id, listed, [
+        ("partitions", "Partitions: bytes and records read and kept", SIZE_COLUMNS),
+        ("removed", "Partitions: records removed, by reason", REMOVED_COLUMNS),
+        ("fates", "Partitions: what became of each", FATE_COLUMNS)])
     group_columns = ("base_offset", "segments", "outcome")
     s.tables.append(Table(f"{id}-groups", "Segment groups (each becomes one cleaned segment)",
                           ["topic", "partition", *group_columns],
@@ -371,7 +414,7 @@ def compaction_section(doc: Doc, id: str = "compaction") -> Section:
     s.tables.append(Table(f"{id}-metrics", "Kafka's cleaner metrics", ["metric", "value"], rows))
     notes = data["metric_notes"]
     s.notes += [(name, METRICS[name] + (f". Note: {notes[name]}" if name in notes else "")) for name in data["metrics"]]
-    s.figures += [_bytes_plot(data["partitions"]), _removed_plot(data["partitions"]), _stages_plot(data["stages"])]
+    s.plots(_bytes_plot(data["partitions"]), _removed_plot(data["partitions"]), _stages_plot(data["stages"]))
     return s
 
 
@@ -380,13 +423,13 @@ def retention_section(doc: Doc, id: str = "retention") -> Section:
     s = Section(id, "Retention", [_when(data)])
     s.tables.append(_run_table(doc, id))
     s.tables.append(_key_values(doc, f"{id}-totals", "Totals", [("totals", k) for k in data["totals"]], strip=1))
-    columns = ("topic", "partition", "path", "log_start", "new_log_start", "bytes_deleted", "deleted", "skipped",
-               "error")
     parts = data["partitions"]
     listed = shown(parts, "bytes_deleted")
     s.paragraphs += _shown_line(parts, listed, "bytes deleted")
-    s.tables.append(Table(f"{id}-partitions", "Partitions", list(columns),
-                          [Row(None, [doc.cell("partitions", i, c) for c in columns]) for i in listed]))
+    s.tables += _partition_tables(doc, id, listed, [
+        ("partitions", "Partitions: log start and bytes deleted",
+         (("topic",), ("partition",), ("log_start",), ("new_log_start",), ("bytes_deleted",), ("deleted",))),
+        ("fates", "Partitions: skipped or failed", (("skipped",), ("error",), ("path",)))])
     segment_columns = ("base_offset", "size", "largest_timestamp", "reason")
     s.tables.append(Table(f"{id}-segments", "Segments due for deletion", ["topic", "partition", *segment_columns],
                           [Row(None, [doc.cell("partitions", i, "topic"), doc.cell("partitions", i, "partition")]
@@ -394,7 +437,7 @@ def retention_section(doc: Doc, id: str = "retention") -> Section:
                            for i in listed for j in range(len(parts[i]["segments"]))]))
     s.notes += [("note", note) for note in data["notes"]]
     s.notes += [(f"warning: {_name(p)}", w) for p in data["partitions"] for w in p["warnings"]]
-    s.figures += _retention_plots(data["partitions"])
+    s.plots(*_retention_plots(data["partitions"]))
     return s
 
 
@@ -406,9 +449,10 @@ def recovery_section(doc: Doc, id: str = "recovery") -> Section:
     s.tables.append(_key_values(doc, f"{id}-totals", "Totals", scalars))
     parts = data.get("partitions") or []
     if parts:
-        columns = list(parts[0])
-        s.tables.append(Table(f"{id}-partitions", "Partitions recovered or with problems", columns,
-                              [Row(None, [doc.cell("partitions", i, c) for c in columns]) for i in range(len(parts))]))
+        s.tables += _partition_tables(doc, id, list(range(len(parts))), [
+            ("partitions", "Partitions recovered or with problems: files", (("path",), ("deleted",), ("renamed",))),
+            ("repairs", "Partitions recovered or with problems: repairs",
+             (("indexes_rebuilt",), ("truncated",), ("problems",), ("generation",)))])
     else:
         s.paragraphs.append("No partition needed recovery.")
     s.notes += [(f"skipped: {path}", why) for path, why in (data.get("skipped") or {}).items()]
@@ -416,8 +460,41 @@ def recovery_section(doc: Doc, id: str = "recovery") -> Section:
     return s
 
 
+# The outcome's subjects: each one's table caption, and the columns shown (its rows' keys, by header)
+CAPTIONS = {"failed": "Failed: why, and what to do", "held_back": "Held back until fixed",
+            "held": "Held by another job", "log_dirs": "Log dirs not worked on",
+            "uncleanable": "Uncleanable (Kafka's uncleanable partitions: skipped by every job until reset)",
+            "paused": "Paused (no job cleans them until resumed)", "skipped": "Skipped by this run"}
+OUTCOME_HEADERS = {"step": "step", "partition": "partition", "log_dir": "log dir", "kind": "kind", "why": "why",
+                   "way_out": "what to do"}
+
+
+def outcome_block(doc: Doc) -> Outcome | None:
+    """The page's first block: the command's verdict, its exit code and meaning, then a table per
+    subject of what it left undone (with a step and a log dir column when its rows name several:
+    the way out names the log dir too)."""
+    data = doc.data.get("outcome")
+    if data is None:  # a report the API wrote, not a command: no exit code
+        return None
+    o = doc.sub("outcome")
+    tables = [Table("outcome-exit", "Exit code", ["exit code", "meaning"], [Row(None, [o.cell("exit_code"),
+                                                                                     o.cell("meaning")])])]
+    listed = [r for subject in CAPTIONS for r in data[subject]]
+    several = {key for key in ("step", "log_dir") if len({r[key] for r in listed}) > 1}
+    for subject, caption in CAPTIONS.items():
+        rows = data[subject]
+        if not rows:
+            continue
+        columns = [c for c in OUTCOME_HEADERS if c in rows[0] and (c not in ("step", "log_dir") or c in several
+                                                                   or subject == "log_dirs")
+                   and (c != "partition" or subject != "log_dirs")]
+        tables.append(Table(f"outcome-{subject}", caption, [OUTCOME_HEADERS[c] for c in columns],
+                            [Row(None, [o.cell(subject, i, c) for c in columns]) for i in range(len(rows))]))
+    return Outcome(data["verdict"], "ok" if data["exit_code"] == 0 else "failed", tables)
+
+
 def sections(doc: dict) -> tuple[str, list[Section]]:
-    """The page's title and sections for any of the three report documents."""
+    """The page's title and sections for any of the four report documents."""
     root = Doc(doc)
     if "compaction" in doc and "retention" in doc:
         out = [Section("nightly", "Nightly run", [_when(doc)], [_run_table(root, "nightly")])]
@@ -427,12 +504,16 @@ def sections(doc: dict) -> tuple[str, list[Section]]:
         return "kcompact run: recovery, retention, compaction", out
     if "stages" in doc:
         return "kcompact compact", [compaction_section(root)]
+    if "checked" in doc:
+        return "kcompact recover", [recovery_section(root)]
     return "kcompact retain", [retention_section(root)]
 
 
 def render(doc: dict) -> str:
+    """The page: the outcome, the plots (or why one is not drawn), then every section's tables."""
     title, parts = sections(doc)
-    return _TEMPLATE.render(title=title, rule=RULE, sections=parts)
+    return _TEMPLATE.render(title=title, rule=RULE, sections=parts, outcome=outcome_block(Doc(doc)),
+                            figures=[f for s in parts for f in s.figures], empty=[e for s in parts for e in s.empty])
 
 
 def html_path(json_path: str) -> str:
@@ -443,10 +524,12 @@ def html_path(json_path: str) -> str:
 
 def write_report(json_path: str, doc: dict, page: bool = True) -> list[str]:
     """Write a job's report ``doc`` as JSON to ``json_path`` (local or ``s3://``) and, with
-    ``page``, its HTML page beside it; returns the paths written."""
+    ``page``, its HTML page beside it; returns the paths written. The page is made first: should
+    that fail, no JSON is left behind to say an outcome the command did not end with."""
+    text = render(doc) if page else None
     storage.write_durable(json_path, json.dumps(doc, indent=1).encode())
-    if not page:
+    if text is None:
         return [json_path]
     path = html_path(json_path)
-    storage.write_durable(path, render(doc).encode())
+    storage.write_durable(path, text.encode())
     return [json_path, path]
