@@ -15,7 +15,7 @@ import tempfile
 from datetime import UTC, datetime
 
 from kcompact import storage
-from kcompact.errors import BadArgument, NoConditionalWrites
+from kcompact.errors import BadArgument
 from kcompact.logdir.listing import CHECKPOINTS, held_partitions, not_a_log_dir, parse_partition_dir
 from kcompact.operations.states import utc
 
@@ -210,13 +210,10 @@ def writable(paths: list[str]) -> None:
 
 def conditional_writes(paths: list[str]) -> None:
     """Log dirs on object stores that honour conditional writes, which every commit there relies
-    on (``storage.probe``: a request or two per store, answered once per process)."""
+    on (``storage.probe.require``: two requests per store, answered once per process)."""
     from kcompact.storage import probe
 
-    for path in paths:
-        why = probe.conditional_writes(path)
-        if why is not None:
-            raise NoConditionalWrites(f"{path}: {why}")
+    probe.require(paths)
 
 
 def suffix(path: str, option: str, suffixes: tuple[str, ...]) -> None:

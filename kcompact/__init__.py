@@ -24,7 +24,10 @@ clock), ``dry_run``, and the configuration by Kafka's names: ``config_files`` (`
 ``broker_config={"log.cleaner.min.cleanable.ratio": 0.3}``, ``topic_config={"orders":
 {"min.cleanable.dirty.ratio": 0.1}}``, and ``kafka_version="4.1"`` (the Kafka release whose cleaner to
 reproduce, as ``--kafka-version``). Log dirs are local paths or ``s3://`` URLs; ``progress``
-(default ``print``) receives the progress lines. Importing this package imports no Spark.
+(default ``print``) receives the progress lines. On an ``s3://`` log dir, ``compact``, ``retain``,
+``run`` and ``recover`` (not a dry run) first ask whether the store honours conditional writes, and
+raise ``kcompact.errors.NoConditionalWrites`` before writing anything when it does not
+(docs/deployment.md, "S3-compatible stores"). Importing this package imports no Spark.
 
 The layers (``kcompact.readers``, ``kcompact.compaction``...) are subpackages of this one, so the
 functions are imported on first use: a Spark worker that needs only the byte format does not load

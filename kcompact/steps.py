@@ -135,6 +135,16 @@ def _assignments(values: Mapping[str, object]) -> str:
     return ",".join(f"{key}={text(value)}" for key, value in values.items())
 
 
+def _conditional_writes(log_dirs: Sequence[str], dry_run: bool = False) -> None:
+    """Before a step writes anything: every log dir on an object store is on one that honours
+    conditional writes, else ``errors.NoConditionalWrites`` (``storage.probe``: asked once per
+    store and process, so the command line's own check and the steps of ``run`` ask no more)."""
+    if not dry_run:
+        from kcompact.storage import probe
+
+        probe.require(log_dirs)
+
+
 @contextlib.contextmanager
 def _held(log_dirs: Sequence[str], dry_run: bool) -> Iterator[None]:
     """Every log dir's broker ``.lock`` (``errors.LogDirBusy`` when another process holds one);
@@ -249,7 +259,6 @@ def compact(
     from kcompact.planner.output import selected_bytes
 
     ready = time.monotonic() if ready is None else ready
-    _worker_python(spark)
     if plan is not None and (config is not None or config_files or topic_config or broker_config or kafka_version):
         raise errors.UsageError("a plan carries its configuration: give plan or a configuration, not both")
     if log_dirs is None:
@@ -258,6 +267,8 @@ def compact(
         log_dirs = plan.log_dirs
     log_dirs = list(log_dirs)
     now = wall_ms() if now is None else now
+    _conditional_writes(log_dirs, dry_run)
+    _worker_python(spark)
     with _held(log_dirs, dry_run), _step(spark, "compact"):
         if recover_first and not dry_run:
             _recovered(log_dirs, progress, summary or progress)
@@ -292,9 +303,10 @@ def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = No
     from kcompact.planner.build import plan as build_plan
 
     started = time.monotonic()
-    _worker_python(spark)
     now = wall_ms() if now is None else now
     log_dirs = list(log_dirs)
+    _conditional_writes(log_dirs, dry_run)
+    _worker_python(spark)
     with _held(log_dirs, dry_run), _step(spark, "retain"):
         if recover_first and not dry_run:
             _recovered(log_dirs, progress, summary or progress)
@@ -330,6 +342,7 @@ def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None,
         broker_config=broker_config,
         kafka_version=kafka_version,
     )  # one configuration and one clock for every step
+    _conditional_writes(log_dirs, dry_run)
     with _held(log_dirs, dry_run), _step(spark, "run"):
         recovery = None  # 0. recovery, before anything reads the log dirs
         if not dry_run:
@@ -355,6 +368,7 @@ def recover(log_dirs: Sequence[str], *, torn_tails: bool = True, progress: Say =
     Needs no Spark."""
     from kcompact.operations.recover import recover_log_dirs
 
+    _conditional_writes(log_dirs)
     return recover_log_dirs(list(log_dirs), progress=progress, torn_tails=torn_tails)
 
 

@@ -318,7 +318,7 @@ def _planned(spark, tasks: list[Task], now: int, retention_only: bool) -> pa.Tab
                 )
                 yield PlanRow.batch(rows)
 
-    return spark.range(0, n, 1, n).mapInArrow(run, from_arrow_schema(PLAN_SCHEMA)).toArrow()
+    return spark.range(0, n, 1, n).mapInArrow(kinds.carrying(spark, run), from_arrow_schema(PLAN_SCHEMA)).toArrow()
 
 
 def ranked(planned: pa.Table, top: int | None, max_bytes: int | None) -> pa.Table:

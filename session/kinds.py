@@ -47,6 +47,18 @@ def parallelism(spark) -> int:
     return _parallelism[spark.session_id]
 
 
+def carrying(spark, task):
+    """``task``, a ``mapInArrow`` function, as the session's executors must run it to reach the
+    object stores: as it is on a classic session (its executors were given their settings where
+    the application was submitted); over Connect, with the client's settings, which the server's
+    executors were never given (``storage.carried``)."""
+    if not is_connect(spark):
+        return task
+    from kcompact.storage import carried
+
+    return carried.carrying(task, carried.settings())
+
+
 def name_jobs(spark, group: str, description: str) -> None:
     """Name the Spark jobs this thread starts from now on (Spark's UI, the event log). A job group
     on a classic session; a Connect client has none: its jobs carry ``cancellable``'s tag."""

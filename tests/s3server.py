@@ -62,10 +62,13 @@ class CountingS3:
     """moto on 127.0.0.1 with a counter in front. ``latency_s``: each request is held that long
     before it is served. ``throttle``: the share of requests (0..1) answered 503 SlowDown, drawn
     from a seeded generator so a run is repeatable. ``conditional=False``: the conditions of every
-    request are dropped unread, so every conditional write is written."""
+    request are dropped unread, so every conditional write is written; ``ignores``: the conditions
+    dropped (``("If-None-Match",)``: a store that checks only If-Match)."""
 
-    def __init__(self, latency_s: float = 0.0, throttle: float = 0.0, seed: int = 0, conditional: bool = True):
-        self.latency_s, self.throttle, self.conditional = latency_s, throttle, conditional
+    def __init__(self, latency_s: float = 0.0, throttle: float = 0.0, seed: int = 0, conditional: bool = True,
+                 ignores: tuple[str, ...] = ()):
+        self.latency_s, self.throttle = latency_s, throttle
+        self.ignores = ("If-Match", "If-None-Match") if not conditional else tuple(ignores)
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self.counts: collections.Counter = collections.Counter()
@@ -108,9 +111,8 @@ class CountingS3:
         op = operation(
             environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""), headers
         )
-        if not self.conditional:
-            environ.pop("HTTP_IF_MATCH", None)
-            environ.pop("HTTP_IF_NONE_MATCH", None)
+        for header in self.ignores:
+            environ.pop(f"HTTP_{header.upper().replace('-', '_')}", None)
         if self.latency_s:
             time.sleep(self.latency_s)
         with self._lock:

@@ -24,6 +24,7 @@ from kcompact.compaction.pipeline.tasks import bins, ranged, task_count
 from kcompact.compaction.pipeline.to_clean import PartitionToClean
 from kcompact.compaction.rules.decisions import PLAN_FLAGS
 from kcompact.errors import FormatError
+from kcompact.session import kinds
 
 # A partition's batch plans travel from its stage 1 task as one blob of these records: a nested
 # Arrow list of structs would cost Spark a row conversion per batch, twice.
@@ -49,7 +50,8 @@ def batch_plans(spark, partitions: list[PartitionToClean], now: int, settings: J
                 rows = storage.map_in_flight(lambda p: plan_one(p, now, threads), mine, mine[0].path) if mine else []
                 yield PartitionBatches.batch(rows)
 
-    planned = ranged(spark, len(shares)).mapInArrow(run, from_arrow_schema(PartitionBatches.schema())).toArrow()
+    schema = from_arrow_schema(PartitionBatches.schema())
+    planned = ranged(spark, len(shares)).mapInArrow(kinds.carrying(spark, run), schema).toArrow()
     rank = {p.path: i for i, p in enumerate(partitions)}
     return planned.take(sorted(range(planned.num_rows), key=lambda i: rank[planned.column("path")[i].as_py()]))
 

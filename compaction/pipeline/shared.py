@@ -34,6 +34,7 @@ from kcompact.errors.failure import Failure
 from kcompact.logdir.listing import scan_partition
 from kcompact.logdir.splits import OffsetRange, partition_ranges
 from kcompact.operations import states
+from kcompact.session import kinds
 
 BLOB_SCHEMA = pa.schema([("slot", pa.int32()), ("blob", pa.binary())])
 
@@ -121,12 +122,12 @@ def clean(spark, pids: list[int], rows: list[PartitionBatches], batches, jobs: d
             for gid in (gids[i] for i in rewrite_bins[b]):
                 yield result(gid, Lookup(table, gid))
 
-    keys = ranged(spark, len(map_bins)).mapInArrow(read, from_arrow_schema(BLOB_SCHEMA))
+    keys = ranged(spark, len(map_bins)).mapInArrow(kinds.carrying(spark, read), from_arrow_schema(BLOB_SCHEMA))
     entries = keys.repartition(buckets, "slot").mapInArrow(reduce, from_arrow_schema(BLOB_SCHEMA))
     marks = spark.createDataFrame(pa.table({"slot": pa.array(rewrite_slots), "blob": pa.nulls(len(rewrite_slots),
                                                                                             pa.binary())}))
     return (entries.unionByName(marks).repartition(len(rewrite_bins), "slot")
-            .mapInArrow(rewrite, from_arrow_schema(GroupResult.schema())))
+            .mapInArrow(kinds.carrying(spark, rewrite), from_arrow_schema(GroupResult.schema())))
 
 
 def _blob(slot: int, blob: np.ndarray) -> pa.RecordBatch:

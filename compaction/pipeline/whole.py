@@ -18,6 +18,7 @@ from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans
 from kcompact.compaction.pipeline.settings import JobSettings
 from kcompact.compaction.pipeline.tasks import bins, ranged, task_count
 from kcompact.operations import states
+from kcompact.session import kinds
 
 
 def clean(spark, pids: list[int], sizes: list[int], keys: list[int], jobs: dict[int, tuple[GroupJob, GroupPlans]],
@@ -37,4 +38,4 @@ def clean(spark, pids: list[int], sizes: list[int], keys: list[int], jobs: dict[
                 yield GroupResult.batch(row.but(gid=gid) for gid, row in zip(gids[len(gids) - len(done):], done,
                                                                                strict=True))
 
-    return ranged(spark, len(shares)).mapInArrow(run, from_arrow_schema(GroupResult.schema()))
+    return ranged(spark, len(shares)).mapInArrow(kinds.carrying(spark, run), from_arrow_schema(GroupResult.schema()))

@@ -5,7 +5,10 @@ or a classic local session. ``tests/e2e/test_connect.py`` runs it both ways and 
 ``steps``: prints one JSON document: the plan's rows, the reports' counts, the digests of the
 compacted copy's files, the data source's reads, what the session tells the memory model, and
 the progress lines a ticker said during a slow job. ``compact``: compacts ``--work``/logs,
-printing the job's progress lines as they come (the test signals it mid-way).
+printing the job's progress lines as they come (the test signals it mid-way). ``store``: plans
+``--url`` (an ``s3://`` log dir; the object store's settings are this process's environment's
+only), says ``planned`` and waits for a line on stdin (the test reads the store's request counts
+meanwhile), then compacts it by that plan and prints the plan's selection and the report's counts.
 """
 
 from __future__ import annotations
@@ -121,16 +124,33 @@ def steps(spark: SparkSession, work: Path) -> dict:
     return out
 
 
+def on_store(spark: SparkSession, url: str) -> dict:
+    import kcompact
+
+    # as tests/e2e/test_s3_requests.py's MERGING: about 4 segments of orders, their dirty part into one
+    plan = kcompact.plan(spark, [url], now=NOW, topic_config={"orders": {"internal.segment.bytes": 1000000}})
+    print("planned", flush=True)
+    sys.stdin.readline()
+    report, _ = kcompact.compact(spark, plan=plan, now=NOW, progress=lambda line: None)
+    return {"selected": sorted(row.path.rsplit("/", 1)[-1] for row in plan.rows if row.selected),
+            "partitions": len(plan.rows), "compacted": counts(report),
+            "failed": [p.error for p in report.partitions if p.error]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=["steps", "compact"])
+    parser.add_argument("what", choices=["steps", "compact", "store"])
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--remote")
     parser.add_argument("--artifact")
+    parser.add_argument("--url")
     args = parser.parse_args()
     spark = session(args)
     if args.what == "steps":
         print(json.dumps(steps(spark, args.work), sort_keys=True))
+        return 0
+    if args.what == "store":
+        print(json.dumps(on_store(spark, args.url), sort_keys=True))
         return 0
     import kcompact
 

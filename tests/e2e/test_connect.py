@@ -12,7 +12,12 @@ What it proves:
   model sees the server's settings, the ticker the server's progress;
 - Ctrl-C or SIGTERM of the client while an executor writes a ``.cleaned`` file interrupts the
   server's jobs (none left running; none still writing) and leaves the segments as they were, no
-  lease and no ``.lock`` held; a compaction after it cleans them.
+  lease and no ``.lock`` held; a compaction after it cleans them;
+- a client whose environment alone names an object store (SeaweedFS, its endpoint and keys) plans
+  and compacts an ``s3://`` log dir through a server that knows no object store: the server's
+  tasks reach the store with the client's settings, the bucket ends as the same compaction on
+  local disk (whose result the Kafka fixture tests check), in the requests' budgets of
+  tests/e2e/test_s3_requests.py, counted at the store.
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ from pathlib import Path
 
 import pytest
 
+from kcompact.jobs import cli
+from tests.e2e.connect_client import NOW
 from tests.e2e.test_cluster import PYTHON, SPARK_HOME, _env, _free_port, _tail, dist, executor_python  # noqa: F401
+from tests.e2e.test_s3_requests import MERGING
 from tests.e2e.test_signals import assert_no_lease, digests, local_files, lock_is_free, make_log_dir
 
 pytestmark = pytest.mark.slow
@@ -97,6 +105,8 @@ class Server:
         (root / "hook" / "sitecustomize.py").write_text(HOOK)
         self.env = _env(PYSPARK_PYTHON=python, PYTHONPATH=str(root / "hook"), KCOMPACT_TEST_MARKER=str(self.marker),
                         SPARK_LOCAL_DIRS=str(root / "local"), SPARK_CONF_DIR=str(root / "conf"))
+        # a server that knows no object store: what its tasks know of one, a client told them
+        self.env = {k: v for k, v in self.env.items() if not k.startswith(("AWS_", "FSSPEC_"))}
         (root / "conf").mkdir()
         self.proc: subprocess.Popen | None = None
 
@@ -220,3 +230,56 @@ def test_a_stopped_client_interrupts_the_servers_jobs(tmp_path, server, dist, si
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert not [k for k in local_files(log_dir) if k.endswith((".cleaned", ".swap", ".deleted"))]
     assert digests(local_files(log_dir)) != before
+
+
+def test_a_client_plans_and_compacts_a_log_dir_on_seaweedfs(tmp_path, server, dist, seaweedfs):  # noqa: F811
+    from tests.seaweedfs import ACCESS_KEY, SECRET_KEY
+    from tests.stores import Store
+
+    store = Store("seaweedfs", seaweedfs.proxy, seaweedfs.proxy.endpoint, ACCESS_KEY, SECRET_KEY)
+    from kcompact.tools.generator.spec import DEMO_SPEC
+
+    orders, clicks = DEMO_SPEC["topics"][:2]  # cleaned partitions enough that a job's fixed requests are shared
+    (tmp_path / "spec.json").write_text(json.dumps(DEMO_SPEC | {"topics": [orders | {"partitions": 6}, clicks]}))
+    local = tmp_path / "local" / "logs"
+    assert cli.main(["gen", "--out", str(local), "--spec", str(tmp_path / "spec.json"), "--seed", "7", "-q"]) == 0
+    fs = store.fs()
+    fs.mkdir("kc-connect")
+    fs.put(f"{local}/", "kc-connect/logs/", recursive=True)
+    url = "s3://kc-connect/logs"
+    env = _env(PYSPARK_PYTHON=PYTHON) | {k: v for k, v in store.env().items() if k.startswith(("AWS_", "FSSPEC_"))}
+    store.counter.reset()
+    proc = subprocess.Popen([PYTHON, str(CLIENT), "store", "--work", str(tmp_path), "--url", url, "--remote",
+                             server.url, "--artifact", str(dist / "kcompact-py.zip")], env=env,
+                            cwd=Path(__file__).parents[2], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        # truth meanwhile: the same compaction on local disk
+        assert cli.main(["compact", str(local), "--now", str(NOW), *MERGING]) == 0
+        said = proc.stdout.readline()
+        assert said == "planned\n", said + proc.communicate(timeout=60)[1][-5000:]
+        planning = store.counter.snapshot()["requests"]
+        store.counter.reset()
+        out, err = proc.communicate("go\n", timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, out[-3000:] + err[-5000:]
+    got = json.loads(out.splitlines()[-1])
+    compacting, by_key = store.counter.snapshot()["requests"], dict(store.counter.by_key)
+    cleaned = got["compacted"]["cleaned"]
+    assert got["failed"] == [] and cleaned >= 1 and cleaned == len(got["selected"]), got
+    # the budgets of test_s3_requests.py: a plan lists once and reads what the rules need, a
+    # compaction sends at most 40 requests a cleaned partition and one checkpoint write
+    assert sum(planning.values()) <= 5 * got["partitions"], planning
+    assert planning.get("LIST", 0) <= 12 and planning.get("HEAD", 0) <= 1, planning
+    assert sum(compacting.values()) <= 40 * cleaned, (compacting, sorted(by_key.items()))
+    assert compacting.get("LIST", 0) <= 20 and compacting.get("HEAD", 0) <= 2, compacting
+    assert sum(n for (op, key), n in by_key.items() if op == "PUT" and key.endswith("/cleaner-offset-checkpoint")) == 1
+    # the bucket as the local compaction left its partitions, file by file
+    for pdir in sorted(p for p in local.iterdir() if p.is_dir()):
+        for f in sorted(pdir.iterdir()):
+            assert fs.cat_file(f"kc-connect/logs/{pdir.name}/{f.name}") == f.read_bytes(), f
+        assert sorted(n.rsplit("/", 1)[-1] for n in fs.find(f"kc-connect/logs/{pdir.name}")) == \
+            sorted(f.name for f in pdir.iterdir())

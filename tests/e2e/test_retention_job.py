@@ -540,3 +540,56 @@ def test_run_retention_then_compaction(dirs):
     assert (q / "log-start-offset-checkpoint").read_text() == "0\n1\nboth 0 20\n"
     assert (q / "cleaner-offset-checkpoint").read_text() == "0\n1\nboth 0 40\n"
     assert not [p for p in part.iterdir() if p.name.endswith((".deleted", ".cleaned", ".swap"))]
+
+
+# -- the command on a real S3 server (SeaweedFS, tests/seaweedfs.py) --------------------------------------
+SEAWEED_BUCKET = "ret-seaweed"
+STORE_MUTATIONS = ("PUT", "COPY", "DELETE", "DELETE_BATCH", "MULTIPART")
+
+
+def test_retain_on_seaweedfs_deletes_only_what_is_due(spark, seaweedfs, tmp_path):
+    """``kcompact retain`` (not a dry run) on SeaweedFS, the counts at its proxy. x-0 (retention.ms
+    1 h): 0 and 10 (3 h old) go with every file of theirs, 20 (30 min) stops the prefix, the active
+    30 stays; keep-0 (all recent) and comp-0 (compact only) are untouched. log-start-offset-checkpoint
+    x 0 -> 20, cleaner-offset-checkpoint x 5 -> 20 (below the new log start), comp 3 kept. Nothing
+    else is written; one batched delete; a bounded number of requests."""
+    from tests.seaweedfs import ACCESS_KEY, SECRET_KEY
+    from tests.stores import Store
+
+    src = tmp_path / "logs"
+    write_partition(src / "x-0", closed([(0, NOW - 3 * HOUR), (10, NOW - 3 * HOUR), (20, NOW - 30 * MIN)], 30))
+    (src / "x-0" / f"{10:020d}.snapshot").write_bytes(b"snapshot at 10")
+    write_partition(src / "keep-0", closed([(0, NOW - 30 * MIN)], 10))
+    write_partition(src / "comp-0", closed([(0, NOW - 3 * HOUR)], 10))
+    (src / "log-start-offset-checkpoint").write_bytes(checkpoint_text([("x", 0, 0)]))
+    (src / "cleaner-offset-checkpoint").write_bytes(checkpoint_text([("comp", 0, 3), ("x", 0, 5)]))
+    store = Store("seaweedfs", seaweedfs.proxy, seaweedfs.proxy.endpoint, ACCESS_KEY, SECRET_KEY)
+    fs = store.fs()
+    fs.mkdir(SEAWEED_BUCKET)
+    fs.put(f"{src}/", f"{SEAWEED_BUCKET}/logs/", recursive=True)
+    root = f"{SEAWEED_BUCKET}/logs/"
+    before = {p[len(root):]: fs.cat(p) for p in fs.find(root)}
+    url = f"s3://{SEAWEED_BUCKET}/logs"
+    with store.installed(spark):
+        store.counter.reset()
+        assert cli.main(["retain", url, "--now", str(NOW), "--topic-config", f"x:retention.ms={HOUR}",
+                         "--topic-config", "comp:cleanup.policy=compact", "--allow-unknown-topics", "-q"]) == 0
+        requests, by_key = store.counter.snapshot()["requests"], dict(store.counter.by_key)
+    after = {p[len(root):]: fs.cat(p) for p in fs.find(root)}
+    gone = {f"x-0/{n}" for n in seg_files(0, 10) | {f"{10:020d}.snapshot"}}
+    assert gone <= set(before) and not gone & set(after), sorted(after)
+    assert after["log-start-offset-checkpoint"] == b"0\n1\nx 0 20\n"
+    assert after["cleaner-offset-checkpoint"] == b"0\n2\ncomp 0 3\nx 0 20\n"
+    moved = {"log-start-offset-checkpoint", "cleaner-offset-checkpoint"}
+    kept = {name: data for name, data in before.items() if name not in gone | moved}
+    assert {name: after[name] for name in kept} == kept  # every other object as it was
+    added = set(after) - set(before)
+    assert added <= {".lock", "kcompact-probe", "kcompact-commit.x-0.0000000001.json"}, added
+    # one object's writes by its key; the batched delete's by its bucket (its keys are in its body)
+    written = {key.removeprefix(f"/{root}") for (op, key) in by_key if op in STORE_MUTATIONS and op != "DELETE_BATCH"}
+    assert written <= moved | added, sorted(written)
+    assert {key for (op, key) in by_key if op == "DELETE_BATCH"} == {f"/{SEAWEED_BUCKET}"}
+    assert requests.get("DELETE_BATCH") == 1 and "COPY" not in requests, requests
+    # a plan's 5 a partition (test_s3_requests.py), the probe's 3, the lock, the record's phases and
+    # two checkpoints' read and compare-and-swap: 33 measured
+    assert sum(requests.values()) <= 40, requests

@@ -35,6 +35,7 @@ from kcompact.logdir import names as log_dir_names
 from kcompact.logdir.listing import SEGMENT_KINDS, scan_partition, segment_name
 from kcompact.operations import last_run, s3commit
 from kcompact.readers.checkpoint import parse as parse_checkpoint
+from kcompact.storage import probe
 from kcompact.tools.dump import dump_path
 from tests.support import FAULTY, failing_s3, kp_batches, kp_record
 
@@ -406,7 +407,8 @@ def test_compact_on_s3_equals_local_compaction(jobs, local_truth, gen, s3, child
     assert staged_left(s3, "full") == []
     names = object_names(s3, "full")
     assert last_run.FILE in names  # when this run began choosing: the next run's time-since-last-run-ms
-    at_root = sorted(n for n in names if n.startswith("kcompact-") and n != last_run.FILE)  # no state left: idle
+    assert probe.PROBE in names  # the conditional-write probe's object, kept
+    at_root = sorted(n for n in names if n.startswith("kcompact-") and n not in (last_run.FILE, probe.PROBE))  # idle
     assert at_root == sorted(commits.record_name(t, int(n), 1) for t, n in (p.rsplit("-", 1) for p in cleaned))
     assert all(commits.CommitRecord.parse(n, s3.cat(f"{BUCKET}/full/{n}")).applied for n in at_root)
     assert int((jobs.out / "count").read_text()) > max(KILLS.values())  # orders-0's commit: those kills hit it
