@@ -143,7 +143,8 @@ def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] 
     return part
 
 
-ROOT_FILES = ("meta.properties", *CHECKPOINTS)
+META_PROPERTIES = "meta.properties"  # the broker's identity in this log dir (node id, cluster id)
+ROOT_FILES = (META_PROPERTIES, *CHECKPOINTS)
 EXPECTED = ("a Kafka log dir: a directory holding meta.properties, checkpoint files or "
             "<topic>-<partition> directories of segments")
 

@@ -30,7 +30,7 @@ from typing import TextIO
 
 from kcompact import storage
 from kcompact.errors import EXIT_OK, EXIT_PROBLEMS, FormatError, Problem
-from kcompact.logdir.broker_load import EMPTY_META_PROPERTIES, LEFTOVER_MEANING, missing_indexes
+from kcompact.logdir.broker_load import LEFTOVER_MEANING, meta_properties_problem, missing_indexes, unreadable_checkpoint
 from kcompact.logdir.listing import LogDir, Partition, Segment, scan_log_dir, segment_name
 from kcompact.readers import checkpoint, codecs
 from kcompact.readers.batch import NO_TIMESTAMP, Batch
@@ -146,11 +146,12 @@ def verify_log_dir(path: str) -> list[Problem]:
 
 
 def _meta_properties(path: str) -> list[Problem]:
-    """An empty meta.properties is a problem (``broker_load``); a missing one is a new broker's."""
+    """meta.properties as a broker's start judges it (``broker_load``)."""
     try:
-        return [Problem(path, None, EMPTY_META_PROPERTIES)] if storage.info(path).size == 0 else []
+        what = meta_properties_problem(storage.info(path).size)
     except FileNotFoundError:
         return []
+    return [] if what is None else [Problem(path, None, what)]
 
 
 def check_partition(part: Partition, ends: dict[tuple[str, int], tuple[int, int]] | None = None,
@@ -404,14 +405,6 @@ def _outside(offset: int, summary: SegmentSummary) -> str:
 
 
 # -- checkpoints -------------------------------------------------------------------------
-RESET_ON_LOAD = {
-    "recovery-point-offset-checkpoint": "a broker that cannot read it resets every recovery point to 0 on load "
-                                        "(and recovers every segment)",
-    checkpoint.LOG_START_OFFSET: "a broker that cannot read it takes each log's first segment's base offset as "
-                                 "its log start on load",
-}
-
-
 def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int]] | None = None) -> list[Problem]:
     """Each checkpoint parses (a broker that cannot read one takes the whole log dir offline:
     a problem); the cleaner's names only partitions that exist, at an offset inside their log.
@@ -426,10 +419,9 @@ def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int
             text = storage.read_bytes(path)
             parsed[name] = checkpoint.parse(path, text)
         except FormatError as exc:
-            # LogManager.loadLogs reads these two, and on any error warns and resets them (to 0, to
-            # each first segment's base offset): a broker loads the log dir all the same
-            found.append(_note(Problem.of(exc), f"{exc.what}: {RESET_ON_LOAD[name]}") if name in RESET_ON_LOAD
-                         else Problem.of(exc))
+            refused, outcome = unreadable_checkpoint(name, exc)  # offline, or reset on load
+            said = Problem(exc.path, exc.position, f"{exc.what}: {outcome}")
+            found.append(said if refused else _note(said))
             continue
         except PermissionError as exc:
             found.append(unreadable(path, exc))
@@ -461,11 +453,5 @@ def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int
 
 
 def _line_positions(text: bytes) -> dict[tuple[str, int], int]:
-    """Byte position of each entry line of a checkpoint that already parsed."""
-    positions, at = {}, 0
-    for i, line in enumerate(text.split(b"\n")):
-        if i >= 2 and line:
-            topic, partition, _ = line.decode("utf-8").split(" ")
-            positions[(topic, int(partition))] = at
-        at += len(line) + 1
-    return positions
+    """Byte position of each entry's line (its last, when repeated) in a checkpoint that parsed."""
+    return {key: at for at, key, _ in checkpoint.entries("", text)}
