@@ -227,6 +227,8 @@ def scan_log_dir(path: str, listing: Listing | None = None) -> LogDir:
         name = posixpath.basename(info.path)
         if name in CHECKPOINTS:
             logdir.checkpoints[name] = info.path
+        elif name == META_PROPERTIES and (what := broker_load.meta_properties_problem(info.size)):
+            logdir.problems.append(Problem(info.path, None, what))  # the broker does not start with it
     for sub in sorted(listing.dirs):
         name = posixpath.basename(sub.rstrip("/"))
         if not is_live_partition_dir(name):

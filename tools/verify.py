@@ -30,7 +30,7 @@ from typing import TextIO
 
 from kcompact import storage
 from kcompact.errors import EXIT_OK, EXIT_PROBLEMS, FormatError, Problem
-from kcompact.logdir.broker_load import LEFTOVER_MEANING, meta_properties_problem, missing_indexes, unreadable_checkpoint
+from kcompact.logdir.broker_load import LEFTOVER_MEANING, missing_indexes, unreadable_checkpoint
 from kcompact.logdir.listing import LogDir, Partition, Segment, scan_log_dir, segment_name
 from kcompact.readers import checkpoint, codecs
 from kcompact.readers.batch import NO_TIMESTAMP, Batch
@@ -135,23 +135,13 @@ class SegmentSummary:
 def verify_log_dir(path: str) -> list[Problem]:
     """Every finding, in the order met: ``Problem``s and ``Note``s (a subclass; see ``split``)."""
     logdir = scan_log_dir(path)
-    found = list(logdir.problems)  # a directory not named <topic>-<partition>: a broker refuses to start
-    found += _meta_properties(storage.join(logdir.path, "meta.properties"))
+    found = list(logdir.problems)  # a foreign directory, an empty meta.properties: a broker does not start
     clean_shutdown = storage.kind(storage.join(logdir.path, CLEAN_SHUTDOWN)) is not None
     ends: dict[tuple[str, int], tuple[int, int]] = {}
     for part in logdir.partitions:
         found += check_partition(part, ends, clean_shutdown)
     found += check_checkpoints(logdir, ends)
     return found
-
-
-def _meta_properties(path: str) -> list[Problem]:
-    """meta.properties as a broker's start judges it (``broker_load``)."""
-    try:
-        what = meta_properties_problem(storage.info(path).size)
-    except FileNotFoundError:
-        return []
-    return [] if what is None else [Problem(path, None, what)]
 
 
 def check_partition(part: Partition, ends: dict[tuple[str, int], tuple[int, int]] | None = None,
