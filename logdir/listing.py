@@ -27,8 +27,8 @@ BROKER_FILES = {"leader-epoch-checkpoint", "partition.metadata"}
 CHECKPOINTS = (
     checkpoint.CLEANER_OFFSET,
     checkpoint.LOG_START_OFFSET,
-    "recovery-point-offset-checkpoint",
-    "replication-offset-checkpoint",
+    checkpoint.RECOVERY_POINT,
+    checkpoint.REPLICATION_OFFSET,
 )
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex|snapshot)((?:\.cleaned|\.swap|\.deleted)?)$")
 

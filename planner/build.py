@@ -28,7 +28,13 @@ from kcompact.contracts.plan_row import PlanRow, RetentionDelete, Segment
 from kcompact.errors import FormatError
 from kcompact.errors.failure import Failure
 from kcompact.logdir import broker_load, kraft
-from kcompact.logdir.listing import META_PROPERTIES, METADATA_TOPIC, is_live_partition_dir, list_log_dir, parse_partition_dir
+from kcompact.logdir.listing import (
+    META_PROPERTIES,
+    METADATA_TOPIC,
+    is_live_partition_dir,
+    list_log_dir,
+    parse_partition_dir,
+)
 from kcompact.operations import states
 from kcompact.planner import gzip_os, retention, rules, scan
 from kcompact.planner.plan import Plan
@@ -190,11 +196,12 @@ def _columns(task: Task, now: int, retention_only: bool) -> dict:
     columns.update(_retention(facts, values, state, now))
     if facts.segments:
         columns.update(log_start_offset=facts.log_start, active_base_offset=facts.segments[-1].base_offset)
-    columns["problems"], columns["notes"] = facts.problems, [*([task.root_note] if task.root_note else []), *facts.notes]
+    root_notes = [task.root_note] if task.root_note else []
+    columns["problems"], columns["notes"] = facts.problems, [*root_notes, *facts.notes]
     if task.high_watermark_problem and compact and facts.segments:
-        columns["notes"] = [*columns["notes"], f"{task.path}: high watermark unknown ({task.high_watermark_problem}): Kafka "
-                        f"{task.kafka_version}'s rule for the round's last emptied batch takes the log end offset "
-                        f"{facts.log_end} instead (docs/compaction-semantics.md)"]
+        columns["notes"] = [*columns["notes"], f"{task.path}: high watermark unknown ({task.high_watermark_problem}): "
+                            f"Kafka {task.kafka_version}'s rule for the round's last emptied batch takes the log end "
+                            f"offset {facts.log_end} instead (docs/compaction-semantics.md)"]
     if compact and not facts.problems and task.kafka_version.startswith("3.9."):  # 4.x: always Java 17 on
         columns.update(gzip_os.finding(facts.partition))
     # as this worker finds it (the report adds the compacting driver's)
