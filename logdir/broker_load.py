@@ -9,15 +9,10 @@ Pure functions of names, listing facts and parse errors; no file is opened.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from kcompact.errors import FormatError
 from kcompact.readers.checkpoint import EntryNumberError
-
-if TYPE_CHECKING:
-    from kcompact.logdir.listing import Segment
 
 # LogLoader.loadSegmentFiles: no offset index -> NoSuchFileException -> recoverSegment, which
 # rebuilds the offset, time and transaction indexes from the .log
@@ -46,17 +41,18 @@ NOT_A_SEGMENT_NAME = "not a Kafka segment file name"
 PASSED_OVER = f"{NOT_A_SEGMENT_NAME}: a broker passes over it"
 
 
-def missing_indexes(seg: Segment) -> dict[str, str]:
-    """The segment's missing ``index``/``timeindex`` (by kind) and what a broker does about each."""
-    if seg.index is None:
-        return {"index": MISSING["index"], **({"timeindex": MISSING["both"]} if seg.timeindex is None else {})}
-    return {"timeindex": MISSING["timeindex"]} if seg.timeindex is None else {}
+def missing_indexes(has_index: bool, has_timeindex: bool) -> dict[str, str]:
+    """A closed segment's missing ``index``/``timeindex`` (by kind), given which of the two it has,
+    and what a broker does about each."""
+    if not has_index:
+        return {"index": MISSING["index"], **({} if has_timeindex else {"timeindex": MISSING["both"]})}
+    return {} if has_timeindex else {"timeindex": MISSING["timeindex"]}
 
 
-def rebuilds_time_index(seg: Segment) -> bool:
-    """Whether a broker rebuilds the segment's time index on load (its offset index is missing):
-    then the segment's largest timestamp is its batches' largest, not the .log's mtime."""
-    return seg.index is None
+def rebuilds_time_index(has_index: bool) -> bool:
+    """Whether a broker rebuilds a segment's time index on load (it has no offset index): then the
+    segment's largest timestamp is its batches' largest, not the .log's mtime."""
+    return not has_index
 
 
 def orphan_note(base_offset: int, log_name: str) -> str:

@@ -304,7 +304,7 @@ def check_indexes(part: Partition, seg: Segment, summary: SegmentSummary, active
         if info is not None:
             found += _parsed(info.path, check, summary)
         elif kind != "txnindex" and not active:
-            why = missing_indexes(seg)[kind]
+            why = missing_indexes(seg.index is not None, seg.timeindex is not None)[kind]
             found.append(Note(storage.join(part.path, segment_name(seg.base_offset, kind)), None, why))
     return found
 

@@ -205,3 +205,20 @@ def test_write_atomic_creates_and_replaces(tmp_path):
     storage.write_atomic(target, render_checkpoint({("t", 0): 2}))
     assert checkpoint.parse(target, open(target, "rb").read()) == {("t", 0): 2}
     assert os.listdir(tmp_path) == ["log-start-offset-checkpoint"]
+
+
+def test_a_log_start_checkpoint_kafka_loads_without_is_replaced_on_write(tmp_path):
+    """LogManager loads a log dir without a log-start-offset-checkpoint it reads a
+    NumberFormatException in, and its next checkpoint replaces the file; any other fault takes the
+    log dir offline, and the write is refused."""
+    from kcompact.operations.checkpoints import update_log_starts
+
+    (tmp_path / "t-0").mkdir()
+    path = tmp_path / "log-start-offset-checkpoint"
+    path.write_bytes(b"0\n1\nt 0 x5\n")
+    update_log_starts(str(tmp_path), lambda entries: {**entries, ("t", 0): 7})
+    assert path.read_bytes() == b"0\n1\nt 0 7\n"
+    path.write_bytes(b"1\n0\n")
+    with pytest.raises(FormatError):
+        update_log_starts(str(tmp_path), lambda entries: {**entries, ("t", 0): 8})
+    assert path.read_bytes() == b"1\n0\n"
