@@ -172,7 +172,8 @@ def _missing_indexes(part: Partition) -> list[str]:
     it makes them up, so the partition is planned as a broker would have it, and cleaned (the
     cleaner writes new ones)."""
     return [f"{storage.join(part.path, segment_name(seg.base_offset, kind))}: {why}"
-            for seg in part.segments[:-1] for kind, why in missing_indexes(seg.index is not None, seg.timeindex is not None).items()]
+            for seg in part.segments[:-1]
+            for kind, why in missing_indexes(seg.index is not None, seg.timeindex is not None).items()]
 
 
 def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int, int]:
