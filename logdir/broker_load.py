@@ -4,17 +4,15 @@ passed over or refused. plan, verify, compact and dump all ask here, so they agr
 repairs is planned as repaired, what it deletes is named in a note and otherwise ignored, and
 only what it refuses is refused.
 
-Pure functions of names and listing facts; no file is opened.
+Pure functions of names, listing facts and parse errors; no file is opened.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:
-    from kcompact.logdir.listing import Segment
+from kcompact.errors import FormatError
+from kcompact.readers.checkpoint import EntryNumberError
 
 # LogLoader.loadSegmentFiles: no offset index -> NoSuchFileException -> recoverSegment, which
 # rebuilds the offset, time and transaction indexes from the .log
@@ -43,17 +41,18 @@ NOT_A_SEGMENT_NAME = "not a Kafka segment file name"
 PASSED_OVER = f"{NOT_A_SEGMENT_NAME}: a broker passes over it"
 
 
-def missing_indexes(seg: Segment) -> dict[str, str]:
-    """The segment's missing ``index``/``timeindex`` (by kind) and what a broker does about each."""
-    if seg.index is None:
-        return {"index": MISSING["index"], **({"timeindex": MISSING["both"]} if seg.timeindex is None else {})}
-    return {"timeindex": MISSING["timeindex"]} if seg.timeindex is None else {}
+def missing_indexes(has_index: bool, has_timeindex: bool) -> dict[str, str]:
+    """A closed segment's missing ``index``/``timeindex`` (by kind), given which of the two it has,
+    and what a broker does about each."""
+    if not has_index:
+        return {"index": MISSING["index"], **({} if has_timeindex else {"timeindex": MISSING["both"]})}
+    return {} if has_timeindex else {"timeindex": MISSING["timeindex"]}
 
 
-def rebuilds_time_index(seg: Segment) -> bool:
-    """Whether a broker rebuilds the segment's time index on load (its offset index is missing):
-    then the segment's largest timestamp is its batches' largest, not the .log's mtime."""
-    return seg.index is None
+def rebuilds_time_index(has_index: bool) -> bool:
+    """Whether a broker rebuilds a segment's time index on load (it has no offset index): then the
+    segment's largest timestamp is its batches' largest, not the .log's mtime."""
+    return not has_index
 
 
 def orphan_note(base_offset: int, log_name: str) -> str:
@@ -71,10 +70,39 @@ def refuses_name(name: str) -> bool:
 # and UnifiedLog cannot load the log (the broker's log loading fails with it)
 EMPTY_PARTITION_METADATA = ("empty: a broker reads the topic id from it on load, fails on an empty file "
                             "(PartitionMetadataFile) and cannot load the log")
-# MetaPropertiesEnsemble.Loader: a meta.properties without its required 'version' makes the log dir
-# one of the broker's error log dirs: it is not loaded (KRaft brokers of 3.7 on)
-EMPTY_META_PROPERTIES = ("empty: a broker finds no 'version' in it and takes this log dir offline "
-                         "(MetaPropertiesEnsemble)")
+# KafkaRaftServer.initializeLogDirs: an empty meta.properties loads as a version 0 file holding nothing
+# (MetaProperties.Builder), and a log dir without a node.id stops the broker's start ("node ID not found";
+# 3.3 to 3.6: MetaProperties.parse asks for version 1). Every command refuses the log dir with it.
+EMPTY_META_PROPERTIES = ("empty: a KRaft broker fails to start with it (it finds no node.id in it: "
+                         "KafkaRaftServer.initializeLogDirs); restore it, from a copy or another log dir of the broker")
+
+
+def meta_properties_problem(size: int | None) -> str | None:
+    """What keeps a broker from starting with a log dir whose meta.properties is ``size`` bytes
+    (None: no file, which a ZooKeeper-mode broker writes and a new log dir lacks; not judged here)."""
+    return EMPTY_META_PROPERTIES if size == 0 else None
+
+
+# LogManager.loadLogs reads these two per log dir and, on any exception, warns and loads the logs as if
+# the file held no entries. It reads them through CheckpointFileWithFailureHandler, though, which on
+# an IOException (every fault of CheckpointFile's reader but a number parseInt/parseLong refuses in an
+# entry line: that NumberFormatException passes it by) first marks the log dir offline: the broker then
+# stops serving it, and halts when it is its only or its metadata log dir (LogDirFailureChannel).
+RESET_ON_LOAD = {
+    "recovery-point-offset-checkpoint": "resets every recovery point to 0 on load (and recovers every segment)",
+    "log-start-offset-checkpoint": "takes each log's first segment's base offset as its log start on load",
+}
+OFFLINE = ("a broker that reads it marks this log dir offline (CheckpointFileWithFailureHandler) and stops "
+           "serving and cleaning it; fix or remove the file")
+
+
+def unreadable_checkpoint(name: str, exc: FormatError) -> tuple[bool, str]:
+    """What a broker makes of a root checkpoint file ``name`` its reader failed on with ``exc``:
+    (whether the log dir is refused, the sentence that says so after the fault). Only the two that
+    LogManager.loadLogs reads fall back, and only on a NumberFormatException."""
+    if name in RESET_ON_LOAD and isinstance(exc, EntryNumberError):
+        return False, f"a broker that cannot read it {RESET_ON_LOAD[name]}"
+    return True, OFFLINE
 
 
 def broker_file_problem(name: str, size: int) -> str | None:

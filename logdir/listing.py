@@ -27,8 +27,8 @@ BROKER_FILES = {"leader-epoch-checkpoint", "partition.metadata"}
 CHECKPOINTS = (
     checkpoint.CLEANER_OFFSET,
     checkpoint.LOG_START_OFFSET,
-    "recovery-point-offset-checkpoint",
-    "replication-offset-checkpoint",
+    checkpoint.RECOVERY_POINT,
+    checkpoint.REPLICATION_OFFSET,
 )
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex|snapshot)((?:\.cleaned|\.swap|\.deleted)?)$")
 
@@ -143,7 +143,8 @@ def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] 
     return part
 
 
-ROOT_FILES = ("meta.properties", *CHECKPOINTS)
+META_PROPERTIES = "meta.properties"  # the broker's identity in this log dir (node id, cluster id)
+ROOT_FILES = (META_PROPERTIES, *CHECKPOINTS)
 EXPECTED = ("a Kafka log dir: a directory holding meta.properties, checkpoint files or "
             "<topic>-<partition> directories of segments")
 
@@ -226,6 +227,8 @@ def scan_log_dir(path: str, listing: Listing | None = None) -> LogDir:
         name = posixpath.basename(info.path)
         if name in CHECKPOINTS:
             logdir.checkpoints[name] = info.path
+        elif name == META_PROPERTIES and (what := broker_load.meta_properties_problem(info.size)):
+            logdir.problems.append(Problem(info.path, None, what))  # the broker does not start with it
     for sub in sorted(listing.dirs):
         name = posixpath.basename(sub.rstrip("/"))
         if not is_live_partition_dir(name):

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kcompact import errors, storage
+from kcompact.errors import FormatError
+from kcompact.logdir import broker_load
 from kcompact.logdir.listing import held_partitions
 from kcompact.readers import checkpoint
 from kcompact.writers.checkpoint import render_checkpoint
@@ -41,7 +43,7 @@ def update_checkpoint(log_dir: str, name: str, change: Callable[[dict], dict | N
     path = storage.join(log_dir, name)
     for _ in range(CAS_ATTEMPTS):
         found = storage.read_versioned(path)
-        entries = checkpoint.parse(path, found[0]) if found else {}
+        entries = _entries(path, name, found[0]) if found else {}
         wanted = change(dict(entries))
         if wanted is None or wanted == entries:
             return
@@ -49,6 +51,18 @@ def update_checkpoint(log_dir: str, name: str, change: Callable[[dict], dict | N
             return
     raise errors.StorageError(f"{path}: changed by others {CAS_ATTEMPTS} times while this job set its entries; "
                               "try again")
+
+
+def _entries(path: str, name: str, data: bytes) -> dict[tuple[str, int], int]:
+    """The file's entries; none for one a broker's load passes over unread
+    (``broker_load.unreadable_checkpoint``), which the write then replaces, as a broker's next
+    checkpoint of its logs does. Any other fault is raised."""
+    try:
+        return checkpoint.parse(path, data)
+    except FormatError as exc:
+        if broker_load.unreadable_checkpoint(name, exc)[0]:
+            raise
+        return {}
 
 
 def update_cleaner_offsets(log_dir: str, change: Callable[[dict], dict | None],

@@ -28,7 +28,13 @@ from kcompact.contracts.plan_row import PlanRow, RetentionDelete, Segment
 from kcompact.errors import FormatError
 from kcompact.errors.failure import Failure
 from kcompact.logdir import broker_load, kraft
-from kcompact.logdir.listing import METADATA_TOPIC, is_live_partition_dir, list_log_dir, parse_partition_dir
+from kcompact.logdir.listing import (
+    META_PROPERTIES,
+    METADATA_TOPIC,
+    is_live_partition_dir,
+    list_log_dir,
+    parse_partition_dir,
+)
 from kcompact.operations import states
 from kcompact.planner import gzip_os, retention, rules, scan
 from kcompact.planner.plan import Plan
@@ -63,6 +69,7 @@ class Task:
     kafka_version_source: str = "default"
     high_watermark: int | None = None  # from replication-offset-checkpoint, read when the release's rule needs it
     high_watermark_problem: str | None = None  # why there is none
+    root_note: str | None = None  # a root checkpoint a broker's load passes over (broker_load.unreadable_checkpoint)
 
 
 # -- driver: what each log dir's root says --------------------------------------------------------
@@ -71,15 +78,17 @@ def tasks_for(log_dir: str, config: Config) -> list[Task]:
     listing = list_log_dir(log_dir)
     files, dirs = listing.root, listing.dirs
     by_name = {posixpath.basename(f.path): f.path for f in files}
-    cleaner, cleaner_problem = _checkpoint(by_name.get(checkpoint.CLEANER_OFFSET))
-    log_start, log_start_problem = _checkpoint(by_name.get(checkpoint.LOG_START_OFFSET))
-    root_problem = cleaner_problem or log_start_problem
+    meta = next((f for f in files if posixpath.basename(f.path) == META_PROPERTIES), None)
+    meta_problem = meta and broker_load.meta_properties_problem(meta.size)
+    cleaner, cleaner_problem, _ = _checkpoint(by_name.get(checkpoint.CLEANER_OFFSET))
+    log_start, log_start_problem, log_start_note = _checkpoint(by_name.get(checkpoint.LOG_START_OFFSET))
+    root_problem = (meta_problem and f"{meta.path}: {meta_problem}") or cleaner_problem or log_start_problem
     choice = config.release_for(log_dir)
     release = {"kafka_version": choice.release.name, "kafka_version_source": choice.describe()}
     watermarks: dict[tuple[str, int], int] = {}
     hw_file = by_name.get(checkpoint.REPLICATION_OFFSET)
     if choice.release.keep_last_empty == "high_watermark":  # read only when the release's rule needs it
-        watermarks, hw_problem = _checkpoint(hw_file)
+        watermarks, hw_problem, _ = _checkpoint(hw_file)
         root_problem = root_problem or hw_problem
     cleaning = _states(by_name)
     configs: dict[str, str] = {}
@@ -114,17 +123,22 @@ def tasks_for(log_dir: str, config: Config) -> list[Task]:
         )
         out.append(Task(topic, number, log_dir, sub, cleaner.get((topic, number)), log_start.get((topic, number)),
                         json.dumps({k: getattr(state, k) for k in state.__slots__}), configs[topic], root_problem,
-                        **listed, **release, high_watermark=hw, high_watermark_problem=no_hw))
+                        **listed, **release, high_watermark=hw, high_watermark_problem=no_hw,
+                        root_note=log_start_note))
     return out
 
 
-def _checkpoint(path: str | None) -> tuple[dict[tuple[str, int], int], str | None]:
+def _checkpoint(path: str | None) -> tuple[dict[tuple[str, int], int], str | None, str | None]:
+    """The entries of a root checkpoint file, and what a broker makes of one it cannot read
+    (``broker_load.unreadable_checkpoint``): a problem refusing the log dir, or a note and no entries."""
     if path is None:
-        return {}, None
+        return {}, None, None
     try:
-        return checkpoint.parse(path, storage.read_bytes(path)), None
+        return checkpoint.parse(path, storage.read_bytes(path)), None, None
     except FormatError as exc:
-        return {}, str(exc)
+        refused, outcome = broker_load.unreadable_checkpoint(posixpath.basename(path), exc)
+        said = f"{exc}: {outcome}"
+        return {}, said if refused else None, None if refused else said
 
 
 def _states(by_name: dict[str, str]) -> dict[tuple[str, int], states.CleaningState]:
@@ -182,11 +196,12 @@ def _columns(task: Task, now: int, retention_only: bool) -> dict:
     columns.update(_retention(facts, values, state, now))
     if facts.segments:
         columns.update(log_start_offset=facts.log_start, active_base_offset=facts.segments[-1].base_offset)
-    columns["problems"], columns["notes"] = facts.problems, facts.notes
+    root_notes = [task.root_note] if task.root_note else []
+    columns["problems"], columns["notes"] = facts.problems, [*root_notes, *facts.notes]
     if task.high_watermark_problem and compact and facts.segments:
-        columns["notes"] = [*facts.notes, f"{task.path}: high watermark unknown ({task.high_watermark_problem}): Kafka "
-                        f"{task.kafka_version}'s rule for the round's last emptied batch takes the log end offset "
-                        f"{facts.log_end} instead (docs/compaction-semantics.md)"]
+        columns["notes"] = [*columns["notes"], f"{task.path}: high watermark unknown ({task.high_watermark_problem}): "
+                            f"Kafka {task.kafka_version}'s rule for the round's last emptied batch takes the log end "
+                            f"offset {facts.log_end} instead (docs/compaction-semantics.md)"]
     if compact and not facts.problems and task.kafka_version.startswith("3.9."):  # 4.x: always Java 17 on
         columns.update(gzip_os.finding(facts.partition))
     # as this worker finds it (the report adds the compacting driver's)

@@ -172,7 +172,8 @@ def _missing_indexes(part: Partition) -> list[str]:
     it makes them up, so the partition is planned as a broker would have it, and cleaned (the
     cleaner writes new ones)."""
     return [f"{storage.join(part.path, segment_name(seg.base_offset, kind))}: {why}"
-            for seg in part.segments[:-1] for kind, why in missing_indexes(seg).items()]
+            for seg in part.segments[:-1]
+            for kind, why in missing_indexes(seg.index is not None, seg.timeindex is not None).items()]
 
 
 def _replay(facts: PartitionFacts, snapshots: list[tuple[int, str]]) -> dict[int, int]:
@@ -284,7 +285,7 @@ def _first_batch_timestamp(seg: Segment, known: dict[int, int]) -> int | None:
 def _largest_timestamp(seg: Segment) -> int | None:
     """The last time-index entry; a zero-filled tail (preallocation) means reading the whole file.
     A segment whose time index a broker rebuilds on load (``broker_load``): its batches' largest."""
-    if rebuilds_time_index(seg):
+    if rebuilds_time_index(seg.index is not None):
         with storage.open_read(seg.log.path, seg.size) as f:
             return max((b.max_timestamp for b in iter_batches(f, seg.log.path, chunk_size=_chunk(seg.size))),
                        default=None)

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from kcompact import errors, storage
 from kcompact.errors import EXIT_OK, EXIT_PROBLEMS, FormatError, Problem
 from kcompact.logdir.listing import (
+    CHECKPOINTS,
     LEFTOVER_SUFFIXES,
     METADATA_TOPIC,
     SEGMENT_KINDS,
@@ -25,7 +26,7 @@ from kcompact.logdir.listing import (
     scan_log_dir,
     scan_partition,
 )
-from kcompact.readers import codecs
+from kcompact.readers import checkpoint, codecs
 from kcompact.readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Batch
 from kcompact.readers.indexes import parse_offset_index, parse_time_index, parse_txn_index
 from kcompact.readers.records import CONTROL_TYPES, Record, control_coordinator_epoch, control_type
@@ -105,12 +106,48 @@ def _java(key: str, value: Any) -> str | None:
 def dump_path(path: str, print_data: bool, as_json: bool, out: TextIO) -> int:
     """Dump a segment or index file, a partition dir or a log dir; 1 if anything was bad."""
     printer = Printer(out, as_json)
-    kind = file_kind(path)
+    kind, name = file_kind(path), posixpath.basename(path)
     if kind is not None:
         ok = dump_file(printer, path, kind, print_data)
+    elif name in CHECKPOINTS:
+        ok = dump_checkpoint(printer, path)
+    elif dump_metadata.is_snapshot(name):
+        ok = dump_snapshot(printer, path)
     else:
         ok = dump_dir(printer, path.rstrip("/"), print_data)
     return EXIT_OK if ok else EXIT_PROBLEMS
+
+
+def dump_checkpoint(printer: Printer, path: str) -> bool:
+    """A broker's offset checkpoint file (cleaner-offset-checkpoint and the others): its entries as
+    Kafka's CheckpointFile reads them, one line each; a fault after the entries before it."""
+    printer.note(f"Dumping {path}")
+    try:
+        data = storage.read_bytes(path)
+        found = checkpoint.entries(path, data)
+    except FormatError as exc:
+        printer.error(Problem.of(exc))
+        return False
+    except PermissionError as exc:
+        printer.error(unreadable(path, exc))
+        return False
+    if not found:
+        printer.note(f"{path} has no entries.")
+    for at, (topic, partition), offset in found:
+        printer.item("checkpoint", path, {"topic": topic, "partition": partition, "offset": offset, "position": at})
+    return True
+
+
+def dump_snapshot(printer: Printer, file: str) -> bool:
+    """A KRaft metadata snapshot (``<end offset>-<epoch>.checkpoint``): its records, payloads decoded."""
+    end, epoch = dump_metadata.snapshot_offsets(file)
+    printer.note(f"Dumping {file}")
+    printer.note(f"Snapshot end offset: {end}, epoch: {epoch}")
+    try:
+        return dump_log(printer, file, None, True, dump_metadata.payload)
+    except PermissionError as exc:
+        printer.error(unreadable(file, exc))
+        return False
 
 
 def file_kind(path: str) -> str | None:
@@ -128,7 +165,8 @@ def dump_dir(printer: Printer, path: str, print_data: bool) -> bool:
     files, dirs = storage.list_dir(path)
     name = posixpath.basename(path)
     if not dirs and [posixpath.basename(f.path) for f in files] == [name]:
-        raise errors.UsageError(f"{path}: not a .log, .index, .timeindex or .txnindex file, nor a directory")
+        raise errors.UsageError(f"{path}: not a .log, .index, .timeindex or .txnindex file, a KRaft snapshot "
+                                "(.checkpoint), an offset checkpoint file, nor a directory")
     parsed = parse_partition_dir(name)
     if parsed is not None and parsed[0] == METADATA_TOPIC and not dirs:
         return dump_metadata_dir(printer, path)
@@ -167,14 +205,7 @@ def dump_metadata_dir(printer: Printer, path: str) -> bool:
     for file in logs:
         ok = dump_file(printer, file, "log", True, dump_metadata.payload) and ok
     for file in snapshots:
-        end, epoch = dump_metadata.snapshot_offsets(file)
-        printer.note(f"Dumping {file}")
-        printer.note(f"Snapshot end offset: {end}, epoch: {epoch}")
-        try:
-            ok = dump_log(printer, file, None, True, dump_metadata.payload) and ok
-        except PermissionError as exc:
-            printer.error(unreadable(file, exc))
-            ok = False
+        ok = dump_snapshot(printer, file) and ok
     if not logs and not snapshots:
         printer.error(Problem(path, None, "holds no metadata segment or snapshot"))
         ok = False

@@ -39,6 +39,11 @@ def files_of(path: str) -> tuple[list[str], list[str], list[str]]:
     return logs, snapshots, other
 
 
+def is_snapshot(name: str) -> bool:
+    """Whether ``name`` is a KRaft snapshot's (``<end offset>-<epoch>.checkpoint``)."""
+    return _SNAPSHOT.match(name) is not None
+
+
 def snapshot_offsets(path: str) -> tuple[int, int]:
     """(end offset, epoch) of a snapshot by its name."""
     match = _SNAPSHOT.match(posixpath.basename(path))

@@ -30,7 +30,7 @@ from typing import TextIO
 
 from kcompact import storage
 from kcompact.errors import EXIT_OK, EXIT_PROBLEMS, FormatError, Problem
-from kcompact.logdir.broker_load import EMPTY_META_PROPERTIES, LEFTOVER_MEANING, missing_indexes
+from kcompact.logdir.broker_load import LEFTOVER_MEANING, missing_indexes, unreadable_checkpoint
 from kcompact.logdir.listing import LogDir, Partition, Segment, scan_log_dir, segment_name
 from kcompact.readers import checkpoint, codecs
 from kcompact.readers.batch import NO_TIMESTAMP, Batch
@@ -135,22 +135,13 @@ class SegmentSummary:
 def verify_log_dir(path: str) -> list[Problem]:
     """Every finding, in the order met: ``Problem``s and ``Note``s (a subclass; see ``split``)."""
     logdir = scan_log_dir(path)
-    found = list(logdir.problems)  # a directory not named <topic>-<partition>: a broker refuses to start
-    found += _meta_properties(storage.join(logdir.path, "meta.properties"))
+    found = list(logdir.problems)  # a foreign directory, an empty meta.properties: a broker does not start
     clean_shutdown = storage.kind(storage.join(logdir.path, CLEAN_SHUTDOWN)) is not None
     ends: dict[tuple[str, int], tuple[int, int]] = {}
     for part in logdir.partitions:
         found += check_partition(part, ends, clean_shutdown)
     found += check_checkpoints(logdir, ends)
     return found
-
-
-def _meta_properties(path: str) -> list[Problem]:
-    """An empty meta.properties is a problem (``broker_load``); a missing one is a new broker's."""
-    try:
-        return [Problem(path, None, EMPTY_META_PROPERTIES)] if storage.info(path).size == 0 else []
-    except FileNotFoundError:
-        return []
 
 
 def check_partition(part: Partition, ends: dict[tuple[str, int], tuple[int, int]] | None = None,
@@ -313,7 +304,7 @@ def check_indexes(part: Partition, seg: Segment, summary: SegmentSummary, active
         if info is not None:
             found += _parsed(info.path, check, summary)
         elif kind != "txnindex" and not active:
-            why = missing_indexes(seg)[kind]
+            why = missing_indexes(seg.index is not None, seg.timeindex is not None)[kind]
             found.append(Note(storage.join(part.path, segment_name(seg.base_offset, kind)), None, why))
     return found
 
@@ -404,14 +395,6 @@ def _outside(offset: int, summary: SegmentSummary) -> str:
 
 
 # -- checkpoints -------------------------------------------------------------------------
-RESET_ON_LOAD = {
-    "recovery-point-offset-checkpoint": "a broker that cannot read it resets every recovery point to 0 on load "
-                                        "(and recovers every segment)",
-    checkpoint.LOG_START_OFFSET: "a broker that cannot read it takes each log's first segment's base offset as "
-                                 "its log start on load",
-}
-
-
 def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int]] | None = None) -> list[Problem]:
     """Each checkpoint parses (a broker that cannot read one takes the whole log dir offline:
     a problem); the cleaner's names only partitions that exist, at an offset inside their log.
@@ -426,10 +409,9 @@ def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int
             text = storage.read_bytes(path)
             parsed[name] = checkpoint.parse(path, text)
         except FormatError as exc:
-            # LogManager.loadLogs reads these two, and on any error warns and resets them (to 0, to
-            # each first segment's base offset): a broker loads the log dir all the same
-            found.append(_note(Problem.of(exc), f"{exc.what}: {RESET_ON_LOAD[name]}") if name in RESET_ON_LOAD
-                         else Problem.of(exc))
+            refused, outcome = unreadable_checkpoint(name, exc)  # offline, or reset on load
+            said = Problem(exc.path, exc.position, f"{exc.what}: {outcome}")
+            found.append(said if refused else _note(said))
             continue
         except PermissionError as exc:
             found.append(unreadable(path, exc))
@@ -461,11 +443,5 @@ def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int
 
 
 def _line_positions(text: bytes) -> dict[tuple[str, int], int]:
-    """Byte position of each entry line of a checkpoint that already parsed."""
-    positions, at = {}, 0
-    for i, line in enumerate(text.split(b"\n")):
-        if i >= 2 and line:
-            topic, partition, _ = line.decode("utf-8").split(" ")
-            positions[(topic, int(partition))] = at
-        at += len(line) + 1
-    return positions
+    """Byte position of each entry's line (its last, when repeated) in a checkpoint that parsed."""
+    return {key: at for at, key, _ in checkpoint.entries("", text)}

@@ -204,7 +204,7 @@ def test_cli_exits_non_zero_without_traceback(case: LogCase, log_file: Path, cap
     (b"1\n0\n", 0, "unsupported checkpoint version '1' (expected 0)"),
     (b"0\n2\nt 0 5\n", 2, "entry count 2 does not match the 1 entry lines"),
     (b"0\n1\nt x 5\n", 4, "line 3 't x 5' has a non-numeric partition or offset"),
-    (b"0\n1\nt 0 5", 4, "checkpoint does not end with a newline"),  # at the cut line
+    (b"0\n1\nt 5\n", 4, "line 3 't 5' is not 'topic partition offset'"),
 ])
 def test_malformed_checkpoint(tmp_path: Path, text: bytes, position: int, what: str, capsys):
     path = tmp_path / "cleaner-offset-checkpoint"

@@ -292,3 +292,21 @@ def test_dump_from_s3(s3_endpoint, segment: Path):
     ]
     rc, dir_lines = dump("s3://dump-bucket/logs/orders-0", print_data=True)
     assert rc == 0 and dir_lines == lines
+
+
+# -- issue 40: the broker's text checkpoint files ---------------------------------------------------
+def test_dump_of_a_text_checkpoint_file(tmp_path: Path):
+    """Hand-made bytes, read as Kafka's CheckpointFile reads them: a CRLF line and a last line
+    without its newline are entries; each is shown with its line's byte position."""
+    path = tmp_path / "cleaner-offset-checkpoint"
+    path.write_bytes(b"0\n2\norders 0 5\r\nclicks 1 7")
+    assert dump(path) == (0, [f"Dumping {path}", "topic: orders partition: 0 offset: 5 position: 4",
+                              "topic: clicks partition: 1 offset: 7 position: 16"])
+    rc, lines = dump(path, as_json=True)
+    assert rc == 0 and [json.loads(line) for line in lines][1] == {
+        "type": "checkpoint", "file": str(path), "topic": "clicks", "partition": 1, "offset": 7, "position": 16}
+    path.write_bytes(b"")
+    assert dump(path) == (0, [f"Dumping {path}", f"{path} has no entries."])
+    path.write_bytes(b"0\n2\norders 0 5\n")
+    assert dump(path) == (1, [f"Dumping {path}",
+                              f"Error: {path}: byte 2: entry count 2 does not match the 1 entry lines"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import json
 import re
 import struct
 from collections.abc import Callable
@@ -445,6 +446,10 @@ def _set(path: tuple, value: object) -> Callable[[dict], None]:
         (_set(("topics", 1, "checkpoint"), {"0": 0.5}), "checkpoint"),
         (_set(("topics", 1, "name"), "orders"), "topics"),
         (_set(("topics", 1, "name"), "bad/name"), "name"),
+        (_set(("broker_state",), {"empty_checkpoints": ["meta.properties"]}), "broker_state.empty_checkpoints"),
+        (_set(("broker_state",), {"quorum": True}), "broker_state.quorum"),
+        (_set(("topics", 0, "broker_state"), {"orphan_indexes": [-1]}), "broker_state.orphan_indexes"),
+        (_set(("topics", 0, "broker_state"), {"empty_files": ["00.log"]}), "broker_state.empty_files"),
     ],
 )
 def test_bad_spec_raises_naming_the_key(change: Callable[[dict], None], key: str) -> None:
@@ -572,3 +577,67 @@ def test_gen_stopped_part_way_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         generator.generate(str(tmp_path / "logs"), generator.load_spec(None), seed=1)
     assert list(tmp_path.iterdir()) == []
+
+
+# -- issue 40: broker states on request ------------------------------------------------------------------
+STATES_SPEC = {
+    "broker_state": {"empty_checkpoints": ["cleaner-offset-checkpoint"],
+                     "missing_checkpoints": ["replication-offset-checkpoint"],
+                     "quorum_state": True, "metadata_snapshot": True},
+    "topics": [{"name": "orders", "records": 60, "keys": 10, "batch_records": [2, 4],
+                "config": {"cleanup.policy": "compact", "segment.bytes": 1000, "index.interval.bytes": 200},
+                "broker_state": {"missing_index": [0], "missing_timeindex": [1], "orphan_indexes": [900],
+                                 "preallocated_indexes": True, "stale_segment": 0,
+                                 "empty_files": ["leader-epoch-checkpoint"], "missing_files": ["partition.metadata"]}}],
+}
+
+
+def kp_read(data: bytes) -> list:
+    """kafka-python's batches, each with its records."""
+    records, out = MemoryRecords(data), []
+    while (batch := records.next_batch()) is not None:
+        out.append((batch, list(batch)))
+    return out
+
+
+def test_broker_states_are_left_as_asked(tmp_path: Path) -> None:
+    """Each state by Kafka's rules, read back with kafka-python and struct: an empty and a missing
+    root checkpoint; a closed segment without .index, another without .timeindex; index files at
+    900 without a .log; the active segment's indexes preallocated to 10 MiB in whole entries, the
+    entries first; a stale copy of segment 0's second half whose offsets go back; quorum-state's
+    JSON; a snapshot holding the metadata log's records between a SnapshotHeader and a Footer."""
+    out = tmp_path / "logs"
+    result = generator.generate(str(out), STATES_SPEC, seed=2)
+    assert (out / "cleaner-offset-checkpoint").read_bytes() == b""
+    assert not (out / "replication-offset-checkpoint").exists()
+    part, truth = out / "orders-0", result.partitions["orders", 0]
+    bases = [s.base_offset for s in truth.segments]
+    assert len(bases) >= 3
+    assert not (part / f"{bases[0]:020d}.index").exists() and (part / f"{bases[0]:020d}.timeindex").exists()
+    assert not (part / f"{bases[1]:020d}.timeindex").exists() and (part / f"{bases[1]:020d}.index").exists()
+    assert [(part / f"{900:020d}.{k}").stat().st_size for k in ("index", "timeindex")] == [0, 0]
+    assert not (part / f"{900:020d}.log").exists()
+    for kind, entry in (("index", 8), ("timeindex", 12)):
+        data = (part / f"{bases[-1]:020d}.{kind}").read_bytes()
+        assert len(data) == (10 << 20) // entry * entry, kind
+        used = len(data.rstrip(b"\0")) + (-len(data.rstrip(b"\0")) % entry)
+        assert used and not any(data[used:]), kind
+    assert (part / "leader-epoch-checkpoint").read_bytes() == b"" and not (part / "partition.metadata").exists()
+    stale = [p for p in part.glob("*.log") if int(p.stem) not in bases]
+    assert len(stale) == 1
+    first = int(stale[0].stem)
+    assert bases[0] < first < bases[1]
+    read = [(r.offset, r.key) for _, records in kp_read(stale[0].read_bytes()) for r in records]
+    assert read == [(r.offset, r.key) for r in truth.records if first <= r.offset < bases[1]]
+    index = (part / f"{first:020d}.index").read_bytes()
+    assert all(0 < rel <= bases[1] - 1 - first for rel, _ in struct.iter_unpack(">ii", index))
+    mdir = out / METADATA_DIR
+    assert json.loads((mdir / "quorum-state").read_bytes())["leaderId"] == 1
+    log = [r.value for _, records in kp_read((mdir / f"{0:020d}.log").read_bytes()) for r in records]
+    (snapshot,) = mdir.glob("*.checkpoint")
+    assert snapshot.name == f"{len(log):020d}-{0:010d}.checkpoint"
+    batches = kp_read(snapshot.read_bytes())
+    controls = [(b.is_control_batch, struct.unpack(">hh", rs[0].key)[1]) for b, rs in (batches[0], batches[-1])]
+    assert controls == [(True, 3), (True, 4)]
+    assert [r.value for _, records in batches[1:-1] for r in records] == log
+    assert [r.offset for _, records in batches for r in records] == list(range(len(log) + 2))

@@ -131,23 +131,47 @@ MALFORMED = {
     "non-numeric-count": (b"0\ntwo\norders 0 5\n", 2),
     "non-numeric-offset": (b"0\n2\norders 0 5\norders 1 x6\n", 15),
     "non-numeric-partition": (b"0\n1\norders p 5\n", 4),
-    "negative-partition": (b"0\n1\norders -1 5\n", 4),
     "missing-field": (b"0\n2\norders 0 5\norders 1\n", 15),
     "extra-field": (b"0\n1\norders 0 5 9\n", 4),
-    "missing-newline": (b"0\n2\norders 0 5\norders 1 6", 15),
-    "missing-newline-after-count": (b"0\n0", 2),
-    "duplicate": (b"0\n3\na 0 1\nb 0 2\na 0 3\n", 16),
     "not-utf8": (b"0\n1\n\xff\xfe 0 5\n", 4),
+    "leading-space": (b"0\n1\n orders 0 5\n", 4),  # Java's split keeps the empty field before it
+    "partition-past-int": (b"0\n1\norders 2147483648 5\n", 4),
+    "blank-line": (b"0\n1\norders 0 5\n\n", 15),  # an entry line, empty: malformed before the count is
 }
+NUMBER_FAULTS = ("non-numeric-offset", "non-numeric-partition", "partition-past-int")
 
 
-@pytest.mark.parametrize("text, position", MALFORMED.values(), ids=MALFORMED.keys())
-def test_malformed_checkpoint_names_the_bad_line(text, position):
+@pytest.mark.parametrize("name", MALFORMED)
+def test_malformed_checkpoint_names_the_bad_line(name):
+    text, position = MALFORMED[name]
     with pytest.raises(FormatError) as err:
         checkpoint.parse("/logs/cleaner-offset-checkpoint", text)
     assert err.value.path == "/logs/cleaner-offset-checkpoint"
     assert err.value.position == position
     assert f"byte {position}" in str(err.value)
+    # NumberFormatException in Kafka's reader, IOException for the rest (logdir.broker_load tells them apart)
+    assert isinstance(err.value, checkpoint.EntryNumberError) == (name in NUMBER_FAULTS)
+
+
+ACCEPTED = {
+    # name: (text, entries) as CheckpointReadBuffer reads them: BufferedReader.readLine ends a line at
+    # '\n', '\r' or '\r\n' and returns a last line without one; fields split on \s+; Integer.parseInt and
+    # Long.parseLong take a sign; the entries go into a map (a repeated partition: its last line)
+    "no-newline-at-the-end": (b"0\n2\norders 0 5\norders 1 6", {("orders", 0): 5, ("orders", 1): 6}),
+    "count-without-newline": (b"0\n0", {}),
+    "version-without-newline": (b"0", {}),
+    "crlf": (b"0\r\n1\r\norders 0 5\r\n", {("orders", 0): 5}),
+    "cr": (b"0\r1\rorders 0 5\r", {("orders", 0): 5}),
+    "tabs-and-runs-of-spaces": (b"0\n1\norders\t0   5 \n", {("orders", 0): 5}),
+    "signs": (b"+0\n+1\norders +0 -5\n", {("orders", 0): -5}),
+    "repeated": (b"0\n3\na 0 1\nb 0 2\na 0 3\n", {("a", 0): 3, ("b", 0): 2}),
+    "negative-partition": (b"0\n1\norders -1 5\n", {("orders", -1): 5}),
+}
+
+
+@pytest.mark.parametrize("text, entries", ACCEPTED.values(), ids=ACCEPTED.keys())
+def test_checkpoint_reads_what_kafkas_reader_reads(text, entries):
+    assert checkpoint.parse("/logs/cleaner-offset-checkpoint", text) == entries
 
 
 def test_an_empty_checkpoint_has_no_entries():
@@ -181,3 +205,20 @@ def test_write_atomic_creates_and_replaces(tmp_path):
     storage.write_atomic(target, render_checkpoint({("t", 0): 2}))
     assert checkpoint.parse(target, open(target, "rb").read()) == {("t", 0): 2}
     assert os.listdir(tmp_path) == ["log-start-offset-checkpoint"]
+
+
+def test_a_log_start_checkpoint_kafka_loads_without_is_replaced_on_write(tmp_path):
+    """LogManager loads a log dir without a log-start-offset-checkpoint it reads a
+    NumberFormatException in, and its next checkpoint replaces the file; any other fault takes the
+    log dir offline, and the write is refused."""
+    from kcompact.operations.checkpoints import update_log_starts
+
+    (tmp_path / "t-0").mkdir()
+    path = tmp_path / "log-start-offset-checkpoint"
+    path.write_bytes(b"0\n1\nt 0 x5\n")
+    update_log_starts(str(tmp_path), lambda entries: {**entries, ("t", 0): 7})
+    assert path.read_bytes() == b"0\n1\nt 0 7\n"
+    path.write_bytes(b"1\n0\n")
+    with pytest.raises(FormatError):
+        update_log_starts(str(tmp_path), lambda entries: {**entries, ("t", 0): 8})
+    assert path.read_bytes() == b"1\n0\n"

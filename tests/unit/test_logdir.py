@@ -100,3 +100,14 @@ def test_fixture_log_dir_listing_matches_the_filesystem():
             assert abs(seg.log.mtime_ms - st.st_mtime_ns // 1_000_000) <= 1
             assert seg.index.size == log.with_suffix(".index").stat().st_size
         assert part.problems == [] and part.leftovers == []
+
+
+def test_broker_load_stands_without_the_listing():
+    """broker_load holds Kafka's rules as pure functions: importing it alone loads no listing
+    (the two once imported each other)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, kcompact.logdir.broker_load; "
+            "sys.exit('kcompact.logdir.listing' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

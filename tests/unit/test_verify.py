@@ -452,20 +452,32 @@ def test_cli_on_a_clean_dir(clean_dir, capsys):
     assert cli_verify(clean_dir, capsys, "--strict")[0] == errors.EXIT_OK
 
 
+OFFLINE = ("a broker that reads it marks this log dir offline (CheckpointFileWithFailureHandler) and stops serving "
+           "and cleaning it; fix or remove the file")
+
+
 def test_every_checkpoint_must_parse(clean_dir):
     (clean_dir / "replication-offset-checkpoint").write_bytes(b"1\n0\n")
     assert problems_of(clean_dir) == [
-        f"{clean_dir / 'replication-offset-checkpoint'}: byte 0: unsupported checkpoint version '1' (expected 0)"
+        f"{clean_dir / 'replication-offset-checkpoint'}: byte 0: unsupported checkpoint version '1' (expected 0): "
+        + OFFLINE
     ]
 
 
-def test_checkpoints_a_broker_resets_on_load_are_notes(clean_dir):
-    """LogManager.loadLogs reads the recovery points and log starts, and resets either on any error."""
-    (clean_dir / "log-start-offset-checkpoint").write_bytes(b"1\n0\n")
-    assert problems_of(clean_dir) == [
-        f"note: {clean_dir / 'log-start-offset-checkpoint'}: byte 0: unsupported checkpoint version '1' (expected 0): "
-        "a broker that cannot read it takes each log's first segment's base offset as its log start on load"
-    ]
+@pytest.mark.parametrize("name", ["log-start-offset-checkpoint", "recovery-point-offset-checkpoint"])
+def test_checkpoints_a_broker_loads_without(clean_dir, name):
+    """LogManager.loadLogs reads the recovery points and log starts and, on any exception, loads the
+    logs without them; but CheckpointFileWithFailureHandler has marked the log dir offline first on an
+    IOException (a bad version): only a NumberFormatException (a non-numeric offset) passes it by."""
+    (clean_dir / name).write_bytes(b"1\n0\n")
+    assert problems_of(clean_dir) == [f"{clean_dir / name}: byte 0: unsupported checkpoint version '1' (expected 0): "
+                                      + OFFLINE]
+    (clean_dir / name).write_bytes(b"0\n1\norders 0 x5\n")
+    reset = {"log-start-offset-checkpoint": "takes each log's first segment's base offset as its log start on load",
+             "recovery-point-offset-checkpoint": "resets every recovery point to 0 on load (and recovers every "
+                                                 "segment)"}[name]
+    assert problems_of(clean_dir) == [f"note: {clean_dir / name}: byte 4: line 3 'orders 0 x5' has a non-numeric "
+                                      f"partition or offset: a broker that cannot read it {reset}"]
 
 
 # -- S3 --------------------------------------------------------------------------------------

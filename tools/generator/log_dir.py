@@ -21,7 +21,8 @@ from kcompact.logdir.listing import METADATA_DIR, segment_name
 from kcompact.readers import checkpoint
 from kcompact.readers.records import Record
 from kcompact.storage import bulk
-from kcompact.tools.generator import progress
+from kcompact.tools.generator import broker_states, progress
+from kcompact.tools.generator.broker_states import ROOT_CHECKPOINTS
 from kcompact.tools.generator.partition import Write, _append_partition, _write_partition
 from kcompact.tools.generator.spec import validate
 from kcompact.tools.generator.truth import GenResult, PartitionTruth
@@ -31,12 +32,6 @@ from kcompact.writers.checkpoint import render_checkpoint
 from kcompact.writers.segment import SegmentWriter
 
 FORK_FROM = 64  # partitions from which local generation forks a worker per core
-ROOT_CHECKPOINTS = (
-    "cleaner-offset-checkpoint",
-    "log-start-offset-checkpoint",
-    "recovery-point-offset-checkpoint",
-    "replication-offset-checkpoint",
-)
 
 
 def topic_id(seed: int, topic: str) -> str:
@@ -126,10 +121,7 @@ def _write_metadata_log(out: str, spec: dict[str, Any], ids: dict[str, str], wri
     storage.makedirs(pdir)
     log, offset, ts = io.BytesIO(), 0, spec["start_ms"] - 60_000
     writer = SegmentWriter(log, 0)
-    for topic in spec["topics"]:
-        values = [metadata.topic_record(topic["name"], ids[topic["name"]])]
-        values += [metadata.topic_config_record(topic["name"], key, _config_text(value))
-                   for key, value in sorted(topic["config"].items())]
+    for values in _metadata_values(spec, ids):
         data = encode_batch([Record(offset + i, ts, None, v) for i, v in enumerate(values)], base_offset=offset)
         writer.append(data, offset + len(values) - 1, ts, offset + len(values) - 1)
         offset += len(values)
@@ -140,6 +132,14 @@ def _write_metadata_log(out: str, spec: dict[str, Any], ids: dict[str, str], wri
         write(path, data)
         storage.set_mtime(path, ts)
     return sum(len(d) for d in contents.values())
+
+
+def _metadata_values(spec: dict[str, Any], ids: dict[str, str]) -> list[list[bytes]]:
+    """The metadata log's records, a batch per topic: its TopicRecord, then a ConfigRecord per override."""
+    return [[metadata.topic_record(topic["name"], ids[topic["name"]])]
+            + [metadata.topic_config_record(topic["name"], key, _config_text(value))
+               for key, value in sorted(topic["config"].items())]
+            for topic in spec["topics"]]
 
 
 def _config_text(value: Any) -> str:
@@ -240,6 +240,8 @@ def _generate(out: str, spec: dict[str, Any], seed: int, keep_records: bool, sho
         data = render_checkpoint(files[name])
         bulk.write_unsynced(storage.join(out, name), data)
         written += len(data)
+    broker_states.leave_log_dir(out, spec["broker_state"], _metadata_values(spec, ids), spec["start_ms"] - 60_000,
+                                bulk.write_unsynced)
     return GenResult(
         out=out,
         seed=seed,

@@ -14,6 +14,7 @@ from typing import Any
 from kcompact import errors, storage
 from kcompact.logdir.listing import segment_name
 from kcompact.readers import snapshot
+from kcompact.tools.generator import broker_states
 from kcompact.tools.generator.producers import COORDINATOR_EPOCH, _PartitionProducer, _produce
 from kcompact.tools.generator.spec import _INT32_MAX
 from kcompact.tools.generator.truth import PartitionTruth, WrittenSegment, _Encoded, _truth
@@ -164,6 +165,8 @@ def _write_partition(out: str, topic: dict[str, Any], partition: int, seed: int,
     epochs = _leader_epoch_checkpoint({e: o for e, o in producer.leader_epochs.items() if o < end})
     write(storage.join(pdir, "leader-epoch-checkpoint"), epochs)
     write(storage.join(pdir, "partition.metadata"), metadata)
+    broker_states.leave_partition(pdir, topic["broker_state"], [laid.files.base_offset for laid in laid_out],
+                                  encoded, topic["config"], write)
     truth = _truth(topic, partition, encoded, producer.records, segments)
     return truth, written + len(epochs) + len(metadata)
 

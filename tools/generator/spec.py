@@ -16,6 +16,7 @@ from typing import Any
 from kcompact import errors, storage
 from kcompact.conf.policy import is_compacted
 from kcompact.readers import codecs
+from kcompact.tools.generator import broker_states
 
 DEFAULT_START_MS = 1720000000000
 _INT32_MAX = (1 << 31) - 1
@@ -292,8 +293,9 @@ _TOPIC_FIELDS: dict[str, tuple[Check, Any]] = {
     "timestamp_jitter_ms": (_integer(0), 0),
     "leader_change_ratio": (_number(0, 1), 0.0),
     "layout_segment_bytes": (_optional_size, None),
+    "broker_state": (broker_states.validate_topic, broker_states.NONE),
 }
-_SPEC_KEYS = ("seed", "start_ms", "topics")
+_SPEC_KEYS = ("seed", "start_ms", "topics", "broker_state")
 
 
 def _is_compacted(config: dict[str, Any]) -> bool:
@@ -336,6 +338,7 @@ def validate(spec: Any) -> dict[str, Any]:
     if "seed" in spec:
         out["seed"] = _integer(0)("", "seed", spec["seed"])
     out["start_ms"] = _integer(0)("", "start_ms", spec.get("start_ms", DEFAULT_START_MS))
+    out["broker_state"] = broker_states.validate_log_dir("", spec.get("broker_state", {}))
     topics = spec.get("topics")
     if not isinstance(topics, list) or not topics:
         raise _fail("", "topics", f"must be a non-empty list, got {topics!r}")
