@@ -383,7 +383,7 @@ def release(lease: Lease, uncleanable: str | None = None) -> CleaningState:
 
 def release_many(leases: list[Lease]) -> list[CleaningState | OSError]:
     """``release`` (back to idle) of each lease at once: those still as we wrote them removed by one
-    compare-and-delete (``storage.remove_if_each``: locally a log dir's under one flock of its root),
+    compare-and-delete each (``storage.remove_if_each``; on an object store several at once),
     the others (an abort came, taken over) through ``release``; each outcome, or its error."""
     simple = [i for i, lease in enumerate(leases) if lease.state.state == IN_PROGRESS]
     removed = storage.remove_if_each([(state_path(leases[i].partition_dir), leases[i].version) for i in simple])

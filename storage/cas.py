@@ -23,6 +23,8 @@ from kcompact.storage import objects, ownership
 from kcompact.storage.failures import typed
 from kcompact.storage.paths import is_local, resolve
 
+BATCH = 1024  # files of one directory written under one hold of its flock (``write_if_each``)
+
 
 @contextlib.contextmanager
 def _dir_flock(fs_path: str) -> Iterator[None]:
@@ -110,10 +112,10 @@ def write_if_many(items: list[tuple[str, bytes, str | None]]) -> list[str | None
 def write_if_each(items: list[tuple[str, bytes, str | None]]) -> list[str | OSError | None]:
     """``write_if`` of each (path, data, version): the new version, None where another writer got
     there first, or the error that stopped that one file (the others go on). On an object store
-    each is its own conditional PUT, several at once. Locally the files of one directory share
-    one compare-and-write under its flock: ``write_atomic``'s steps, each for all of them (``.tmp``
-    files written, made durable together, renamed over, the directory fsynced once); the owner
-    and bits of a new file are found once per directory and kind."""
+    each is its own conditional PUT, several at once. Locally the files of one directory, up to
+    ``BATCH`` at a time, share one compare-and-write under its flock: ``write_atomic``'s steps,
+    each for all of them (``.tmp`` files written, made durable together, renamed over, the
+    directory fsynced once); the owner and bits of a new file are found once per batch and kind."""
     if not items:
         return []
     fs, _ = resolve(items[0][0])
@@ -131,8 +133,9 @@ def write_if_each(items: list[tuple[str, bytes, str | None]]) -> list[str | OSEr
     for i, (path, _, _) in enumerate(items):
         by_dir.setdefault(posixpath.dirname(path), []).append(i)
     for directory, indices in by_dir.items():
-        with _dir_flock(resolve(items[indices[0]][0])[1]):
-            _write_dir(items, indices, directory, out)
+        for start in range(0, len(indices), BATCH):  # the flock not held for long: others' changes wait on it
+            with _dir_flock(resolve(items[indices[start]][0])[1]):
+                _write_dir(items, indices[start:start + BATCH], directory, out)
     return out
 
 
@@ -187,35 +190,22 @@ def _write_dir(items, indices: list[int], directory: str, out: list) -> None:
 @typed
 def remove_if_each(items: list[tuple[str, str]]) -> list[bool | OSError]:
     """``remove_if`` of each (path, version): True where removed, False where the file was not at
-    that version, or the error of that one file. On an object store several conditional deletes at
-    once; locally the files of one directory under one flock of it."""
+    that version, or the error of that one file; on an object store several conditional deletes
+    at once. (Locally an unlink is the cost, flock or none: one at a time.)"""
     if not items:
         return []
-    fs, _ = resolve(items[0][0])
-    if not is_local(fs):
-        def one(item):
-            try:
-                return remove_if(*item)
-            except OSError as exc:
-                return exc
 
-        with ThreadPoolExecutor(min(objects.PARALLEL, len(items))) as pool:
-            return list(pool.map(one, items))
-    out: list[bool | OSError] = [False] * len(items)
-    by_dir: dict[str, list[int]] = {}
-    for i, (path, _) in enumerate(items):
-        by_dir.setdefault(posixpath.dirname(path), []).append(i)
-    for indices in by_dir.values():
-        with _dir_flock(resolve(items[indices[0]][0])[1]):
-            for i in indices:
-                path, version = items[i]
-                try:
-                    if _local_version(resolve(path)[1]) == version:
-                        storage.remove(path)  # by the package's name, where the crash tests wrap it
-                        out[i] = True
-                except OSError as exc:
-                    out[i] = exc
-    return out
+    def one(item):
+        try:
+            return storage.remove_if(*item)  # by the package's name, where the crash tests wrap it
+        except OSError as exc:
+            return exc
+
+    fs, _ = resolve(items[0][0])
+    if is_local(fs):
+        return [one(item) for item in items]
+    with ThreadPoolExecutor(min(objects.PARALLEL, len(items))) as pool:
+        return list(pool.map(one, items))
 
 
 @typed

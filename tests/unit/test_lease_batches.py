@@ -122,3 +122,13 @@ def test_a_late_batch_release_leaves_the_next_owner_alone(tmp_path):
     states.release_many(old)
     assert on_disk(tmp_path, "t-1")["owner"] == "next-job"
     assert on_disk(tmp_path, "t-0") is None and on_disk(tmp_path, "t-2") is None
+
+
+def test_a_long_batch_lets_the_flock_go_between_its_parts(tmp_path, monkeypatch):
+    from kcompact.storage import cas
+
+    monkeypatch.setattr(cas, "BATCH", 8)
+    holds = counting(monkeypatch, cas, "_dir_flock")
+    paths = [str(tmp_path / f"t-{p}") for p in range(20)]
+    assert all(isinstance(lease, states.Lease) for lease in states.acquire_many(paths, "job-a"))
+    assert len(holds) == 3 and len(list(tmp_path.glob("kcompact-state.*.json"))) == 20
