@@ -23,7 +23,7 @@ from kcompact.storage import objects, ownership
 from kcompact.storage.failures import typed
 from kcompact.storage.paths import is_local, resolve
 
-BATCH = 1024  # files of one directory written under one hold of its flock (``write_if_each``)
+BATCH = 256  # files of one directory written under one hold of its flock (``write_if_each``)
 
 
 @contextlib.contextmanager
