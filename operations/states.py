@@ -301,6 +301,31 @@ def acquire(partition_dir: str, owner: str, lease_ms: int = LEASE_MS) -> Lease |
             return Lease(partition_dir, new, written)
 
 
+def acquire_many(partition_dirs: list[str], owner: str, lease_ms: int = LEASE_MS) -> list[Lease | str | OSError]:
+    """``acquire`` of each partition at once: a Lease, the reason it is not free, or the error that
+    kept its state file from being written. Where no state file is, the lease is created as
+    ``acquire`` creates it, all of a log dir's in one compare-and-write (``storage.write_if_each``:
+    locally one flock of the root, each file fsynced, the root once); a partition that has one
+    (paused, uncleanable, another job's lease, a dead one's) goes through ``acquire``."""
+    now = wall_ms()
+    state = CleaningState(IN_PROGRESS, owner=owner, host=socket.gethostname(), pid=os.getpid(),
+                          started_ms=now, heartbeat_ms=now, lease_ms=lease_ms, pid_ns=pid_namespace())
+    data = state.to_json()
+    written = storage.write_if_each([(state_path(path), data, None) for path in partition_dirs])
+    out: list[Lease | str | OSError] = []
+    for path, version in zip(partition_dirs, written, strict=True):
+        if isinstance(version, OSError):
+            out.append(version)
+        elif version is not None:
+            out.append(Lease(path, state, version))
+        else:  # a state file is there: read it and decide, one partition at a time
+            try:
+                out.append(acquire(path, owner, lease_ms))
+            except OSError as exc:
+                out.append(exc)
+    return out
+
+
 def renew(lease: Lease) -> Lease | None:
     """Push the lease's expiry forward; None when it is no longer ours to renew (aborted,
     taken over after expiring): the job must then stop touching the partition."""
@@ -308,6 +333,18 @@ def renew(lease: Lease) -> Lease | None:
     new = replace(lease.state, heartbeat_ms=wall_ms())
     written = storage.write_if(path, new.to_json(), lease.version)
     return None if written is None else Lease(lease.partition_dir, new, written)
+
+
+def renew_many(leases: list[Lease]) -> list[Lease | OSError | None]:
+    """``renew`` of each lease at once (``storage.write_if_each``: locally a log dir's under one
+    flock of its root, fsynced once): the renewed lease, None where it is no longer ours, or the
+    error of that one (the next round tries it again)."""
+    now = wall_ms()
+    renewed = [replace(lease.state, heartbeat_ms=now) for lease in leases]
+    written = storage.write_if_each([(state_path(lease.partition_dir), new.to_json(), lease.version)
+                                     for lease, new in zip(leases, renewed, strict=True)])
+    return [version if not isinstance(version, str) else Lease(lease.partition_dir, new, version)
+            for lease, new, version in zip(leases, renewed, written, strict=True)]
 
 
 def still_held(lease: Lease) -> bool:
@@ -342,6 +379,27 @@ def release(lease: Lease, uncleanable: str | None = None) -> CleaningState:
             and storage.remove_if(state_path(lease.partition_dir), lease.version)):
         return CleaningState()  # still our lease as we wrote it (no abort came): idle, one request
     return _change(lease.partition_dir, step)
+
+
+def release_many(leases: list[Lease]) -> list[CleaningState | OSError]:
+    """``release`` (back to idle) of each lease at once: those still as we wrote them removed by one
+    compare-and-delete each (``storage.remove_if_each``; on an object store several at once),
+    the others (an abort came, taken over) through ``release``; each outcome, or its error."""
+    simple = [i for i, lease in enumerate(leases) if lease.state.state == IN_PROGRESS]
+    removed = storage.remove_if_each([(state_path(leases[i].partition_dir), leases[i].version) for i in simple])
+    out: list[CleaningState | OSError | None] = [None] * len(leases)
+    for i, gone in zip(simple, removed, strict=True):
+        if gone is True:
+            out[i] = CleaningState()
+        elif isinstance(gone, OSError):
+            out[i] = gone
+    for i, lease in enumerate(leases):
+        if out[i] is None:
+            try:
+                out[i] = release(lease)
+            except OSError as exc:
+                out[i] = exc
+    return out  # type: ignore[return-value]
 
 
 def mark_uncleanable(partition_dir: str, reason: str) -> CleaningState:

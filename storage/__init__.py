@@ -27,7 +27,7 @@ warnings.filterwarnings("ignore", message="Ignoring environment variable FSSPEC_
 import fsspec
 
 from kcompact.storage import objects, ownership
-from kcompact.storage.cas import read_versioned, remove_if, write_if, write_if_many
+from kcompact.storage.cas import read_versioned, remove_if, remove_if_each, write_if, write_if_each, write_if_many
 from kcompact.storage.direct import DIRECT_BLOCK, DIRECT_BUFFER, DirectFile
 from kcompact.storage.failures import describe_failure, environment_problem, raising_typed, typed
 from kcompact.storage.lock import BROKER_LOCK, LogDirLock
@@ -51,6 +51,7 @@ __all__ = [
     "exists",
     "fsync_dir",
     "fsync_dirs",
+    "fsync_files",
     "identity",
     "info",
     "is_local",
@@ -68,6 +69,7 @@ __all__ = [
     "read_versioned",
     "remove",
     "remove_if",
+    "remove_if_each",
     "remove_many",
     "remove_tree",
     "rename",
@@ -78,7 +80,9 @@ __all__ = [
     "url",
     "write_atomic",
     "write_durable",
+    "write_file",
     "write_if",
+    "write_if_each",
     "write_if_many",
 ]
 
@@ -368,6 +372,52 @@ def write_durable(path: str, data: bytes) -> None:
             raise
     else:
         fs.pipe_file(fs_path, data)
+
+
+@typed
+def write_file(path: str, data: bytes, owner: ownership.Owner | None = None) -> None:
+    """Write ``data`` to ``path``, not yet durable: the caller makes a batch of such files durable
+    together (``fsync_files``) before it relies on them; ``owner``: the file's owner and bits when
+    the caller found them already (``ownership.for_file``)."""
+    fs, fs_path = resolve(path)
+    if not is_local(fs):
+        fs.pipe_file(fs_path, data)
+        return
+    owner = owner or ownership.for_file(fs_path)
+    try:
+        with open(fs_path, "wb") as f:
+            ownership.give(f.fileno(), owner)
+            f.write(data)
+    except OSError as exc:
+        if exc.filename is None:  # a full disk's write() names no file
+            exc.filename = path
+        raise
+
+
+def fsync_files(paths: list[str]) -> dict[str, OSError]:
+    """Make the bytes of local files just written (``write_file``) durable: from ``SYNCFS_FROM``
+    files of one file system on, one ``syncfs`` of it (as ``fsync_dirs``); else, or when it fails,
+    each file fsynced. Returns the error of each file whose fsync failed; the others are durable."""
+    local = [path for path in paths if is_local_path(path)]
+    if not local:
+        return {}
+    if len(local) >= SYNCFS_FROM and _one_file_system(local):
+        try:
+            syncfs(local[0])  # by its name here, where the crash tests wrap it
+            return {}
+        except OSError:
+            pass  # each file's own fsync says which failed
+    failed: dict[str, OSError] = {}
+    for path in local:
+        try:
+            fd = os.open(resolve(path)[1], os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            failed[path] = exc
+    return failed
 
 
 @contextlib.contextmanager

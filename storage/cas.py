@@ -19,9 +19,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from kcompact import storage
-from kcompact.storage import objects
+from kcompact.storage import objects, ownership
 from kcompact.storage.failures import typed
 from kcompact.storage.paths import is_local, resolve
+
+BATCH = 256  # files of one directory written under one hold of its flock (``write_if_each``)
 
 
 @contextlib.contextmanager
@@ -98,15 +100,112 @@ def write_if(path: str, data: bytes, version: str | None) -> str | None:
 
 @typed
 def write_if_many(items: list[tuple[str, bytes, str | None]]) -> list[str | None]:
-    """``write_if`` of each (path, data, version); on an object store several at once, each its
-    own conditional PUT."""
+    """``write_if`` of each (path, data, version), raising the first failure (``write_if_each``)."""
+    written = write_if_each(items)
+    for outcome in written:
+        if isinstance(outcome, OSError):
+            raise outcome
+    return written  # type: ignore[return-value]
+
+
+@typed
+def write_if_each(items: list[tuple[str, bytes, str | None]]) -> list[str | OSError | None]:
+    """``write_if`` of each (path, data, version): the new version, None where another writer got
+    there first, or the error that stopped that one file (the others go on). On an object store
+    each is its own conditional PUT, several at once. Locally the files of one directory, up to
+    ``BATCH`` at a time, share one compare-and-write under its flock: ``write_atomic``'s steps,
+    each for all of them (``.tmp`` files written, made durable together, renamed over, the
+    directory fsynced once); the owner and bits of a new file are found once per batch and kind."""
     if not items:
         return []
     fs, _ = resolve(items[0][0])
+    if not is_local(fs):
+        def one(item):
+            try:
+                return write_if(*item)
+            except OSError as exc:
+                return exc
+
+        with ThreadPoolExecutor(min(objects.PARALLEL, len(items))) as pool:
+            return list(pool.map(one, items))
+    out: list[str | OSError | None] = [None] * len(items)
+    by_dir: dict[str, list[int]] = {}
+    for i, (path, _, _) in enumerate(items):
+        by_dir.setdefault(posixpath.dirname(path), []).append(i)
+    for directory, indices in by_dir.items():
+        for start in range(0, len(indices), BATCH):  # the flock not held for long: others' changes wait on it
+            with _dir_flock(resolve(items[indices[start]][0])[1]):
+                _write_dir(items, indices[start:start + BATCH], directory, out)
+    return out
+
+
+def _write_dir(items, indices: list[int], directory: str, out: list) -> None:
+    """``write_if_each``'s local writes in one ``directory``, under its flock: every file that is
+    still at its version written to its ``.tmp``, all of them made durable together
+    (``storage.fsync_files``), each renamed over, then the directory fsynced once."""
+    owners: dict[str, ownership.Owner] = {}
+    written = []
+    for i in indices:
+        path, data, version = items[i]
+        fs_path = resolve(path)[1]
+        tmp = path + storage.TMP
+        try:
+            if _local_version(fs_path) != version:
+                continue  # out[i] stays None: another writer's
+            owner = None
+            if version is None:  # a new file: its directory's owner and its kind's bits, found once
+                kind = ownership.kind(fs_path)
+                owner = owners.get(kind) or owners.setdefault(kind, ownership.for_file(fs_path))
+            storage.write_file(tmp, data, owner)  # by the package's name, where the crash tests wrap it
+        except OSError as exc:
+            out[i] = exc
+            with contextlib.suppress(OSError):
+                os.remove(resolve(tmp)[1])
+            continue
+        written.append(i)
+    failed = storage.fsync_files([items[i][0] + storage.TMP for i in written])
+    renamed = []
+    for i in written:
+        path, data, _ = items[i]
+        tmp = path + storage.TMP
+        try:
+            if tmp in failed:
+                raise failed[tmp]
+            storage.rename(tmp, path)
+        except OSError as exc:
+            out[i] = exc
+            with contextlib.suppress(OSError):
+                os.remove(resolve(tmp)[1])
+            continue
+        out[i] = hashlib.md5(data).hexdigest()
+        renamed.append(i)
+    if renamed:
+        try:
+            storage.fsync_dir(directory)
+        except OSError as exc:
+            for i in renamed:
+                out[i] = exc
+
+
+@typed
+def remove_if_each(items: list[tuple[str, str]]) -> list[bool | OSError]:
+    """``remove_if`` of each (path, version): True where removed, False where the file was not at
+    that version, or the error of that one file; on an object store several conditional deletes
+    at once. (Locally an unlink is the cost, flock or none: one at a time.)"""
+    if not items:
+        return []
+
+    def one(item):
+        try:
+            return storage.remove_if(*item)  # by the package's name, where the crash tests wrap it
+        except OSError as exc:
+            return exc
+
+    fs, _ = resolve(items[0][0])
     if is_local(fs):
-        return [storage.write_if(*item) for item in items]  # by the package's name, where the crash tests wrap it
+        return [one(item) for item in items]
     with ThreadPoolExecutor(min(objects.PARALLEL, len(items))) as pool:
-        return list(pool.map(lambda item: write_if(*item), items))
+        return list(pool.map(one, items))
 
 
 @typed

@@ -41,7 +41,7 @@ def final_name(fs_path: str) -> str:
     return fs_path
 
 
-def _kind(name: str) -> str:
+def kind(name: str) -> str:
     """What makes two files of a dir the same kind: the last extension (``.log``, ``.json``),
     else the last dash-separated word (``cleaner-offset-checkpoint`` -> ``checkpoint``)."""
     base = posixpath.basename(name)
@@ -58,11 +58,28 @@ def _sibling_modes(directory: str, name: str) -> tuple[list[int], list[int]]:
     same kind, and all, read until ``SIBLINGS_OF_A_KIND`` of the same kind are found (a root of
     20,000 partitions' state files would otherwise be read whole for each new one)."""
     same, every = [], []
-    kind = _kind(name)
+    wanted = kind(name)
     try:
-        entries = list(os.scandir(directory))
+        entries = os.scandir(directory)
     except OSError:
         return same, every
+    with entries:
+        for entry in entries:  # lazily: the listing stops with the search
+            final = final_name(entry.name)
+            if final == posixpath.basename(name) or final != entry.name:
+                continue
+            try:
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                mode = stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode)
+            except OSError:
+                continue
+            every.append(mode)
+            if kind(entry.name) == wanted:
+                same.append(mode)
+                if len(same) == SIBLINGS_OF_A_KIND:
+                    break
+    return same, every
     for entry in entries:
         final = final_name(entry.name)
         if final == posixpath.basename(name) or final != entry.name:
@@ -74,7 +91,7 @@ def _sibling_modes(directory: str, name: str) -> tuple[list[int], list[int]]:
         except OSError:
             continue
         every.append(mode)
-        if _kind(entry.name) == kind:
+        if kind(entry.name) == wanted:
             same.append(mode)
             if len(same) == SIBLINGS_OF_A_KIND:
                 break

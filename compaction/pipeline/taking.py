@@ -25,24 +25,26 @@ if TYPE_CHECKING:
 def take_partitions(selected: list[PlanRow], keeper: LeaseKeeper, result: JobResult, progress,
                      held: contextlib.ExitStack) -> list[PlanRow]:
     """Hold each log dir's ``.lock`` (re-entrant: the command line may hold it already), lease
-    each selected partition and finish any swap a crashed run left in it (the broker's recovery).
+    each selected partition (all at once, ``LeaseKeeper.acquire_many``) and finish any swap a
+    crashed run left in it (the broker's recovery).
     A partition in a log dir another process locks, or that another job holds, is skipped; one
     where recovery changed files is skipped too, since the plan no longer describes it (the next
     run plans it afresh). Each log dir is listed once, after its partitions are leased, and its
     cleaner checkpoint read once (an object store is asked nothing per partition that a listing
     tells); on an object store the partitions as listed go to the tasks (``result.listed``)."""
-    leased, locked = [], {}
-    for row in selected:
-        if row.log_dir not in locked:
-            try:
-                held.enter_context(storage.LogDirLock(row.log_dir))
-                locked[row.log_dir] = None
-            except errors.LogDirBusy as exc:
-                locked[row.log_dir] = str(exc)
+    locked: dict[str, str | None] = {}
+    for log_dir in dict.fromkeys(row.log_dir for row in selected):
         try:
-            busy = locked[row.log_dir] or keeper.acquire(row.path)
-        except OSError as exc:  # its state file cannot be written (a full disk): retried next run
-            result.fail(row, _lease_failure(exc, row), Failure.IO, transient=True)
+            held.enter_context(storage.LogDirLock(log_dir))
+            locked[log_dir] = None
+        except errors.LogDirBusy as exc:
+            locked[log_dir] = str(exc)
+    taken = keeper.acquire_many([row.path for row in selected if locked[row.log_dir] is None])
+    leased = []
+    for row in selected:
+        busy = locked[row.log_dir] or taken[row.path]
+        if isinstance(busy, OSError):  # its state file cannot be written (a full disk): retried next run
+            result.fail(row, _lease_failure(busy, row), Failure.IO, transient=True)
             continue
         if busy is not None:
             result.report.partitions.append(PartitionReport.skipped_for(row, busy))

@@ -9,7 +9,7 @@ Environment:
                             ({"op", "paths", "pid"}); the line number is the mutation index
   KCOMPACT_CRASH_AT=SPEC    kill at a point, SPEC = OP:SUBSTRING:N[:WHEN]
       OP         a storage function (rename, remove, remove_if, fsync_dir, syncfs, write_durable,
-                 create_durable, set_mtime, makedirs, write_atomic), or * for any primitive
+                 write_file, create_durable, set_mtime, makedirs, write_atomic), or * for any primitive
                  mutation (every OP but write_atomic, whose steps are primitives themselves)
       SUBSTRING  matched against the call's path arguments (empty: every call)
       N          the Nth matching call, counted across all processes of the job
@@ -37,8 +37,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-PRIMITIVES = ("rename", "remove", "remove_if", "fsync_dir", "syncfs", "write_durable", "create_durable",
-              "set_mtime", "makedirs")
+PRIMITIVES = ("rename", "remove", "remove_if", "fsync_dir", "syncfs", "write_durable", "write_file",
+              "create_durable", "set_mtime", "makedirs")
 WRAPPED = (*PRIMITIVES, "write_atomic")
 WHENS = ("before", "after", "before-rename")
 SESSION_ENV = "KCOMPACT_CRASH_SID"

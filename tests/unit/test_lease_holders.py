@@ -183,29 +183,29 @@ def test_recovery_notes_a_live_foreign_lease_without_failing():
 
 
 def test_asking_whether_a_lease_is_held_does_not_wait_for_a_renewal_round(tmp_path, monkeypatch):
-    """A round renews (and fsyncs) every lease of the job, seconds at thousands of partitions: the
-    commit's question, asked meanwhile, is answered at once, and a lease given back during the
-    round is not put back by it."""
+    """A round renews (and makes durable) every lease of the job, seconds at thousands of
+    partitions: the commit's question, asked meanwhile, is answered at once, and a lease given
+    back during the round is not put back by it."""
     from kcompact.compaction.pipeline.leases import LeaseKeeper
 
-    real_renew, renewing = states.renew, []
+    real_renew_many, renewing = states.renew_many, []
 
-    def slow_renew(lease):
-        renewing.append(lease.partition_dir)
+    def slow_renew_many(leases):
+        renewing.extend(lease.partition_dir for lease in leases)
         time.sleep(0.75)
-        return real_renew(lease)
+        return real_renew_many(leases)
 
-    monkeypatch.setattr(states, "renew", slow_renew)
+    monkeypatch.setattr(states, "renew_many", slow_renew_many)
     paths = [str(tmp_path / f"t-{p}") for p in range(4)]
-    with LeaseKeeper(lease_ms=400) as keeper:  # a round every 100 ms, here 3 s long
-        for path in paths:
-            assert keeper.acquire(path) is None
+    with LeaseKeeper(lease_ms=400) as keeper:  # a round every 100 ms, here 0.75 s long
+        assert keeper.acquire_many(paths) == dict.fromkeys(paths)
         while not renewing:
             time.sleep(0.01)
         started = time.monotonic()
         assert keeper.held(paths[0])
         keeper.release(paths[3])
-        assert time.monotonic() - started < 1.0, "held() or release() waited for the renewal round"
-        time.sleep(3.2)  # the round reaches the released lease
+        assert time.monotonic() - started < 0.5, "held() or release() waited for the renewal round"
+        time.sleep(1.0)  # the round that had the released lease in it ends
         assert not keeper.held(paths[3]) and states.read(paths[3])[0].state == states.IDLE
+        assert keeper.held(paths[0])
     assert all(states.read(path)[0].state == states.IDLE for path in paths)

@@ -238,7 +238,7 @@ def traced(monkeypatch, tmp_path) -> Trace:
     spec["topics"] = spec["topics"][:1]
     generator.generate(str(tmp_path / "logs"), spec, seed=7)
     trace = Trace(tmp_path / "logs")
-    for op in ("write_durable", "rename", "remove", "remove_if", "copy", "truncate"):
+    for op in ("write_durable", "write_file", "rename", "remove", "remove_if", "copy", "truncate"):
         real = getattr(storage, op)
 
         def wrapped(*args, _real=real, _op=op, **kwargs):
