@@ -242,6 +242,8 @@ def check(args: argparse.Namespace) -> None:
             checks.distinct_partitions(args.paths)
     if args.command == "dump":
         checks.dump_path(args.path)
+    if args.command == "gen" and args.out:
+        checks.gen_out(args.out)
     if getattr(args, "partitions", None) and args.command in STATE_COMMANDS:
         checks.partitions(args.logdir, args.partitions)
     if args.command in SCANNING_COMMANDS:

@@ -574,7 +574,7 @@ def test_gen_says_a_line_every_interval_while_one_partition_is_made(tmp_path, mo
 def test_gen_refuses_an_out_whose_parent_is_missing(tmp_path, capsys):
     out = tmp_path / "a" / "b" / "c"
     assert main(["gen", "--out", str(out)]) == 2
-    assert capsys.readouterr().err == (f"kcompact: error: {out}: directory {out.parent} does not exist; gen "
+    assert capsys.readouterr().err == (f"kcompact: {out}: directory {out.parent} does not exist; gen "
                                        f"creates only {out} itself\n")
     assert list(tmp_path.iterdir()) == []
 

@@ -112,12 +112,7 @@ def _checkpoints(topics: list[dict[str, Any]], parts: dict[tuple[str, int], Part
 
 
 def _refuse_non_empty(out: str) -> None:
-    """``out`` is a new or empty directory, locally in a directory that exists: a typo in a
-    parent's name must not leave a tree of directories nobody asked for."""
     if not storage.exists(out):
-        parent = posixpath.dirname(out) or "."
-        if storage.is_local_path(out) and not os.path.isdir(parent):
-            raise errors.UsageError(f"{out}: directory {parent} does not exist; gen creates only {out} itself")
         return
     files, dirs = storage.list_dir(out)
     if files or dirs:
