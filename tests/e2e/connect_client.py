@@ -11,6 +11,7 @@ printing the job's progress lines as they come (the test signals it mid-way).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import json
@@ -118,7 +119,38 @@ def steps(spark: SparkSession, work: Path) -> dict:
     with kinds.status(spark) as tracker, Ticker(tracker, said.append, "probe", every=0.5):
         spark.range(0, 16, 1, 8).mapInPandas(lambda frames: map(slow, frames), "id long").collect()
     out["ticker"] = [line.split(":")[1].split(" tasks")[0].strip() for line in said]
+    out["cleaning_ticks"] = cleaning_ticks(spark, work)
     return out
+
+
+def cleaning_ticks(spark: SparkSession, work: Path) -> list[list]:
+    """(tasks done, tasks, MB done) of each ticker line said with an ETA while a compaction's
+    cleaning stage ran, on a generated log dir of 8 partitions per topic cut as megabytes would be."""
+    import re
+
+    import kcompact
+    from kcompact.compaction.pipeline import tasks
+    from kcompact.jobs.progress import Ticker
+    from kcompact.session import kinds
+    from kcompact.tools import generator
+
+    tasks.STEP_BYTES = 1
+    logs = str(work / "moving")
+    generator.generate(logs, generator.override(generator.load_spec(None), partitions=8), seed=5)
+    said: list[str] = []
+
+    @contextlib.contextmanager
+    def watch(what, total_bytes=None):
+        with kinds.status(spark) as tracker, Ticker(tracker, said.append, what, total_bytes, every=0.05):
+            yield
+
+    kcompact.compact(spark, [logs], now=NOW, topic_config={"*": {"cleanup.policy": "compact"}},
+                     progress=said.append, watch=watch)
+    start = next(i for i, line in enumerate(said) if line.startswith("stages 2-4"))
+    end = next(i for i, line in enumerate(said) if line.startswith("stage 5/5"))
+    pattern = r"  cleaning: (\d+)/(\d+) tasks done, about ([\d.]+) of [\d.]+ MB, \d+ s, ETA \d+ s"
+    found = (re.fullmatch(pattern, line) for line in said[start:end])
+    return [[int(m[1]), int(m[2]), float(m[3])] for m in found if m]
 
 
 def main() -> int:
