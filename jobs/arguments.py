@@ -181,12 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
     _lease_option(p)
 
     p = sub.add_parser("gen", help="generate a realistic sample log dir", parents=[common])
-    p.add_argument("--out", help="directory to create (must not exist or be empty)")
+    p.add_argument("--out", help="directory to create (must not exist or be empty; its parent must exist)")
     p.add_argument("--seed", type=int, default=1, help="random seed: same seed, same bytes")
     p.add_argument("--spec", help="JSON spec of the topics to generate (format: docs/generator.md; "
                                   "--print-spec prints the built-in one to start from)")
     p.add_argument("--print-spec", action="store_true", help="print the built-in spec (what gen uses without --spec)")
-    p.add_argument("--records", type=checks.positive(), help="records per partition, for every topic")
+    p.add_argument("--records", type=checks.positive(), help="data records written in each partition of every topic "
+                                                              "(transaction markers on top)")
     p.add_argument("--partitions", type=checks.positive(), help="partitions per topic")
     p.add_argument("--segment-bytes", type=checks.positive(14), help="segment.bytes for every topic")
     p.add_argument("--start-ms", type=checks.positive(0), help="timestamp of the first record")
@@ -241,6 +242,8 @@ def check(args: argparse.Namespace) -> None:
             checks.distinct_partitions(args.paths)
     if args.command == "dump":
         checks.dump_path(args.path)
+    if args.command == "gen" and args.out:
+        checks.gen_out(args.out)
     if getattr(args, "partitions", None) and args.command in STATE_COMMANDS:
         checks.partitions(args.logdir, args.partitions)
     if args.command in SCANNING_COMMANDS:

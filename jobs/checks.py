@@ -216,6 +216,15 @@ def conditional_writes(paths: list[str]) -> None:
     probe.require(paths)
 
 
+def gen_out(out: str) -> None:
+    """``gen --out``: locally, in a directory that exists (the API makes parents; the command
+    line does not, so a typo in a parent's name leaves no tree nobody asked for)."""
+    out = out.rstrip("/")
+    parent = posixpath.dirname(out) or "."
+    if storage.is_local_path(out) and not os.path.isdir(parent):
+        raise BadArgument(f"{out}: directory {parent} does not exist; gen creates only {out} itself")
+
+
 def suffix(path: str, option: str, suffixes: tuple[str, ...]) -> None:
     """A file named for its format: the format is chosen by its suffix."""
     if not path.endswith(suffixes):

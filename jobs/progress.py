@@ -3,8 +3,9 @@
 A job says when a stage begins and when a partition is committed (its ``progress`` callback);
 between the two a stage can run for minutes with nothing to show. While a command runs, the
 ``Ticker`` reads Spark's status tracker every ``every`` seconds and, when tasks are under way,
-prints one line for them. The job splits its work into tasks of about equal bytes, so the share
-of tasks done is the share of bytes done; the ETA assumes the rest goes at the pace so far.
+prints one line for them. The job splits its work into tasks of about equal bytes, large work into
+several per core (``compaction.pipeline.tasks.task_count``), so the share of tasks done is the share
+of bytes done and it moves while a stage runs; the ETA assumes the rest goes at the pace so far.
 """
 
 from __future__ import annotations

@@ -110,7 +110,11 @@ def session(app_name: str, sizing: Sizing | None = None):
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(app_name)
+    level = os.environ.get("KCOMPACT_SPARK_LOG_LEVEL", "WARN")
+    # from the SparkContext's first lines on: under spark-submit, whose JVM started with Spark's
+    # INFO profile, the context's start said some 44 INFO lines before the command's first
+    builder = (SparkSession.builder.appName(app_name).config("spark.log.level", level)
+               .config("spark.sql.debug.maxToStringFields", "200"))  # a plan's string: no warning that it was cut
     for key, value in WORKER_ENV.items():
         builder = builder.config(f"spark.executorEnv.{key}", value)
     starts_jvm = SparkContext._active_spark_context is None
@@ -129,7 +133,6 @@ def session(app_name: str, sizing: Sizing | None = None):
                    # a task's result larger than this goes through the block manager, one more
                    # fetch (default 1 MiB): a large partition's batch plans are several MB
                    .config("spark.task.maxDirectResultSize", "64m")
-                   .config("spark.sql.debug.maxToStringFields", "200")
                    .config("spark.sql.shuffle.partitions", str(max(2, (sizing.cores or os.cpu_count() or 2) * 2))))
         if sizing.driver_memory:
             builder = builder.config("spark.driver.memory", sizing.driver_memory)
@@ -146,7 +149,7 @@ def session(app_name: str, sizing: Sizing | None = None):
         if cause is None:
             raise
         raise CannotStart(cause) from exc
-    spark.sparkContext.setLogLevel(os.environ.get("KCOMPACT_SPARK_LOG_LEVEL", "WARN"))
+    spark.sparkContext.setLogLevel(level)  # a context that was running already
     _note_interrupts()
     from kcompact.compaction.pipeline.settings import check_settings
 

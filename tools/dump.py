@@ -9,6 +9,7 @@ is printed, then the error with its file and byte position, and the exit code is
 
 from __future__ import annotations
 
+import errno
 import json
 import posixpath
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from kcompact.logdir.listing import (
     scan_log_dir,
     scan_partition,
 )
-from kcompact.readers import checkpoint, codecs
+from kcompact.readers import checkpoint, codecs, snapshot
 from kcompact.readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Batch
 from kcompact.readers.indexes import parse_offset_index, parse_time_index, parse_txn_index
 from kcompact.readers.records import CONTROL_TYPES, Record, control_coordinator_epoch, control_type
@@ -37,6 +38,8 @@ from kcompact.tools.verify import unreadable
 TIMESTAMP_TYPES = {NO_TIMESTAMP: "NoTimestampType", CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime"}
 BATCH_LABELS = {"compressCodec": "compresscodec", "isValid": "isvalid"}  # Kafka's spelling on batch lines
 RECORD_INDENT = "| "
+SNAPSHOT = ".snapshot"  # a producer-state snapshot (the KRaft metadata log's are .checkpoint files)
+INT32_MAX = (1 << 31) - 1
 Fields = dict[str, Any]
 Decoder = Callable[[Batch, Record], Fields]
 
@@ -91,7 +94,7 @@ def _text(fields: Fields, labels: dict[str, str]) -> str:
 
 def _java(key: str, value: Any) -> str | None:
     """A value as Java prints it; None means the field is left out (null key or payload)."""
-    if key == "deleteHorizonMs":
+    if key in ("deleteHorizonMs", "currentTxnFirstOffset"):
         return "OptionalLong.empty" if value is None else f"OptionalLong[{value}]"
     if value is None:
         return None
@@ -107,12 +110,18 @@ def dump_path(path: str, print_data: bool, as_json: bool, out: TextIO) -> int:
     """Dump a segment or index file, a partition dir or a log dir; 1 if anything was bad."""
     printer = Printer(out, as_json)
     kind, name = file_kind(path), posixpath.basename(path)
-    if kind is not None:
+    producers = name.endswith(SNAPSHOT)
+    named = kind is not None or producers or name in CHECKPOINTS or dump_metadata.is_snapshot(name)
+    if named and storage.kind(path) is None:  # said alone, no "Dumping" line first
+        raise errors.MissingFile(errno.ENOENT, "no such file or directory", path)
+    if producers:
+        ok = dump_producer_snapshot(printer, path)
+    elif kind is not None:
         ok = dump_file(printer, path, kind, print_data)
     elif name in CHECKPOINTS:
         ok = dump_checkpoint(printer, path)
     elif dump_metadata.is_snapshot(name):
-        ok = dump_snapshot(printer, path)
+        ok = dump_metadata_snapshot(printer, path)
     else:
         ok = dump_dir(printer, path.rstrip("/"), print_data)
     return EXIT_OK if ok else EXIT_PROBLEMS
@@ -138,7 +147,7 @@ def dump_checkpoint(printer: Printer, path: str) -> bool:
     return True
 
 
-def dump_snapshot(printer: Printer, file: str) -> bool:
+def dump_metadata_snapshot(printer: Printer, file: str) -> bool:
     """A KRaft metadata snapshot (``<end offset>-<epoch>.checkpoint``): its records, payloads decoded."""
     end, epoch = dump_metadata.snapshot_offsets(file)
     printer.note(f"Dumping {file}")
@@ -205,7 +214,7 @@ def dump_metadata_dir(printer: Printer, path: str) -> bool:
     for file in logs:
         ok = dump_file(printer, file, "log", True, dump_metadata.payload) and ok
     for file in snapshots:
-        ok = dump_snapshot(printer, file) and ok
+        ok = dump_metadata_snapshot(printer, file) and ok
     if not logs and not snapshots:
         printer.error(Problem(path, None, "holds no metadata segment or snapshot"))
         ok = False
@@ -248,6 +257,36 @@ def dump_file(printer: Printer, path: str, kind: str, print_data: bool, decode: 
     except PermissionError as exc:  # a file this process may not read: bad input too (a broker cannot load it)
         printer.error(unreadable(path, exc))
         return False
+
+
+def dump_producer_snapshot(printer: Printer, path: str) -> bool:
+    """A producer-state snapshot: a line per producer, as ``kafka-dump-log`` prints the entries
+    the broker reads back (its batch fields only when the entry has a last offset)."""
+    printer.note(f"Dumping {path}")
+    try:
+        entries = snapshot.parse(path, storage.read_bytes(path))
+    except FormatError as exc:
+        printer.error(Problem.of(exc))
+        return False
+    except PermissionError as exc:
+        printer.error(unreadable(path, exc))
+        return False
+    for e in entries:
+        fields = {"producerId": e.producer_id, "producerEpoch": e.producer_epoch,
+                  "coordinatorEpoch": e.coordinator_epoch,
+                  "currentTxnFirstOffset": e.current_txn_first_offset if e.current_txn_first_offset >= 0 else None,
+                  "lastTimestamp": e.timestamp}
+        if e.last_offset >= 0:
+            fields |= {"firstSequence": first_sequence(e.last_sequence, e.offset_delta),
+                       "lastSequence": e.last_sequence, "lastOffset": e.last_offset, "offsetDelta": e.offset_delta,
+                       "timestamp": e.timestamp}
+        printer.item("producer", path, fields)
+    return True
+
+
+def first_sequence(last: int, delta: int) -> int:
+    """A batch's first sequence from its last and their distance: sequences wrap from 2^31 - 1 to 0."""
+    return last - delta if last >= delta else INT32_MAX - (delta - last) + 1
 
 
 def _base_offset(path: str) -> int:

@@ -6,6 +6,12 @@ share is read again), shares balanced by bytes, largest first. The shared path's
 ``SHARED_TASK_BYTES``, two per core: a map task's key table is sized for the records it reads, and
 a capped worker holds it only for shares that small (``compaction.pipeline.routing``). Rows meet in the
 task meant for them by slots (``slots``), so every shuffle has its partition count set.
+
+The cleaning stages cut large work finer (``steps``): up to ``STEPS`` tasks per core, none under
+``STEP_BYTES``. Nothing a running Python task counts reaches the driver before the task ends
+(accumulators, ``observe`` and the server's progress reports over Connect alike), so progress
+moves, with an honest ETA, only as tasks end: a few more tasks cost a few tenths of a second
+on work long enough to need progress, and nothing on small work.
 """
 
 from __future__ import annotations
@@ -18,14 +24,22 @@ from kcompact.session import kinds
 
 TASK_BYTES = 1 << 30
 SHARED_TASK_BYTES = 256 << 20
+STEPS = 8  # tasks per core at most for progress's sake: each one that ends moves it
+STEP_BYTES = 16 << 20  # no task cut smaller than this for progress's sake
 # Every shuffle here has its partition count set, so adaptive execution has nothing to adapt; it
 # would only split the job at each shuffle and plan again in between. Blob rows are megabytes:
 # Arrow batches of a few of them, not thousands.
 JOB_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "16"}
 
 
-def task_count(spark, total_bytes: int, items: int, task_bytes: int = TASK_BYTES, per_core: int = 1) -> int:
-    wanted = max(per_core * kinds.parallelism(spark), -(-total_bytes // task_bytes))
+def task_count(spark, total_bytes: int, items: int, task_bytes: int = TASK_BYTES, per_core: int = 1,
+               steps: bool = False) -> int:
+    """How many tasks take ``items`` of ``total_bytes``; ``steps``: a cleaning stage, whose
+    progress the console shows, cut finer when it is large (``STEPS``, ``STEP_BYTES``)."""
+    cores = kinds.parallelism(spark)
+    wanted = max(per_core * cores, -(-total_bytes // task_bytes))
+    if steps:
+        wanted = max(wanted, min(STEPS * cores, total_bytes // STEP_BYTES))
     return max(1, min(items, wanted))
 
 

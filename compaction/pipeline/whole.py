@@ -26,7 +26,8 @@ def clean(spark, pids: list[int], sizes: list[int], keys: list[int], jobs: dict[
     """A DataFrame of ``GroupResult``: the groups of partitions ``pids``, read whole."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    shares = bins([sizes[pid] for pid in pids], task_count(spark, sum(sizes[pid] for pid in pids), len(pids)))
+    total = sum(sizes[pid] for pid in pids)
+    shares = bins([sizes[pid] for pid in pids], task_count(spark, total, len(pids), steps=True))
     threads = settings.task_threads(len(shares))
 
     def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

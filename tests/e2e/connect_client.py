@@ -14,6 +14,7 @@ meanwhile), then compacts it by that plan and prints the plan's selection and th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import json
@@ -121,6 +122,7 @@ def steps(spark: SparkSession, work: Path) -> dict:
     with kinds.status(spark) as tracker, Ticker(tracker, said.append, "probe", every=0.5):
         spark.range(0, 16, 1, 8).mapInPandas(lambda frames: map(slow, frames), "id long").collect()
     out["ticker"] = [line.split(":")[1].split(" tasks")[0].strip() for line in said]
+    out["cleaning_ticks"] = cleaning_ticks(spark, work)
     return out
 
 
@@ -135,6 +137,36 @@ def on_store(spark: SparkSession, url: str) -> dict:
     return {"selected": sorted(row.path.rsplit("/", 1)[-1] for row in plan.rows if row.selected),
             "partitions": len(plan.rows), "compacted": counts(report),
             "failed": [p.error for p in report.partitions if p.error]}
+
+
+def cleaning_ticks(spark: SparkSession, work: Path) -> list[list]:
+    """(tasks done, tasks, MB done) of each ticker line said with an ETA while a compaction's
+    cleaning stage ran, on a generated log dir of 8 partitions per topic cut as megabytes would be."""
+    import re
+
+    import kcompact
+    from kcompact.compaction.pipeline import tasks
+    from kcompact.jobs.progress import Ticker
+    from kcompact.session import kinds
+    from kcompact.tools import generator
+
+    tasks.STEP_BYTES = 1
+    logs = str(work / "moving")
+    generator.generate(logs, generator.override(generator.load_spec(None), partitions=8), seed=5)
+    said: list[str] = []
+
+    @contextlib.contextmanager
+    def watch(what, total_bytes=None):
+        with kinds.status(spark) as tracker, Ticker(tracker, said.append, what, total_bytes, every=0.05):
+            yield
+
+    kcompact.compact(spark, [logs], now=NOW, topic_config={"*": {"cleanup.policy": "compact"}},
+                     progress=said.append, watch=watch)
+    start = next(i for i, line in enumerate(said) if line.startswith("stages 2-4"))
+    end = next(i for i, line in enumerate(said) if line.startswith("stage 5/5"))
+    pattern = r"  cleaning: (\d+)/(\d+) tasks done, about ([\d.]+) of [\d.]+ MB, \d+ s, ETA \d+ s"
+    found = (re.fullmatch(pattern, line) for line in said[start:end])
+    return [[int(m[1]), int(m[2]), float(m[3])] for m in found if m]
 
 
 def main() -> int:

@@ -253,6 +253,10 @@ def test_compact_on_standalone_cluster(tmp_path, executor_python, cluster, dist)
     local_out = local_run.communicate(timeout=300)[0]
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     assert local_run.returncode == 0, local_out
+    # spark-submit's JVM starts with Spark's INFO profile: the session's log level (WARN) holds from
+    # the context's first lines on, not after its 44 INFO lines of start-up
+    info = [line for line in done.stderr.splitlines() if " INFO " in line]
+    assert len(info) <= 3 and all(" INFO SparkContext: " in line for line in info), info
 
     # ran on the cluster: the application's executors lived in the workers' work dirs
     log = events(event_dir)

@@ -114,7 +114,9 @@ class Server:
         conf = {"spark.connect.grpc.binding.port": self.port, "spark.connect.grpc.binding.address": "127.0.0.1",
                 "spark.ui.port": self.ui_port, "spark.executor.pyspark.memory": "4g",
                 "spark.driver.extraJavaOptions": JVM_OPTS, "spark.ui.showConsoleProgress": "false",
-                "spark.sql.shuffle.partitions": "4", "spark.python.task.killTimeout": "2s"}
+                "spark.sql.shuffle.partitions": "4", "spark.python.task.killTimeout": "2s",
+                # progress reports to the client every 0.1 s, not 2: a short test job's stages show
+                "spark.connect.progress.reportInterval": "100ms"}
         args = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", "local[2]", "--driver-memory", "1g",
                 "--class", "org.apache.spark.sql.connect.service.SparkConnectServer"]
         for key, value in conf.items():
@@ -182,6 +184,9 @@ def test_the_notebook_steps_give_a_classic_sessions_answers(tmp_path, server, di
     ticks, classic_ticks = got.pop("ticker"), want.pop("ticker")
     assert ticks and all(t.split("/")[1] == "8" for t in ticks), ticks  # the probe job's 8 tasks, from the server
     assert classic_ticks
+    # a compaction's progress moves while its cleaning stage runs, with bytes and an ETA, both ways
+    for cleaning in (got.pop("cleaning_ticks"), want.pop("cleaning_ticks")):
+        assert cleaning and all(mb > 0 and 0 < done < total for done, total, mb in cleaning), cleaning
     assert got["plan"] and any(row["selected"] for row in got["plan"])
     assert got["compacted"]["cleaned"] > 0 and got["compacted_files"] != got["before"]
     assert got["dry_run_left_files"] and got["plot_bytes"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -197,6 +198,42 @@ def test_ticker_prints_while_a_job_runs():
     with Ticker(tracker, said.append, "planning", every=0.05):
         time.sleep(0.3)
     assert said and all(line.startswith("  planning: 5/10 tasks done, ") for line in said)
+
+
+def ticks_of_cleaning(said: list[str]) -> list[tuple[int, int, float]]:
+    """(tasks done, tasks, MB done) of each ticker line said between the cleaning stage's start and
+    its commit, when it gave an ETA (a share of the work done, some left)."""
+    start = next(i for i, line in enumerate(said) if line.startswith("stages 2-4"))
+    end = next(i for i, line in enumerate(said) if line.startswith("stage 5/5"))
+    found = []
+    for line in said[start:end]:
+        m = re.fullmatch(r"  cleaning: (\d+)/(\d+) tasks done, about ([\d.]+) of [\d.]+ MB, \d+ s, ETA \d+ s", line)
+        if m:
+            found.append((int(m[1]), int(m[2]), float(m[3])))
+    return found
+
+
+def test_progress_moves_while_the_cleaning_stage_runs(spark, tmp_path, monkeypatch):
+    """A generated log dir cleaned on 2 cores: its cleaning stage is cut into more tasks than
+    cores, so the ticker's share of bytes done moves several times, with an ETA, before the
+    stage ends (one task per core moved it once at most: 0/2 until the end)."""
+    import kcompact
+    from kcompact.compaction.pipeline import tasks
+    from kcompact.tools import generator
+
+    monkeypatch.setattr(tasks, "STEP_BYTES", 1)  # a few KB of log: cut as megabytes of it would be
+    logs = str(tmp_path / "logs")
+    generator.generate(logs, generator.override(generator.load_spec(None), partitions=8), seed=5)
+    said: list[str] = []
+
+    def watch(what, total_bytes=None):
+        return Ticker(spark.sparkContext.statusTracker(), said.append, what, total_bytes, every=0.05)
+
+    kcompact.compact(spark, [logs], now=NOW, topic_config={"*": {"cleanup.policy": "compact"}},
+                     progress=said.append, watch=watch)
+    ticks = ticks_of_cleaning(said)
+    assert len({done for done, _, _ in ticks}) >= 3, said
+    assert all(mb > 0 and 0 < done < total for done, total, mb in ticks), ticks
 
 
 # -- an operator's shell: a process of its own ----------------------------------------------------

@@ -174,6 +174,25 @@ def test_outputs_that_cannot_be_written_are_refused_before_the_job(tmp_path, rea
     assert not [p for p in Path("/proc").iterdir() if p.name.startswith(".kcompact")]
 
 
+def test_a_read_only_log_dir_is_refused_before_spark_starts(tmp_path, monkeypatch, capsys):
+    from kcompact.jobs import spark
+
+    started = []
+    monkeypatch.setattr(spark, "session", lambda *a, **kw: started.append(a) or pytest.fail("Spark started"))
+    for mount in tmpfs(tmp_path / "logs", "size=1m"):
+        dirty(mount / "orders-0")
+        before = files(mount)
+        if subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=False).returncode != 0:
+            pytest.skip("cannot remount a tmpfs read-only here")
+        for command in ("compact", "run", "retain"):
+            assert main([command, str(mount)]) == 2, command
+            line = one_line(capsys.readouterr().err)
+            assert line == (f"kcompact: {mount}: the log dir is not writable (read-only file system); the command "
+                            "writes its .lock, states and segments there"), line
+        assert files(mount) == before
+    assert not started
+
+
 # -- 6. dump: a path that holds no segment, a path that is not a log dir -------------------------
 def test_dump_refuses_a_path_that_is_not_a_log_dir_as_verify_does(tmp_path, capsys):
     paths = not_log_dirs(tmp_path)

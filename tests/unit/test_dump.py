@@ -310,3 +310,44 @@ def test_dump_of_a_text_checkpoint_file(tmp_path: Path):
     path.write_bytes(b"0\n2\norders 0 5\n")
     assert dump(path) == (1, [f"Dumping {path}",
                               f"Error: {path}: byte 2: entry count 2 does not match the 1 entry lines"])
+
+
+def test_a_missing_file_is_said_alone(tmp_path: Path, capsys):
+    for name in (f"{0:020d}.log", f"{0:020d}.index", f"{5:020d}.snapshot"):
+        path = tmp_path / "orders-0" / name
+        assert cli.main(["dump", str(path)]) == errors.EXIT_USAGE
+        out = capsys.readouterr()
+        assert out.out == "" and out.err == f"kcompact: error: {path}: no such file or directory\n"
+
+
+def hand_snapshot(entries: list[tuple]) -> bytes:
+    """A producer-state snapshot as Kafka's ProducerStateManager writes it, packed by hand:
+    version 1, CRC-32C of what follows the CRC, the entry count, then per entry producer id,
+    epoch, last sequence, last offset, offset delta, timestamp, coordinator epoch, first offset
+    of the open transaction (-1: none)."""
+    import crc32c
+
+    body = struct.pack(">i", len(entries)) + b"".join(struct.pack(">qhiqiqiq", *e) for e in entries)
+    return struct.pack(">hI", 1, crc32c.crc32c(body)) + body
+
+
+def test_a_producer_snapshot_as_kafka_dump_log_prints_it(tmp_path: Path):
+    path = tmp_path / "orders-0" / f"{120:020d}.snapshot"
+    path.parent.mkdir()
+    path.write_bytes(hand_snapshot([(1000, 0, 41, 119, 9, TS0, -1, -1),
+                                    (2000, 3, 2, 110, 4, TS0 + 5, 7, 100),  # wrapped: 2^31 - 2, 2^31 - 1, 0, 1, 2
+                                    (3000, 1, -1, -1, 0, TS0 + 9, 2, -1)]))  # no batch metadata left
+    assert dump(path) == (0, [
+        f"Dumping {path}",
+        f"producerId: 1000 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: OptionalLong.empty "
+        f"lastTimestamp: {TS0} firstSequence: 32 lastSequence: 41 lastOffset: 119 offsetDelta: 9 timestamp: {TS0}",
+        f"producerId: 2000 producerEpoch: 3 coordinatorEpoch: 7 currentTxnFirstOffset: OptionalLong[100] "
+        f"lastTimestamp: {TS0 + 5} firstSequence: 2147483646 lastSequence: 2 lastOffset: 110 offsetDelta: 4 "
+        f"timestamp: {TS0 + 5}",
+        f"producerId: 3000 producerEpoch: 1 coordinatorEpoch: 2 currentTxnFirstOffset: OptionalLong.empty "
+        f"lastTimestamp: {TS0 + 9}"])
+    rc, lines = dump(path, as_json=True)
+    assert rc == 0 and json.loads(lines[1])["currentTxnFirstOffset"] == 100
+    path.write_bytes(path.read_bytes()[:-3])
+    rc, lines = dump(path)
+    assert rc == 1 and lines[1].startswith(f"Error: {path}")

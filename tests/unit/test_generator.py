@@ -544,7 +544,7 @@ def test_gen_says_its_size_up_front_and_its_progress(tmp_path, monkeypatch):
     said up front is within a quarter of the segments' bytes when nothing is compressed."""
     from kcompact.tools.generator import progress
 
-    monkeypatch.setattr(progress, "EVERY_S", 0.0)
+    monkeypatch.setattr(progress, "EVERY_S", 3600.0)  # no tick: the first line alone
     spec = generator.load_spec(None)
     for topic in spec["topics"]:
         topic["codecs"] = {"none": 1}
@@ -556,8 +556,32 @@ def test_gen_says_its_size_up_front_and_its_progress(tmp_path, monkeypatch):
     assert first, lines[0]
     written = sum(p.stat().st_size for p in (tmp_path / "logs").rglob("*.log")) / 2**20
     assert 0.75 * written <= float(first.group(1)) <= 1.25 * written, (lines[0], written)
-    assert [line.split(",")[0] for line in lines[1:]] == [f"gen: {n}/{partitions} partitions"
-                                                          for n in range(1, partitions)], lines
+    assert lines[1:] == [], "nothing per partition"
+
+
+def test_gen_says_a_line_every_interval_while_one_partition_is_made(tmp_path, monkeypatch):
+    """Was: a line at most as a partition ended, so one long partition said nothing for minutes.
+    Now a line per interval, from records made inside the partition, with an ETA."""
+    from kcompact.tools.generator import progress
+
+    monkeypatch.setattr(progress, "EVERY_S", 0.05)
+    monkeypatch.setattr(progress, "FLUSH_RECORDS", 100)
+    spec = generator.override(small_spec(), records=10_000, partitions=1)
+    spec["topics"] = spec["topics"][:1]
+    lines: list[str] = []
+    generator.generate(str(tmp_path / "logs"), spec, seed=1, say=lines.append)
+    ticks = [re.fullmatch(r"gen: ([\d,]+) of 10,000 records, [\d.]+ (?:B|KB|MB) written, ([01])/1 partitions "
+                          r"done, \d+ s(, ETA \d+ s)?", line) for line in lines[1:]]
+    assert ticks and all(ticks), lines
+    assert any(int(m[1].replace(",", "")) > 0 and m[2] == "0" and m[3] for m in ticks), lines
+
+
+def test_gen_refuses_an_out_whose_parent_is_missing(tmp_path, capsys):
+    out = tmp_path / "a" / "b" / "c"
+    assert main(["gen", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (f"kcompact: {out}: directory {out.parent} does not exist; gen "
+                                       f"creates only {out} itself\n")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_gen_stopped_part_way_leaves_nothing(tmp_path, monkeypatch):

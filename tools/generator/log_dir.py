@@ -171,7 +171,12 @@ def generate(out: str, spec: dict[str, Any], seed: int, keep_records: bool = Tru
     local = storage.is_local_path(out)
     target = f"{out}.gen-{os.getpid()}.tmp" if local else out
     try:
-        result = _generate(target, spec, seed, keep_records, progress.Progress(say, partitions), local)
+        records = sum((t["records"] + t["append_records"]) * t["partitions"] for t in spec["topics"])
+        shown = progress.Progress(say, partitions, records)
+        try:
+            result = _generate(target, spec, seed, keep_records, shown, local)
+        finally:
+            shown.stop()
         if local:
             bulk.sync_tree(target)
             storage.rename(target, out)  # over an empty dir too: rename(2) replaces one
@@ -201,18 +206,21 @@ def _worker_signals() -> None:
 
 
 def _partitions(out: str, topics: list[dict[str, Any]], seed: int, ids: dict[str, str], keep_records: bool,
-                local: bool) -> Iterator[tuple[PartitionTruth, int]]:
+                local: bool, shown: progress.Progress) -> Iterator[tuple[PartitionTruth, int]]:
     """Every partition written, its truth and size in spec order: in forked workers when there are
-    many on local disk and this process runs no other thread (a fork copies only the calling one)."""
+    many on local disk and this process runs no other thread (a fork copies only the calling one);
+    ``shown``'s thread starts once they are forked."""
     items = [(t, p) for t, topic in enumerate(topics) for p in range(topic["partitions"])]
     workers = min(os.cpu_count() or 1, len(items) // FORK_FROM)
     if not local or workers < 2 or threading.active_count() > 1:
+        shown.start()
         for t, p in items:
             yield _write_partition(out, topics[t], p, seed, ids[topics[t]["name"]], keep_records, bulk.write_unsynced)
         return
     global _FORKED
     _FORKED = (out, topics, seed, ids, keep_records)
     pool = multiprocessing.get_context("fork").Pool(workers, _worker_signals)
+    shown.start()
     try:
         yield from pool.imap(_forked_partition, items, chunksize=8)
         pool.close()
@@ -230,7 +238,7 @@ def _generate(out: str, spec: dict[str, Any], seed: int, keep_records: bool, sho
     parts: dict[tuple[str, int], PartitionTruth] = {}
     ids = {topic["name"]: topic_id(seed, topic["name"]) for topic in spec["topics"]}
     written = 0
-    for truth, size in _partitions(out, spec["topics"], seed, ids, keep_records, local):
+    for truth, size in _partitions(out, spec["topics"], seed, ids, keep_records, local, shown):
         parts[truth.topic, truth.partition] = truth
         written += size
         shown.partition_done(written)

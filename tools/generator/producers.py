@@ -15,6 +15,7 @@ from kcompact.readers import codecs
 from kcompact.readers.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP
 from kcompact.readers.indexes import AbortedTxn
 from kcompact.readers.records import ABORT, COMMIT, Record, control_key, control_value
+from kcompact.tools.generator import progress
 from kcompact.tools.generator.spec import _INT32_MAX
 from kcompact.tools.generator.truth import WrittenBatch, WrittenRecord, _Encoded
 from kcompact.writers import legacy
@@ -127,6 +128,7 @@ class _PartitionProducer:
         return True
 
     def _data_batch(self, producer: _Producer, n: int) -> None:
+        progress.made(n)
         t = self.topic
         pid = producer.producer_id
         if producer.transactional:
@@ -272,4 +274,5 @@ def _produce(topic: dict[str, Any], partition: int, seed: int, keep_records: boo
     producer = _PartitionProducer(topic, random.Random(f"{seed}:{topic['name']}:{partition}"),
                                   keep_open=topic["open_transaction"] and partition == 0, keep_records=keep_records)
     producer.run()
+    progress.flush()
     return producer

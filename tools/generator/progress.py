@@ -1,5 +1,6 @@
 """What ``gen`` says while it works: the size it is about to write, said up front, and a line
-every so often on a long run (millions of records take minutes, and a silent command looks hung).
+every ``EVERY_S`` seconds on a long run (millions of records take minutes, and a silent command
+looks hung).
 
 The size is an estimate from the spec alone (records times their mean key and value size, plus
 the record and batch headers), before compression: an upper bound for compressed topics.
@@ -7,6 +8,8 @@ the record and batch headers), before compression: an upper bound for compressed
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -47,17 +50,71 @@ def size_text(size: float) -> str:
 
 
 class Progress:
-    """Says where ``generate`` is (partitions done, bytes written) at most every ``EVERY_S`` seconds."""
+    """Says where ``generate`` is every ``EVERY_S`` seconds, from a thread of its own, whatever the
+    partitions are doing: records made (counted as producers make them, in forked workers too),
+    bytes of the partitions written, partitions done, and an ETA by records. Nothing per partition:
+    20,000 of them would be 20,000 lines."""
 
-    def __init__(self, say: Callable[[str], None] | None, partitions: int):
-        self._say, self._partitions = say, partitions
-        self._started = self._last = time.monotonic()
-        self.done = 0
+    def __init__(self, say: Callable[[str], None] | None, partitions: int, records: int):
+        global _made, _pending
+        self._say, self._partitions, self._records = say, partitions, records
+        self._started = time.monotonic()
+        self.done = self.written = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        # shared memory, created before any worker forks: every process's producers add to it
+        _made, _pending = (multiprocessing.Value("q", 0) if say is not None else None), 0
 
     def partition_done(self, written: int) -> None:
         self.done += 1
-        now = time.monotonic()
-        if self._say is not None and now - self._last >= EVERY_S and self.done < self._partitions:
-            self._last = now
-            self._say(f"gen: {self.done}/{self._partitions} partitions, {size_text(written)} written "
-                      f"({now - self._started:.0f} s)")
+        self.written = written
+
+    def start(self) -> None:
+        """The ticker's thread, once workers are forked (a fork copies only the calling thread)."""
+        if self._say is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="kcompact-gen-progress", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        global _made
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        _made = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(EVERY_S):
+            self._say(self.line())
+
+    def line(self) -> str:
+        made = _made.value if _made is not None else 0
+        elapsed = time.monotonic() - self._started
+        line = (f"gen: {made:,} of {self._records:,} records, {size_text(self.written)} written, "
+                f"{self.done}/{self._partitions} partitions done, {elapsed:.0f} s")
+        if 0 < made < self._records:
+            line += f", ETA {elapsed * (self._records - made) / made:.0f} s"
+        return line
+
+
+_made = None  # records made in every process while a Progress runs (a multiprocessing.Value)
+_pending = 0  # this process's, not yet added to it
+FLUSH_RECORDS = 10_000  # added in lots: a lock per batch would cost more than the count is worth
+
+
+def made(records: int) -> None:
+    """A producer made ``records`` data records (its partition's, in whichever process)."""
+    global _pending
+    if _made is None:
+        return
+    _pending += records
+    if _pending >= FLUSH_RECORDS:
+        flush()
+
+
+def flush() -> None:
+    """This process's records made, added to the shared count (a partition's end)."""
+    global _pending
+    if _made is not None and _pending:
+        with _made.get_lock():
+            _made.value += _pending
+        _pending = 0
