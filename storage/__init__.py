@@ -401,12 +401,8 @@ def fsync_files(paths: list[str]) -> dict[str, OSError]:
     local = [path for path in paths if is_local_path(path)]
     if not local:
         return {}
-    if len(local) >= SYNCFS_FROM and _one_file_system(local):
-        try:
-            syncfs(local[0])  # by its name here, where the crash tests wrap it
-            return {}
-        except OSError:
-            pass  # each file's own fsync says which failed
+    if _synced_at_once(local):
+        return {}
     failed: dict[str, OSError] = {}
     for path in local:
         try:
@@ -475,12 +471,8 @@ def fsync_dirs(paths: list[str], threads: int = 1) -> dict[str, OSError]:
     ``threads`` at once (a journaling file system commits the fsyncs that wait together as one).
     Returns the error of each directory whose fsync failed; the others are durable."""
     unique = list(dict.fromkeys(paths))
-    if len(unique) >= SYNCFS_FROM and _one_file_system(unique):
-        try:
-            syncfs(unique[0])  # by its name here, where the crash tests wrap it
-            return {}
-        except OSError:
-            pass  # each dir's own fsync says which failed
+    if _synced_at_once(unique):
+        return {}
     failed: dict[str, OSError] = {}
 
     def sync(path: str) -> None:
@@ -491,6 +483,18 @@ def fsync_dirs(paths: list[str], threads: int = 1) -> dict[str, OSError]:
 
     on_threads(sync, unique, threads)
     return failed
+
+
+def _synced_at_once(paths: list[str]) -> bool:
+    """True when one ``syncfs`` made ``paths`` durable: ``SYNCFS_FROM`` or more of one file system;
+    False (each path's own fsync then says which failed) when fewer, or when it failed."""
+    if len(paths) < SYNCFS_FROM or not _one_file_system(paths):
+        return False
+    try:
+        syncfs(paths[0])  # by its name here, where the crash tests wrap it
+        return True
+    except OSError:
+        return False
 
 
 def _syncfs_reports_errors() -> bool:

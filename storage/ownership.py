@@ -80,22 +80,6 @@ def _sibling_modes(directory: str, name: str) -> tuple[list[int], list[int]]:
                 if len(same) == SIBLINGS_OF_A_KIND:
                     break
     return same, every
-    for entry in entries:
-        final = final_name(entry.name)
-        if final == posixpath.basename(name) or final != entry.name:
-            continue
-        try:
-            if not entry.is_file(follow_symlinks=False):
-                continue
-            mode = stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode)
-        except OSError:
-            continue
-        every.append(mode)
-        if kind(entry.name) == wanted:
-            same.append(mode)
-            if len(same) == SIBLINGS_OF_A_KIND:
-                break
-    return same, every
 
 
 def _narrowest(modes: list[int]) -> int:

@@ -127,18 +127,24 @@ def dump_path(path: str, print_data: bool, as_json: bool, out: TextIO) -> int:
     return EXIT_OK if ok else EXIT_PROBLEMS
 
 
+def _parsed(printer: Printer, path: str, parse: Callable[[str, bytes], list]) -> list | None:
+    """``parse(path, bytes)`` of a whole small file, after its "Dumping" line; None when it is bad
+    input or may not be read (said as an error)."""
+    printer.note(f"Dumping {path}")
+    try:
+        return parse(path, storage.read_bytes(path))
+    except FormatError as exc:
+        printer.error(Problem.of(exc))
+    except PermissionError as exc:
+        printer.error(unreadable(path, exc))
+    return None
+
+
 def dump_checkpoint(printer: Printer, path: str) -> bool:
     """A broker's offset checkpoint file (cleaner-offset-checkpoint and the others): its entries as
     Kafka's CheckpointFile reads them, one line each; a fault after the entries before it."""
-    printer.note(f"Dumping {path}")
-    try:
-        data = storage.read_bytes(path)
-        found = checkpoint.entries(path, data)
-    except FormatError as exc:
-        printer.error(Problem.of(exc))
-        return False
-    except PermissionError as exc:
-        printer.error(unreadable(path, exc))
+    found = _parsed(printer, path, checkpoint.entries)
+    if found is None:
         return False
     if not found:
         printer.note(f"{path} has no entries.")
@@ -262,14 +268,8 @@ def dump_file(printer: Printer, path: str, kind: str, print_data: bool, decode: 
 def dump_producer_snapshot(printer: Printer, path: str) -> bool:
     """A producer-state snapshot: a line per producer, as ``kafka-dump-log`` prints the entries
     the broker reads back (its batch fields only when the entry has a last offset)."""
-    printer.note(f"Dumping {path}")
-    try:
-        entries = snapshot.parse(path, storage.read_bytes(path))
-    except FormatError as exc:
-        printer.error(Problem.of(exc))
-        return False
-    except PermissionError as exc:
-        printer.error(unreadable(path, exc))
+    entries = _parsed(printer, path, snapshot.parse)
+    if entries is None:
         return False
     for e in entries:
         fields = {"producerId": e.producer_id, "producerEpoch": e.producer_epoch,
