@@ -94,18 +94,11 @@ def _gen(args: argparse.Namespace) -> int:
 
 def _config(args: argparse.Namespace, paths: list[str]):
     """The configuration every job takes: KRaft metadata < --config files < command line."""
-    from kcompact.conf import resolve
-    from kcompact.logdir import kraft
-    from kcompact.logdir.listing import held_partitions
+    from kcompact.steps import resolved
 
-    config = resolve.build(
-        files=args.config, topic_args=args.topic_config, broker_args=args.broker_config,
-        metadata=kraft.metadata_sources(paths), kafka_version=args.kafka_version, log_dirs=paths,
-        gzip_os=getattr(args, "gzip_os", None),
-    )
-    if not args.allow_unknown_topics:
-        resolve.check_topics(config, lambda: {topic for path in paths for topic, _ in held_partitions(path)})
-    return config
+    return resolved(paths, files=args.config, topic_args=args.topic_config, broker_args=args.broker_config,
+                    kafka_version=args.kafka_version, gzip_os=getattr(args, "gzip_os", None),
+                    allow_unknown_topics=args.allow_unknown_topics)
 
 
 def _session(args: argparse.Namespace):

@@ -100,21 +100,35 @@ def configuration(log_dirs: Sequence[str], *, config: Config | None = None, conf
     ``--gzip-os``: the gzip header byte for a 3.9 log dir that does not show it). ``config``: one already resolved
     (``conf.resolve.build``), taken as it is. A ``topic_config`` or file naming a topic no log dir
     holds is refused as a likely typo (``conf.resolve.check_topics``), unless ``allow_unknown_topics``."""
-    from kcompact.conf import resolve
-    from kcompact.logdir import kraft
-    from kcompact.logdir.listing import held_partitions
-
     if config is not None:
         if config_files or topic_config or broker_config or kafka_version or gzip_os is not None:
             raise errors.UsageError("give config, or config_files/topic_config/broker_config/kafka_version/gzip_os, "
                                     "not both")
         return config
-    built = resolve.build(
-        files=list(config_files),
+    return resolved(
+        log_dirs, files=config_files,
         topic_args=[f"{topic}:{_assignments(values)}" for topic, values in (topic_config or {}).items() if values],
         broker_args=[_assignments(broker_config)] if broker_config else [],
-        metadata=kraft.metadata_sources(list(log_dirs)),
-        kafka_version=kafka_version, kafka_version_source="kafka_version=", log_dirs=list(log_dirs), gzip_os=gzip_os,
+        kafka_version=kafka_version, kafka_version_source="kafka_version=", gzip_os=gzip_os,
+        allow_unknown_topics=allow_unknown_topics,
+    )
+
+
+def resolved(log_dirs: Sequence[str], *, files: Sequence[str] = (), topic_args: Sequence[str] = (),
+             broker_args: Sequence[str] = (), kafka_version: str | None = None,
+             kafka_version_source: str = "--kafka-version", gzip_os: int | None = None,
+             allow_unknown_topics: bool = False) -> Config:
+    """The one place a configuration is built from its sources (the command line's options as
+    text, or ``configuration``'s, made text): the log dirs' KRaft metadata first, then
+    ``conf.resolve.build``, then the check of the topics it names against those the log dirs hold."""
+    from kcompact.conf import resolve
+    from kcompact.logdir import kraft
+    from kcompact.logdir.listing import held_partitions
+
+    built = resolve.build(
+        files=list(files), topic_args=list(topic_args), broker_args=list(broker_args),
+        metadata=kraft.metadata_sources(list(log_dirs)), kafka_version=kafka_version,
+        kafka_version_source=kafka_version_source, log_dirs=list(log_dirs), gzip_os=gzip_os,
     )
     if not allow_unknown_topics:
         resolve.check_topics(built, lambda: {topic for path in log_dirs for topic, _ in held_partitions(path)})
