@@ -80,7 +80,7 @@ def _not_readable(path: str) -> str | None:
         return None
     fs_path = storage.resolve(path)[1]
     try:
-        return storage.ownership.unreadable(fs_path) if os.path.isdir(fs_path) else None
+        return storage.ownership.listing_refusal(fs_path) if os.path.isdir(fs_path) else None
     except OSError:
         return None  # not_a_log_dir says what is wrong with it
 

@@ -89,7 +89,7 @@ def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_st
             part = scan_partition(path, topic, number, list(files), before, after)
     except OSError as exc:  # the partition dir itself cannot be listed: nothing is known of it
         facts = PartitionFacts(Partition(topic, number, path))
-        facts.add(unreadable(exc, path), Failure.UNREADABLE, retention=True)
+        facts.add(unreadable_reason(exc, path), Failure.UNREADABLE, retention=True)
         return facts
     facts = PartitionFacts(part)
     for p in part.problems:
@@ -151,7 +151,7 @@ def gather(path: str, topic: str, number: int, *, checkpoint: int | None, log_st
     return facts
 
 
-def unreadable(exc: OSError, path: str) -> str:
+def unreadable_reason(exc: OSError, path: str) -> str:
     """A read error as a problem: ``UNREADABLE``, the file (its URL on an object store; ``path``
     when the error names none) and why."""
     return f"{UNREADABLE}{storage.describe_error(exc, path)}"
@@ -159,7 +159,7 @@ def unreadable(exc: OSError, path: str) -> str:
 
 def _said(exc: FormatError | OSError, path: str) -> tuple[str, Failure]:
     if isinstance(exc, OSError):
-        return unreadable(exc, path), Failure.UNREADABLE
+        return unreadable_reason(exc, path), Failure.UNREADABLE
     return str(exc), problem_kind(exc.path, exc.position)
 
 

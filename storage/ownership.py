@@ -188,7 +188,7 @@ def refusal(fs_path: str) -> str | None:
             f"read-write; run kcompact as that user (sudo -u {sudo_user} kcompact ...) or as root")
 
 
-def unreadable(fs_path: str) -> str | None:
+def listing_refusal(fs_path: str) -> str | None:
     """Why this process may not list the local dir ``fs_path`` (another user's, with no read or
     search bit for this one), or None: said as ``refusal`` says it, not as a bare permission error."""
     if os.access(fs_path, os.R_OK | os.X_OK):

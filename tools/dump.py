@@ -33,7 +33,7 @@ from kcompact.readers.indexes import parse_offset_index, parse_time_index, parse
 from kcompact.readers.records import CONTROL_TYPES, Record, control_coordinator_epoch, control_type
 from kcompact.readers.segment import iter_batches, problems
 from kcompact.tools import dump_metadata
-from kcompact.tools.verify import unreadable
+from kcompact.tools.verify import unreadable_problem
 
 TIMESTAMP_TYPES = {NO_TIMESTAMP: "NoTimestampType", CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime"}
 BATCH_LABELS = {"compressCodec": "compresscodec", "isValid": "isvalid"}  # Kafka's spelling on batch lines
@@ -136,7 +136,7 @@ def _parsed(printer: Printer, path: str, parse: Callable[[str, bytes], list]) ->
     except FormatError as exc:
         printer.error(Problem.of(exc))
     except PermissionError as exc:
-        printer.error(unreadable(path, exc))
+        printer.error(unreadable_problem(path, exc))
     return None
 
 
@@ -161,7 +161,7 @@ def dump_metadata_snapshot(printer: Printer, file: str) -> bool:
     try:
         return dump_log(printer, file, None, True, dump_metadata.payload)
     except PermissionError as exc:
-        printer.error(unreadable(file, exc))
+        printer.error(unreadable_problem(file, exc))
         return False
 
 
@@ -261,7 +261,7 @@ def dump_file(printer: Printer, path: str, kind: str, print_data: bool, decode: 
         printer.error(Problem.of(exc))
         return False
     except PermissionError as exc:  # a file this process may not read: bad input too (a broker cannot load it)
-        printer.error(unreadable(path, exc))
+        printer.error(unreadable_problem(path, exc))
         return False
 
 

@@ -67,7 +67,7 @@ def split(found: list[Problem]) -> tuple[list[Problem], list[Note]]:
     return [p for p in found if not isinstance(p, Note)], [p for p in found if isinstance(p, Note)]
 
 
-def unreadable(path: str, exc: PermissionError) -> Problem:
+def unreadable_problem(path: str, exc: PermissionError) -> Problem:
     """A file this process may not read (its mode, an object store's refusal: an archived object,
     a policy), as a problem. Other OSErrors (a path that is not there) are the command's."""
     said = storage.describe_error(exc, path)
@@ -225,7 +225,7 @@ def check_log(seg: Segment, prev_last: int, next_base: int | None) -> tuple[Segm
     except FormatError as exc:
         found.append(Problem.of(exc))
     except PermissionError as exc:
-        found.append(unreadable(path, exc))
+        found.append(unreadable_problem(path, exc))
         summary.unreadable = True
     return summary, found
 
@@ -315,7 +315,7 @@ def _parsed(path: str, check: IndexCheck, summary: SegmentSummary) -> list[Probl
     except FormatError as exc:
         return [Problem.of(exc)]
     except PermissionError as exc:
-        return [unreadable(path, exc)]
+        return [unreadable_problem(path, exc)]
 
 
 def check_offset_index(path: str, data: bytes, summary: SegmentSummary) -> list[Problem]:
@@ -414,7 +414,7 @@ def check_checkpoints(logdir: LogDir, ends: dict[tuple[str, int], tuple[int, int
             found.append(said if refused else _note(said))
             continue
         except PermissionError as exc:
-            found.append(unreadable(path, exc))
+            found.append(unreadable_problem(path, exc))
             continue
         if name != checkpoint.CLEANER_OFFSET:
             continue

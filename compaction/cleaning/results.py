@@ -12,7 +12,7 @@ from kcompact import storage
 from kcompact.contracts.typed_rows import TypedRow, column
 from kcompact.errors import memory
 from kcompact.errors.failure import Failure
-from kcompact.planner.scan import unreadable
+from kcompact.planner.scan import unreadable_reason
 
 # Each record's fate, one code per record: kept (a tombstone kept apart, since a kept tombstone
 # needs a delete horizon), or removed and why.
@@ -101,7 +101,7 @@ def task_failure(exc: Exception) -> bool:
 def read_error(exc: Exception, path: str) -> str:
     """The error of a partition whose files stage 1 could not read (``path``: its dir): bad bytes
     as they are, an OSError as ``planner.scan`` says it (``UNREADABLE``: not the log's fault)."""
-    return memory_error(exc) or (unreadable(exc, path) if isinstance(exc, OSError) else str(exc))
+    return memory_error(exc) or (unreadable_reason(exc, path) if isinstance(exc, OSError) else str(exc))
 
 
 def memory_error(exc: Exception) -> str | None:
