@@ -199,11 +199,20 @@ def readable(paths: list[str]) -> None:
 
 
 def writable(paths: list[str]) -> None:
-    """Log dirs this process may write into as their owner's (``storage.ownership.refusal``): a
-    broker must be able to open what a command leaves there read-write."""
+    """Log dirs this process may write into, as their owner's (``storage.ownership.refusal``: a
+    broker must be able to open what a command leaves there read-write), asked of the kernel
+    (access(2), which a read-only mount answers too) before anything starts, not met at the
+    ``.lock`` once Spark has."""
     for path in paths:
         fs, fs_path = storage.resolve(path)
-        why = storage.ownership.refusal(fs_path) if storage.is_local(fs) else None
+        if not storage.is_local(fs):
+            continue
+        why = storage.ownership.refusal(fs_path)
+        if why is None and os.path.isdir(fs_path) and not os.access(fs_path, os.W_OK | os.X_OK):
+            read_only = os.statvfs(fs_path).f_flag & os.ST_RDONLY
+            why = (f"{path}: the log dir is not writable "
+                   f"({'read-only file system' if read_only else f'mode {os.stat(fs_path).st_mode & 0o777:04o}'}); "
+                   "the command writes its .lock, states and segments there")
         if why is not None:
             raise BadArgument(why)
 

@@ -247,6 +247,7 @@ def test_a_client_plans_and_compacts_a_log_dir_on_seaweedfs(tmp_path, server, di
     orders, clicks = DEMO_SPEC["topics"][:2]  # cleaned partitions enough that a job's fixed requests are shared
     (tmp_path / "spec.json").write_text(json.dumps(DEMO_SPEC | {"topics": [orders | {"partitions": 6}, clicks]}))
     local = tmp_path / "local" / "logs"
+    local.parent.mkdir()  # gen makes only the dir it is given
     assert cli.main(["gen", "--out", str(local), "--spec", str(tmp_path / "spec.json"), "--seed", "7", "-q"]) == 0
     fs = store.fs()
     fs.mkdir("kc-connect")
