@@ -94,7 +94,8 @@ TABLE: tuple[Name, ...] = (
           "empty; no broker runs on an object store; copied to a disk, a root file, never loaded",
           "kcompact-probe"),
     # -- Kafka's names at the root that kcompact writes -----------------------------------------
-    _name(".lock", r"\.lock", ROOT, "Kafka; kcompact creates it when missing (storage/lock.py)", READS,
+    _name(".lock", r"\.lock", ROOT, "Kafka; kcompact creates it when missing, removes it after (storage/lock.py)",
+          READS,
           "the broker's own lock file (LogManager.lockLogDirs), empty, given the log dir's owner",
           ".lock"),
     _name("cleaner-offset-checkpoint", r"cleaner-offset-checkpoint", ROOT,

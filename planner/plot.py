@@ -135,8 +135,9 @@ def _mb(size: float) -> str:
 
 
 def short_label(name: str) -> str:
-    """A partition's name for an axis (``topic-partition``), shortened in the middle: a topic name
-    may have 249 characters, and a label wider than the figure collapses matplotlib's layout."""
+    """A name for an axis (a partition's ``topic-partition``, a stage, a rule), shortened in the
+    middle: a topic name may have 249 characters, and a label wider than the figure collapses
+    matplotlib's layout (its "constrained_layout not applied" warning)."""
     if len(name) <= _LABEL_CHARS:
         return name
     half = (_LABEL_CHARS - 1) // 2

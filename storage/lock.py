@@ -44,7 +44,7 @@ def _describe_pid(pid: int | None) -> str:
 
 # POSIX record locks belong to the process, and closing any descriptor of the file drops them
 # all: one descriptor per locked file, shared by every holder in this process.
-_HELD: dict[str, list] = {}  # lock file -> [fd, holders]
+_HELD: dict[str, list] = {}  # lock file -> [fd, holders, created by this process]
 _HELD_GUARD = threading.Lock()
 
 
@@ -70,12 +70,24 @@ def holder(log_dir: str) -> str | None:
     return _describe_pid(pid) if pid is not None else None
 
 
+def _names(path: str, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
 class LogDirLock:
     """The OS lock a Kafka broker takes on ``<log dir>/.lock`` (Java's FileChannel.tryLock: a
     POSIX record lock), held by a job for as long as it may change the log dir, so a broker
     cannot start on it meanwhile and a second job cannot touch it. Re-entrant within a process
-    (the command line and the job it runs both hold it). A no-op on object stores, where no
-    broker runs and leases alone keep jobs apart."""
+    (the command line and the job it runs both hold it). A ``.lock`` the job had to create is
+    removed when it lets go, as a broker removes its own at shutdown (Kafka's FileLock.destroy):
+    the log dir is left as the job found it. A no-op on object stores, where no broker runs and
+    leases alone keep jobs apart."""
 
     def __init__(self, log_dir: str, create: bool = True):
         self.log_dir = log_dir
@@ -93,11 +105,32 @@ class LogDirLock:
                 _HELD[path][1] += 1
                 self._path = path
                 return self
-            if not self.create and not os.path.exists(path):
+            locked = self._locked(path)
+            if locked is None:
                 return self
-            owner = ownership.for_file(path) if self.create and not os.path.exists(path) else None
-            fd = os.open(path, os.O_RDWR | (os.O_CREAT if self.create else 0), 0o644)
-            if owner is not None:
+            fd, created = locked
+            _HELD[path] = [fd, 1, created]
+            self._path = path
+        return self
+
+    def _locked(self, path: str) -> tuple[int, bool] | None:
+        """A descriptor of ``path`` holding its lock, and whether this job created the file (None:
+        a dry run found none). The lock counts only while ``path`` still names the locked file: a
+        job that lets go of a ``.lock`` it created removes it, and one that opened it just before
+        must open it again."""
+        while True:
+            created = False
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                if not self.create:
+                    return None
+                owner = ownership.for_file(path)
+                try:
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                except FileExistsError:
+                    continue
+                created = True
                 ownership.give(fd, owner)
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -109,9 +142,9 @@ class LogDirLock:
                                      "a Kafka broker or another kcompact job is using it (stop the broker, or "
                                      "wait for the job and see 'kcompact status')", self.log_dir) from None
                 raise
-            _HELD[path] = [fd, 1]
-            self._path = path
-        return self
+            if _names(path, fd):
+                return fd, created
+            os.close(fd)
 
     def __exit__(self, *exc) -> None:
         if self._path is None:
@@ -120,6 +153,12 @@ class LogDirLock:
             entry = _HELD[self._path]
             entry[1] -= 1
             if entry[1] == 0:
-                os.close(entry[0])  # closing releases the lock
+                fd, _, created = entry
+                if created:  # removed while still locked, so no other job locks it meanwhile
+                    try:
+                        os.unlink(self._path)
+                    except OSError:
+                        pass  # left as a broker leaves one after a crash: harmless
+                os.close(fd)  # closing releases the lock
                 del _HELD[self._path]
         self._path = None

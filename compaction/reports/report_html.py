@@ -291,7 +291,8 @@ def _stages_plot(stages: dict[str, float]) -> Plot | str:
         return "No plot of stage timings: no stage ran."
     fig, ax = _figure(len(stages))
     names = list(stages)[::-1]
-    ax.barh(names, [stages[n] for n in names], color="#1864ab")
+    ax.barh(range(len(names)), [stages[n] for n in names], color="#1864ab")
+    ax.set_yticks(range(len(names)), [short_label(n) for n in names])
     ax.set_xlabel("seconds (wall)")
     return _png("stages", "Stage timings, back to back", fig)
 
@@ -314,7 +315,8 @@ def _retention_plots(parts: list[dict]) -> list[Plot | str]:
         out = [_png("retention-bytes", f"Bytes deleted (due, in a dry run), per partition ({TOP} largest at most)",
                     fig)]
     fig, ax = _figure(len(rules))
-    ax.barh(list(rules), list(rules.values()), color="#e67700")
+    ax.barh(range(len(rules)), list(rules.values()), color="#e67700")
+    ax.set_yticks(range(len(rules)), [short_label(r) for r in rules])
     ax.set_xlabel("segments")
     return [*out, _png("retention-rules", "Segments deleted (due, in a dry run), by rule", fig)]
 

@@ -119,7 +119,7 @@ def gen(tmp_path_factory) -> Path:
 def compacted_copy(spark, gen: Path, out: Path, *options: str) -> Path:
     shutil.copytree(gen, out)
     assert cli.main(["compact", str(out), "--now", NOW, *options]) == 0
-    (out / ".lock").unlink()
+    assert not (out / ".lock").exists()  # the .lock it created, removed as it let go
     return out
 
 

@@ -112,3 +112,15 @@ def test_the_longest_topic_names_keep_the_layout(tmp_path, recwarn):
     report_html._removed_plot(parts)
     assert not [w for w in recwarn if "constrained_layout" in str(w.message)], [str(w.message) for w in recwarn]
     assert len(short_label(f"{topic}-3")) <= 32 and short_label(f"{topic}-3").endswith("changelog-3")
+
+
+def test_long_stage_and_rule_names_keep_the_layout(recwarn):
+    """The report's JSON may come from another version or be merged by a scheduler: every axis
+    label is shortened, stages and retention rules as well as partitions."""
+    from kcompact.compaction.reports import report_html
+
+    name = "recover, then retention of every partition of " + "x" * 80
+    report_html._stages_plot({name + "-1": 1.5, name + "-2": 0.5})
+    report_html._retention_plots([{"topic": "orders", "partition": 0, "path": "/logs/orders-0", "bytes_deleted": 1,
+                                   "reasons": {name: 2}}])
+    assert not [w for w in recwarn if "constrained_layout" in str(w.message)], [str(w.message) for w in recwarn]
