@@ -126,6 +126,12 @@ def _log_dirs_held(paths: list[str], dry_run: bool = False) -> Iterator[tuple[li
         yield free, busy
 
 
+def _idle(free: list[str], args: argparse.Namespace) -> bool:
+    """Every log dir in use and no report asked: nothing to do. With ``--report`` the command goes on
+    over no log dir, so that the report's outcome names each one it left alone."""
+    return not free and not args.report
+
+
 def _not_worked_on(step: str, busy: dict[str, str], empty: list[str]) -> list[dict]:
     """The outcome's rows for the log dirs a command left alone: in use, or holding no partition."""
     from kcompact.compaction.reports.outcome import log_dir_row
@@ -165,7 +171,7 @@ def _recover(args: argparse.Namespace) -> int:
     say = _say(args)
     with _log_dirs_held(args.paths) as (free, busy):
         report = None
-        if free:
+        if not _idle(free, args):
             report = kcompact.recover(free, torn_tails=True, progress=say)
             print(report.text())
         empty = [path for path in free if not held_partitions(path)]
@@ -261,7 +267,7 @@ def _compact(args: argparse.Namespace) -> int:
     spark = _session(args)
     ready = time.monotonic()
     with _log_dirs_held(paths, args.dry_run) as (free, busy), _removing() as removal:
-        if not free:
+        if _idle(free, args):
             return EXIT_FAILED
         if plan is not None:
             plan = plan.within(free)
@@ -336,7 +342,7 @@ def _retain(args: argparse.Namespace) -> int:
     config = _config(args, args.paths)  # a bad setting ends here, before Spark starts
     spark = _session(args)
     with _log_dirs_held(args.paths, args.dry_run) as (free, busy):
-        if not free:
+        if _idle(free, args):
             return EXIT_FAILED
         with _ticker(spark, say, "retention"):
             report, plan = kcompact.retain(spark, free, config=config, now=args.now, dry_run=args.dry_run,
@@ -359,7 +365,7 @@ def _run(args: argparse.Namespace) -> int:
     config = _config(args, args.paths)
     spark = _session(args)
     with _log_dirs_held(args.paths, args.dry_run) as (free, busy), _removing() as removal:
-        if not free:
+        if _idle(free, args):
             return EXIT_FAILED
         result = kcompact.run(spark, free, config=config, now=args.now, dry_run=args.dry_run, lease_ms=args.lease_ms,
                               max_partitions=args.max_partitions, progress=say, summary=_summary, removal=removal,

@@ -376,6 +376,32 @@ def test_lock_holder_message_reads_as_a_sentence(tmp_path, capsys):
     assert "[Errno" not in line and not line.endswith(f"'{tmp_path}'")
 
 
+
+@pytest.mark.parametrize("command", ["compact", "retain", "run", "recover"])
+def test_a_report_is_written_when_every_log_dir_is_in_use(tmp_path, capsys, command):
+    """Exit 5, nothing done, and the report asked for leads with that outcome: the log dir, who
+    holds it, what to do (was: no report at all, so a scheduler's run left no record why)."""
+    logs = tmp_path / "logs"
+    dirty(logs / "orders-0")
+    report = tmp_path / "report.json"
+    proc = subprocess.Popen([sys.executable, "-c", LOCKER, str(logs)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        before = {p.relative_to(logs): p.read_bytes() for p in logs.rglob("*") if p.is_file()}
+        clock = [] if command == "recover" else ["--now", str(NOW)]
+        assert main([command, str(logs), *clock, "--report", str(report)]) == 5
+    finally:
+        proc.kill()
+        proc.wait()
+    assert f"log dir in use: {logs}/.lock is locked by process {proc.pid}" in capsys.readouterr().err
+    found = json.loads(report.read_text())["outcome"]
+    assert found["exit_code"] == 5, found
+    (row,) = found["log_dirs"]
+    assert row["log_dir"] == str(logs) and f"is locked by process {proc.pid}" in row["why"], row
+    assert row["way_out"].startswith("stop what holds it"), row
+    assert "locked by process" in report.with_suffix(".html").read_text()
+    assert {p.relative_to(logs): p.read_bytes() for p in logs.rglob("*") if p.is_file()} == before
+
 def test_status_shows_times_not_epoch_milliseconds(tmp_path, capsys):
     dirty(tmp_path / "orders-0")
     dirty(tmp_path / "orders-1")
