@@ -325,7 +325,7 @@ def _clean_groups(spark, settings: JobSettings, rows: list[PartitionBatches], ba
         frames.append(whole.clean(spark, routes.whole, sizes, keys, jobs, groups_of, dry_run, owner, settings))
     if routes.shared:
         frames.append(shared.clean(spark, routes.shared, rows, batches, jobs, groups_of, dry_run, owner,
-                                   routes.shared_map_bytes, routes.budget))
+                                   routes.shared_map_bytes, routes.budget, settings.step_bytes))
     if not frames:
         return []
     union = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])

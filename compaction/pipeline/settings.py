@@ -16,6 +16,7 @@ from kcompact.compaction.pipeline.routing import (
     WORKER_IMPORTS,
     Limits,
 )
+from kcompact.compaction.pipeline.tasks import STEP_BYTES
 from kcompact.conf.units import spark_size
 from kcompact.session import kinds
 
@@ -28,6 +29,8 @@ THREADS = "spark.kcompact.threads"
 # A partition of at most these bytes is read whole by one task whatever its keys (``routing``);
 # 0 sends every partition whose map exceeds a task's map memory down the shared path.
 WHOLE = "spark.kcompact.whole.bytes"
+# The smallest task a cleaning stage is cut into for its progress's sake (``tasks.task_count``)
+STEP = "spark.kcompact.step.bytes"
 # Whether the rewrite writes its .log files past the page cache (``storage.DirectFile``), "true" by
 # default; "false" writes them through it, as Kafka's cleaner does, leaving them in the cache.
 DIRECT_WRITES = "spark.kcompact.write.direct"
@@ -48,6 +51,7 @@ class JobSettings:
     cores: int  # Spark's default parallelism
     direct_writes: bool  # DIRECT_WRITES
     whole_bytes: int = WHOLE_BYTES  # WHOLE
+    step_bytes: int = STEP_BYTES  # STEP
     commit_threads: int = DEFAULT_COMMIT_THREADS  # COMMIT_THREADS
 
     @classmethod
@@ -60,10 +64,12 @@ class JobSettings:
         budget = spark_size(chosen) if chosen is not None else cap // 4 if cap else DEFAULT_MAP_MEMORY
         threads = spark.conf.get(THREADS, None)
         whole = spark.conf.get(WHOLE, None)
+        step = spark.conf.get(STEP, None)
         return cls(map_memory=budget, worker_cap=cap, threads=int(threads) if threads else None,
                    cores=kinds.parallelism(spark),
                    direct_writes=spark.conf.get(DIRECT_WRITES, "true").strip().lower() == "true",
                    whole_bytes=spark_size(whole) if whole is not None else WHOLE_BYTES,
+                   step_bytes=spark_size(step) if step is not None else STEP_BYTES,
                    commit_threads=int(spark.conf.get(COMMIT_THREADS, str(DEFAULT_COMMIT_THREADS))))
 
     @property
@@ -84,7 +90,7 @@ def check_settings(spark) -> None:
     """The session's values of this job's settings, checked as ``check_setting`` checks one (the
     command line checks its own ``--spark-conf``; spark-submit's ``--conf`` and a notebook's come
     unchecked)."""
-    for key in (MAP_MEMORY, THREADS, WHOLE, DIRECT_WRITES, WORKER_MEMORY, COMMIT_THREADS):
+    for key in (MAP_MEMORY, THREADS, WHOLE, STEP, DIRECT_WRITES, WORKER_MEMORY, COMMIT_THREADS):
         value = spark.conf.get(key, None)
         if value is not None:
             check_setting(key, value)
@@ -92,11 +98,13 @@ def check_settings(spark) -> None:
 
 def check_setting(key: str, value: str) -> None:
     """A ValueError naming the setting unless ``value`` suits ``key`` (any key but this job's passes)."""
-    if key in (MAP_MEMORY, WHOLE):
+    if key in (MAP_MEMORY, WHOLE, STEP):
         try:
-            spark_size(value)
+            size = spark_size(value)
         except ValueError as exc:
             raise errors.SettingError(f"{key}: {exc}") from None
+        if key == STEP and size < 1:
+            raise errors.SettingError(f"{key}={value!r}: a task of the cleaning stages holds at least 1k")
     if key == THREADS and not (value.isdigit() and int(value) >= 1):
         raise errors.SettingError(f"{key}={value!r}: the threads of a task are a whole number of at least 1")
     if key == COMMIT_THREADS and not (value.strip().isdigit() and int(value) >= 1):

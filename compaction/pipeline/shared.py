@@ -40,9 +40,10 @@ BLOB_SCHEMA = pa.schema([("slot", pa.int32()), ("blob", pa.binary())])
 
 
 def clean(spark, pids: list[int], rows: list[PartitionBatches], batches, jobs: dict[int, tuple[GroupJob, GroupPlans]],
-          groups_of: dict[int, list[int]], dry_run: bool, owner: str, map_bytes: int, budget: int):
+          groups_of: dict[int, list[int]], dry_run: bool, owner: str, map_bytes: int, budget: int, step_bytes: int):
     """A DataFrame of ``GroupResult``: the groups of partitions ``pids`` (``batches``: the job's
-    ``Batches``); ``map_bytes``: their maps together, at most; ``budget``: a task's map memory."""
+    ``Batches``); ``map_bytes``: their maps together, at most; ``budget``: a task's map memory;
+    ``step_bytes``: its stages' smallest task (``JobSettings.step_bytes``)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     pid_of_gid = batches.pid_of_gid
@@ -63,7 +64,7 @@ def clean(spark, pids: list[int], rows: list[PartitionBatches], batches, jobs: d
         OffsetRange(None, rows[pid].latest_offset + 1))]
     sizes = [split.end - split.start for _, split in splits]
     shared = {"task_bytes": SHARED_TASK_BYTES, "per_core": 2}
-    map_bins = bins(sizes, task_count(spark, sum(sizes), len(splits), **shared, steps=True))
+    map_bins = bins(sizes, task_count(spark, sum(sizes), len(splits), **shared, step_bytes=step_bytes))
     # a bucket's task holds its blobs twice (as they came, then joined) and a few int64s per entry
     # to sort them by key hash: about twice its share of the map's bytes
     buckets = max(task_count(spark, sum(sizes), 1 << 30, **shared),
@@ -71,7 +72,7 @@ def clean(spark, pids: list[int], rows: list[PartitionBatches], batches, jobs: d
     bucket_slots = np.array(slots(buckets), np.int32)
     gids = [gid for pid in pids for gid in groups_of[pid]]
     group_bytes = [int(jobs[gid][1].size.sum()) for gid in gids]
-    rewrite_bins = bins(group_bytes, task_count(spark, sum(group_bytes), len(gids), **shared, steps=True))
+    rewrite_bins = bins(group_bytes, task_count(spark, sum(group_bytes), len(gids), **shared, step_bytes=step_bytes))
     rewrite_slots = np.array(slots(len(rewrite_bins)), np.int32)
     bin_of_slot = {slot: b for b, slot in enumerate(rewrite_slots.tolist())}
     slot_of_gid = np.full(len(pid_of_gid), -1, np.int32)

@@ -7,9 +7,10 @@ share is read again), shares balanced by bytes, largest first. The shared path's
 a capped worker holds it only for shares that small (``compaction.pipeline.routing``). Rows meet in the
 task meant for them by slots (``slots``), so every shuffle has its partition count set.
 
-The cleaning stages cut large work finer (``steps``): up to ``STEPS`` tasks per core, none under
-``STEP_BYTES``. Nothing a running Python task counts reaches the driver before the task ends
-(accumulators, ``observe`` and the server's progress reports over Connect alike), so progress
+The cleaning stages cut large work finer (``step_bytes``): up to ``STEPS`` tasks per core, none
+under ``STEP_BYTES`` by default (the job's setting ``spark.kcompact.step.bytes``). Nothing a
+running Python task counts reaches the driver before the task ends (accumulators, ``observe``
+and the server's progress reports over Connect alike), so progress
 moves, with an honest ETA, only as tasks end: a few more tasks cost a few tenths of a second
 on work long enough to need progress, and nothing on small work.
 """
@@ -33,13 +34,13 @@ JOB_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.execution.arrow.ma
 
 
 def task_count(spark, total_bytes: int, items: int, task_bytes: int = TASK_BYTES, per_core: int = 1,
-               steps: bool = False) -> int:
-    """How many tasks take ``items`` of ``total_bytes``; ``steps``: a cleaning stage, whose
-    progress the console shows, cut finer when it is large (``STEPS``, ``STEP_BYTES``)."""
+               step_bytes: int | None = None) -> int:
+    """How many tasks take ``items`` of ``total_bytes``; ``step_bytes``: a cleaning stage, whose
+    progress the console shows, cut finer when it is large (``STEPS``, none under ``step_bytes``)."""
     cores = kinds.parallelism(spark)
     wanted = max(per_core * cores, -(-total_bytes // task_bytes))
-    if steps:
-        wanted = max(wanted, min(STEPS * cores, total_bytes // STEP_BYTES))
+    if step_bytes is not None:
+        wanted = max(wanted, min(STEPS * cores, total_bytes // step_bytes))
     return max(1, min(items, wanted))
 
 

@@ -27,7 +27,7 @@ def clean(spark, pids: list[int], sizes: list[int], keys: list[int], jobs: dict[
     from pyspark.sql.pandas.types import from_arrow_schema
 
     total = sum(sizes[pid] for pid in pids)
-    shares = bins([sizes[pid] for pid in pids], task_count(spark, total, len(pids), steps=True))
+    shares = bins([sizes[pid] for pid in pids], task_count(spark, total, len(pids), step_bytes=settings.step_bytes))
     threads = settings.task_threads(len(shares))
 
     def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

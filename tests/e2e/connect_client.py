@@ -145,12 +145,11 @@ def cleaning_ticks(spark: SparkSession, work: Path) -> list[list]:
     import re
 
     import kcompact
-    from kcompact.compaction.pipeline import tasks
+    from kcompact.compaction.pipeline.settings import STEP
     from kcompact.jobs.progress import Ticker
     from kcompact.session import kinds
     from kcompact.tools import generator
 
-    tasks.STEP_BYTES = 1
     logs = str(work / "moving")
     generator.generate(logs, generator.override(generator.load_spec(None), partitions=8), seed=5)
     said: list[str] = []
@@ -160,8 +159,12 @@ def cleaning_ticks(spark: SparkSession, work: Path) -> list[list]:
         with kinds.status(spark) as tracker, Ticker(tracker, said.append, what, total_bytes, every=0.05):
             yield
 
-    kcompact.compact(spark, [logs], now=NOW, topic_config={"*": {"cleanup.policy": "compact"}},
-                     progress=said.append, watch=watch)
+    spark.conf.set(STEP, "1k")  # a few KB of log: cut as megabytes of it would be
+    try:
+        kcompact.compact(spark, [logs], now=NOW, topic_config={"*": {"cleanup.policy": "compact"}},
+                         progress=said.append, watch=watch)
+    finally:
+        spark.conf.unset(STEP)
     start = next(i for i, line in enumerate(said) if line.startswith("stages 2-4"))
     end = next(i for i, line in enumerate(said) if line.startswith("stage 5/5"))
     pattern = r"  cleaning: (\d+)/(\d+) tasks done, about ([\d.]+) of [\d.]+ MB, \d+ s, ETA \d+ s"

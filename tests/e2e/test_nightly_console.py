@@ -213,15 +213,14 @@ def ticks_of_cleaning(said: list[str]) -> list[tuple[int, int, float]]:
     return found
 
 
-def test_progress_moves_while_the_cleaning_stage_runs(spark, tmp_path, monkeypatch):
+def test_progress_moves_while_the_cleaning_stage_runs(spark, tmp_path):
     """A generated log dir cleaned on 2 cores: its cleaning stage is cut into more tasks than
     cores, so the ticker's share of bytes done moves several times, with an ETA, before the
     stage ends (one task per core moved it once at most: 0/2 until the end)."""
     import kcompact
-    from kcompact.compaction.pipeline import tasks
+    from kcompact.compaction.pipeline.settings import STEP
     from kcompact.tools import generator
 
-    monkeypatch.setattr(tasks, "STEP_BYTES", 1)  # a few KB of log: cut as megabytes of it would be
     logs = str(tmp_path / "logs")
     generator.generate(logs, generator.override(generator.load_spec(None), partitions=8), seed=5)
     said: list[str] = []
@@ -229,8 +228,12 @@ def test_progress_moves_while_the_cleaning_stage_runs(spark, tmp_path, monkeypat
     def watch(what, total_bytes=None):
         return Ticker(spark.sparkContext.statusTracker(), said.append, what, total_bytes, every=0.05)
 
-    kcompact.compact(spark, [logs], now=NOW, topic_config={"*": {"cleanup.policy": "compact"}},
-                     progress=said.append, watch=watch)
+    spark.conf.set(STEP, "1k")  # a few KB of log: cut as megabytes of it would be
+    try:
+        kcompact.compact(spark, [logs], now=NOW, topic_config={"*": {"cleanup.policy": "compact"}},
+                         progress=said.append, watch=watch)
+    finally:
+        spark.conf.unset(STEP)
     ticks = ticks_of_cleaning(said)
     assert len({done for done, _, _ in ticks}) >= 3, said
     assert all(mb > 0 and 0 < done < total for done, total, mb in ticks), ticks

@@ -7,7 +7,8 @@ import pytest
 
 from kcompact import errors
 from kcompact.compaction.pipeline import routing
-from kcompact.compaction.pipeline.settings import WHOLE, JobSettings, check_setting
+from kcompact.compaction.pipeline.settings import STEP, WHOLE, JobSettings, check_setting
+from kcompact.compaction.pipeline.tasks import STEP_BYTES
 
 MiB = 1 << 20
 
@@ -30,3 +31,15 @@ def test_the_whole_bytes_setting_is_checked_as_a_size():
     check_setting(WHOLE, "64m")
     with pytest.raises(errors.SettingError, match=r"^spark.kcompact.whole.bytes: 'lots' is not a size"):
         check_setting(WHOLE, "lots")
+
+
+def test_the_step_bytes_setting_is_a_size_of_at_least_a_byte():
+    """The cleaning stages' smallest task (``spark.kcompact.step.bytes``) is the session's
+    setting, read into the typed object, not a module variable a caller assigns."""
+    assert settings().step_bytes == STEP_BYTES == 16 * MiB
+    check_setting(STEP, "1k")
+    check_setting(STEP, "4m")
+    with pytest.raises(errors.SettingError, match=r"^spark.kcompact.step.bytes: 'tiny' is not a size"):
+        check_setting(STEP, "tiny")
+    with pytest.raises(errors.SettingError, match=r"^spark.kcompact.step.bytes='0': a task of the cleaning"):
+        check_setting(STEP, "0")

@@ -12,11 +12,11 @@ TWO_CORES = SimpleNamespace(sparkContext=SimpleNamespace(defaultParallelism=2)) 
 def test_a_large_cleaning_stage_is_cut_into_several_tasks_per_core():
     # the run: 372.2 MB of 6,111 groups on 2 cores went as 2 tasks, 0/2 done until the end
     assert task_count(TWO_CORES, int(372.2 * MB), 6111) == 2
-    assert task_count(TWO_CORES, int(372.2 * MB), 6111, steps=True) == 2 * STEPS
-    assert task_count(TWO_CORES, 5 * STEP_BYTES, 6111, steps=True) == 5  # none smaller than STEP_BYTES
+    assert task_count(TWO_CORES, int(372.2 * MB), 6111, step_bytes=STEP_BYTES) == 2 * STEPS
+    assert task_count(TWO_CORES, 5 * STEP_BYTES, 6111, step_bytes=STEP_BYTES) == 5  # none smaller than STEP_BYTES
 
 
 def test_small_work_and_few_items_are_cut_as_before():
-    assert task_count(TWO_CORES, 3 * MB, 100, steps=True) == 2
-    assert task_count(TWO_CORES, int(372.2 * MB), 3, steps=True) == 3  # never more tasks than items
-    assert task_count(TWO_CORES, 0, 0, steps=True) == 1
+    assert task_count(TWO_CORES, 3 * MB, 100, step_bytes=STEP_BYTES) == 2
+    assert task_count(TWO_CORES, int(372.2 * MB), 3, step_bytes=STEP_BYTES) == 3  # never more tasks than items
+    assert task_count(TWO_CORES, 0, 0, step_bytes=STEP_BYTES) == 1
