@@ -256,10 +256,12 @@ def let_go() -> None:
 
 def close_log(keep: bool) -> None:
     """At the end of a command: the JVM's log kept when the command failed and the log says
-    something (the error names it), else removed, unless KCOMPACT_SPARK_LOG asked for it."""
+    something (the error names it), else removed, unless KCOMPACT_SPARK_LOG asked for it. Either
+    way it is that command's: a later command of this process, on the same JVM, names none."""
     if _LOG and not (keep and log_says_something()) and not os.environ.get("KCOMPACT_SPARK_LOG"):
         with contextlib.suppress(OSError):
             os.remove(_LOG[0])
+    _LOG.clear()
 
 
 def interrupted() -> bool:

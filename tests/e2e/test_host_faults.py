@@ -63,6 +63,26 @@ def test_a_disk_without_space_is_a_transient_failure_and_leaves_nothing(full_dis
     assert not list(full_disk.glob("kcompact-state.*"))
 
 
+def test_a_later_command_of_the_process_names_no_spark_log(tmp_path):
+    """Two commands in one process (a notebook's, an Airflow PythonOperator's): the first starts
+    the JVM, whose log then says something; the second's error is its own and names no log (was:
+    every later error of the process ended in ``(Spark's log: ...)``)."""
+    log_dir = tmp_path / "logs"
+    dirty(log_dir / "orders-0")
+    log = tmp_path / "spark.log"
+    (tmp_path / "p.json").write_text("{}")
+    script = ("import sys; from kcompact.jobs.cli import main; "
+              f"assert main(['plan', {str(log_dir)!r}, '--now', '{NOW}']) == 0; "
+              f"open({str(log)!r}, 'a').write('ERROR something the JVM said\\n' * 3); "
+              f"sys.exit(main(['compact', {str(log_dir)!r}, '--plan', {str(tmp_path / 'p.json')!r}]))")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("KCOMPACT_")}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=base | {"PYSPARK_PYTHON": sys.executable, "KCOMPACT_SPARK_LOG": str(log)})
+    assert done.returncode == 2, (done.stdout[-2000:], done.stderr[-2000:])
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("kcompact:")]
+    assert "p.json" in line and "Spark's log" not in line, line
+
+
 def test_a_host_name_that_does_not_resolve_is_said_in_one_line(tmp_path):
     """Spark's driver looks up a name that does not resolve (here SPARK_LOCAL_IP's; on a renamed
     host without /etc/hosts, InetAddress.getLocalHost's): the JVM exits as it starts. Was:
