@@ -146,6 +146,7 @@ def cleaning_ticks(spark: SparkSession, work: Path) -> list[list]:
 
     import kcompact
     from kcompact.compaction.pipeline.settings import STEP
+    from kcompact.compaction.pipeline.tasks import sql_conf
     from kcompact.jobs.progress import Ticker
     from kcompact.session import kinds
     from kcompact.tools import generator
@@ -159,12 +160,9 @@ def cleaning_ticks(spark: SparkSession, work: Path) -> list[list]:
         with kinds.status(spark) as tracker, Ticker(tracker, said.append, what, total_bytes, every=0.05):
             yield
 
-    spark.conf.set(STEP, "1k")  # a few KB of log: cut as megabytes of it would be
-    try:
+    with sql_conf(spark, {STEP: "1k"}):  # a few KB of log: cut as megabytes of it would be
         kcompact.compact(spark, [logs], now=NOW, topic_config={"*": {"cleanup.policy": "compact"}},
                          progress=said.append, watch=watch)
-    finally:
-        spark.conf.unset(STEP)
     start = next(i for i, line in enumerate(said) if line.startswith("stages 2-4"))
     end = next(i for i, line in enumerate(said) if line.startswith("stage 5/5"))
     pattern = r"  cleaning: (\d+)/(\d+) tasks done, about ([\d.]+) of [\d.]+ MB, \d+ s, ETA \d+ s"

@@ -219,6 +219,7 @@ def test_progress_moves_while_the_cleaning_stage_runs(spark, tmp_path):
     stage ends (one task per core moved it once at most: 0/2 until the end)."""
     import kcompact
     from kcompact.compaction.pipeline.settings import STEP
+    from kcompact.compaction.pipeline.tasks import sql_conf
     from kcompact.tools import generator
 
     logs = str(tmp_path / "logs")
@@ -228,12 +229,9 @@ def test_progress_moves_while_the_cleaning_stage_runs(spark, tmp_path):
     def watch(what, total_bytes=None):
         return Ticker(spark.sparkContext.statusTracker(), said.append, what, total_bytes, every=0.05)
 
-    spark.conf.set(STEP, "1k")  # a few KB of log: cut as megabytes of it would be
-    try:
+    with sql_conf(spark, {STEP: "1k"}):  # a few KB of log: cut as megabytes of it would be
         kcompact.compact(spark, [logs], now=NOW, topic_config={"*": {"cleanup.policy": "compact"}},
                          progress=said.append, watch=watch)
-    finally:
-        spark.conf.unset(STEP)
     ticks = ticks_of_cleaning(said)
     assert len({done for done, _, _ in ticks}) >= 3, said
     assert all(mb > 0 and 0 < done < total for done, total, mb in ticks), ticks
