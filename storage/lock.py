@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -155,10 +156,8 @@ class LogDirLock:
             if entry[1] == 0:
                 fd, _, created = entry
                 if created:  # removed while still locked, so no other job locks it meanwhile
-                    try:
+                    with contextlib.suppress(OSError):  # else left, as after a broker's crash: harmless
                         os.unlink(self._path)
-                    except OSError:
-                        pass  # left as a broker leaves one after a crash: harmless
                 os.close(fd)  # closing releases the lock
                 del _HELD[self._path]
         self._path = None

@@ -104,7 +104,8 @@ def check_setting(key: str, value: str) -> None:
         except ValueError as exc:
             raise errors.SettingError(f"{key}: {exc}") from None
         if key == STEP and size < 1:
-            raise errors.SettingError(f"{key}={value!r}: a task of the cleaning stages holds at least 1k")
+            raise errors.SettingError(
+                f"{key}={value!r}: a task of the cleaning stages holds at least 1 byte (for example 1k)")
     if key == THREADS and not (value.isdigit() and int(value) >= 1):
         raise errors.SettingError(f"{key}={value!r}: the threads of a task are a whole number of at least 1")
     if key == COMMIT_THREADS and not (value.strip().isdigit() and int(value) >= 1):
