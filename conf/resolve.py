@@ -339,13 +339,24 @@ def _shadowed_retention_keys(keys: Iterable[str]) -> set[str]:
 
 def add_broker_args(config: Config, args: Iterable[str]) -> None:
     """Every ``--broker-config``: one source, so the retention synonyms follow Kafka's precedence."""
-    pairs = [pair for arg in args for pair in split_assignments(arg, "--broker-config")]
+    _add_broker_pairs(config, [pair for arg in args for pair in split_assignments(arg, "--broker-config")],
+                      "--broker-config")
+
+
+def _add_broker_pairs(config: Config, pairs: list[tuple[str, str]], source: str) -> None:
     shadowed = _shadowed_retention_keys(key for key, _ in pairs)
     for key, raw in pairs:
         if key in MESSAGE_FORMAT_BROKER:
-            config.removed_keys.append((key, "--broker-config"))
+            config.removed_keys.append((key, source))
         elif key not in shadowed:
-            config.add_broker(key, raw, "--broker-config")
+            config.add_broker(key, raw, source)
+
+
+def kafka_text(value: object) -> str:
+    """A Python value as Kafka's configs write one: ``compact,delete``, ``0.5``."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
 
 
 def add_broker_arg(config: Config, arg: str) -> None:
@@ -377,9 +388,14 @@ def build(
     kafka_version_source: str = "--kafka-version",
     log_dirs: Iterable[str] = (),
     gzip_os: int | None = None,
+    broker_values: Mapping[str, object] | None = None,
+    topic_values: Mapping[str, Mapping[str, object]] | None = None,
 ) -> Config:
     """A configuration from every source, weakest first. ``metadata``: (broker defaults, topics,
     source[, (log dir, metadata.version level, where)]) per log dir (``logdir.kraft.metadata_sources``);
+    ``topic_args``, ``broker_args``: the command line's text; ``broker_values``
+    (``{"log.cleaner.min.cleanable.ratio": 0.3}``), ``topic_values`` (by topic name or glob): the
+    API's values, each taken as it is (``kafka_text``), named ``broker_config=``/``topic_config=``;
     ``kafka_version``: the release named by an option (``kafka_version_source`` says which); each of
     ``log_dirs`` is checked against the release chosen for it (``Config.check``)."""
     if gzip_os not in (None, 0, 255):
@@ -392,8 +408,13 @@ def build(
     for path in files:
         add_properties_file(config, path)
     add_broker_args(config, broker_args)
+    _add_broker_pairs(config, [(key, kafka_text(value)) for key, value in (broker_values or {}).items()],
+                      "broker_config=")
     for arg in topic_args:
         add_topic_arg(config, arg)
+    for pattern, values in (topic_values or {}).items():
+        for key, value in values.items():
+            config.add_topic(pattern, key, kafka_text(value), "topic_config=")
     if kafka_version is not None:
         sep = "" if kafka_version_source.endswith("=") else " "
         config.name_release(kafka_version, "option", f"{kafka_version_source}{sep}{kafka_version}")

@@ -105,48 +105,31 @@ def configuration(log_dirs: Sequence[str], *, config: Config | None = None, conf
             raise errors.UsageError("give config, or config_files/topic_config/broker_config/kafka_version/gzip_os, "
                                     "not both")
         return config
-    return resolved(
-        log_dirs, files=config_files,
-        topic_args=[f"{topic}:{_assignments(values)}" for topic, values in (topic_config or {}).items() if values],
-        broker_args=[_assignments(broker_config)] if broker_config else [],
-        kafka_version=kafka_version, kafka_version_source="kafka_version=", gzip_os=gzip_os,
-        allow_unknown_topics=allow_unknown_topics,
-    )
+    return resolved(log_dirs, files=config_files, topic_values=topic_config, broker_values=broker_config,
+                    kafka_version=kafka_version, kafka_version_source="kafka_version=", gzip_os=gzip_os,
+                    allow_unknown_topics=allow_unknown_topics)
 
 
 def resolved(log_dirs: Sequence[str], *, files: Sequence[str] = (), topic_args: Sequence[str] = (),
-             broker_args: Sequence[str] = (), kafka_version: str | None = None,
+             broker_args: Sequence[str] = (), topic_values: TopicConfig | None = None,
+             broker_values: BrokerConfig | None = None, kafka_version: str | None = None,
              kafka_version_source: str = "--kafka-version", gzip_os: int | None = None,
              allow_unknown_topics: bool = False) -> Config:
     """The one place a configuration is built from its sources (the command line's options as
-    text, or ``configuration``'s, made text): the log dirs' KRaft metadata first, then
+    text, ``configuration``'s as values): the log dirs' KRaft metadata first, then
     ``conf.resolve.build``, then the check of the topics it names against those the log dirs hold."""
     from kcompact.conf import resolve
     from kcompact.logdir import kraft
     from kcompact.logdir.listing import held_partitions
 
     built = resolve.build(
-        files=list(files), topic_args=list(topic_args), broker_args=list(broker_args),
-        metadata=kraft.metadata_sources(list(log_dirs)), kafka_version=kafka_version,
+        files=list(files), topic_args=list(topic_args), broker_args=list(broker_args), topic_values=topic_values,
+        broker_values=broker_values, metadata=kraft.metadata_sources(list(log_dirs)), kafka_version=kafka_version,
         kafka_version_source=kafka_version_source, log_dirs=list(log_dirs), gzip_os=gzip_os,
     )
     if not allow_unknown_topics:
         resolve.check_topics(built, lambda: {topic for path in log_dirs for topic, _ in held_partitions(path)})
     return built
-
-
-def _assignments(values: Mapping[str, object]) -> str:
-    """``{"a": 1, "cleanup.policy": ["compact", "delete"]}`` as kafka-configs writes it:
-    ``a=1,cleanup.policy=[compact,delete]``."""
-    def text(value: object) -> str:
-        if isinstance(value, bool):
-            return str(value).lower()
-        if isinstance(value, (list, tuple)):
-            return f"[{','.join(map(str, value))}]"
-        value = str(value)
-        return f"[{value}]" if "," in value and not value.startswith("[") else value
-
-    return ",".join(f"{key}={text(value)}" for key, value in values.items())
 
 
 def _conditional_writes(log_dirs: Sequence[str], dry_run: bool = False) -> None:

@@ -12,7 +12,6 @@ Nothing is written.
 
 from __future__ import annotations
 
-import json
 import posixpath
 import time
 from collections.abc import Iterator, Sequence
@@ -21,13 +20,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from kcompact import storage
-from kcompact.conf import releases, resolve
+from kcompact.conf import releases
 from kcompact.conf.policy import is_compacted, is_deleted
 from kcompact.conf.resolve import Config, TopicConfig
 from kcompact.contracts.plan_row import PlanRow, RetentionDelete, Segment
 from kcompact.errors import FormatError
 from kcompact.errors.failure import Failure
-from kcompact.logdir import broker_load, kraft
+from kcompact.logdir import broker_load
 from kcompact.logdir.listing import (
     META_PROPERTIES,
     METADATA_TOPIC,
@@ -58,8 +57,8 @@ class Task:
     path: str
     checkpoint: int | None
     log_start_checkpoint: int | None
-    state: str  # JSON of CleaningState fields
-    config: str  # JSON of {"values": ..., "sources": ...}
+    state: states.CleaningState
+    config: TopicConfig | None  # None: a dir that is no partition (``problem`` says so)
     problem: str | None
     # on an object store, the partition dir's files and its commit record generations as the log dir
     # was listed on the driver (``logdir.listing.Listing``): a task then lists nothing
@@ -91,7 +90,7 @@ def tasks_for(log_dir: str, config: Config) -> list[Task]:
         watermarks, hw_problem, _ = _checkpoint(hw_file)
         root_problem = root_problem or hw_problem
     cleaning = _states(by_name)
-    configs: dict[str, str] = {}
+    configs: dict[str, TopicConfig] = {}
     out = []
     for sub in sorted(dirs):
         name = posixpath.basename(sub.rstrip("/"))
@@ -100,14 +99,14 @@ def tasks_for(log_dir: str, config: Config) -> list[Task]:
         parsed = parse_partition_dir(name)
         if parsed is None:
             if not broker_load.ignores_dir(name):
-                out.append(Task(None, None, log_dir, sub, None, None, "{}", "{}", f"{sub}: {broker_load.FOREIGN_DIR}",
-                                **release))
+                out.append(Task(None, None, log_dir, sub, None, None, states.CleaningState(), None,
+                                f"{sub}: {broker_load.FOREIGN_DIR}", **release))
             continue
         topic, number = parsed
         if topic == METADATA_TOPIC:
             continue
         if topic not in configs:
-            configs[topic] = _config_json(config.for_topic(topic))
+            configs[topic] = config.for_topic(topic)
         state = cleaning.get((topic, number), states.CleaningState())
         listed = {} if listing.files is None else {
             "files": tuple(listing.files.get(sub.rstrip("/"), ())),
@@ -122,7 +121,7 @@ def tasks_for(log_dir: str, config: Config) -> list[Task]:
             )
         )
         out.append(Task(topic, number, log_dir, sub, cleaner.get((topic, number)), log_start.get((topic, number)),
-                        json.dumps({k: getattr(state, k) for k in state.__slots__}), configs[topic], root_problem,
+                        state, configs[topic], root_problem,
                         **listed, **release, high_watermark=hw, high_watermark_problem=no_hw,
                         root_note=log_start_note))
     return out
@@ -153,11 +152,6 @@ def _states(by_name: dict[str, str]) -> dict[tuple[str, int], states.CleaningSta
     return out
 
 
-def _config_json(tc: TopicConfig) -> str:
-    return json.dumps({"values": {k: list(v) if isinstance(v, tuple) else v for k, v in tc.values.items()},
-                       "strings": tc.as_strings(), "sources": dict(tc.sources)})
-
-
 # -- executors: one partition at a time ----------------------------------------------------------
 def plan_task(task: Task, now: int, retention_only: bool = False) -> PlanRow:
     """One plan row (before ranking): facts, Kafka's decision, and why it would be skipped.
@@ -167,14 +161,14 @@ def plan_task(task: Task, now: int, retention_only: bool = False) -> PlanRow:
 
 def _columns(task: Task, now: int, retention_only: bool) -> dict:
     """The plan row's columns by name (``PlanRow.of`` refuses a name it does not have)."""
-    cfg = json.loads(task.config)
-    values = cfg.get("values", {})
-    state = states.CleaningState(**json.loads(task.state)) if task.state != "{}" else states.CleaningState()
+    values = task.config.values if task.config is not None else {}
+    state = task.state
     columns = {
         "topic": task.topic, "partition": task.partition, "log_dir": task.log_dir, "path": task.path,
         "cleanup_policy": ",".join(values.get("cleanup.policy", [])) or None, "state": state.state,
         "checkpoint_offset": task.checkpoint, "min_cleanable_ratio": values.get("min.cleanable.dirty.ratio"),
-        "config": cfg.get("strings"), "config_sources": cfg.get("sources"),
+        "config": task.config and task.config.as_strings(),
+        "config_sources": task.config and dict(task.config.sources),
         "selected": False, "rank": None, "segments": [], "problems": [],
         "retention_deletes": [], "retention_bytes_deleted": 0,
         "kafka_version": task.kafka_version, "kafka_version_source": task.kafka_version_source,
@@ -292,25 +286,17 @@ def _skip_before_rules(facts: scan.PartitionFacts, compact: bool,
 
 
 # -- the whole plan ------------------------------------------------------------------------------
-def build_config(paths: Sequence[str], config: Config | None) -> Config:
-    """The given configuration, or one from the log dirs' KRaft metadata and Kafka's defaults."""
-    if config is not None:
-        return config
-    return resolve.build(metadata=kraft.metadata_sources(list(paths)), log_dirs=list(paths))
-
-
-def plan(spark, paths: Sequence[str], conf: Config | None = None, now: int | None = None,
+def plan(spark, paths: Sequence[str], conf: Config, now: int | None = None,
          top: int | None = None, max_bytes: int | None = None, retention_only: bool = False) -> Plan:
     """Kafka's cleaning decision for every partition under ``paths``, ranked, on the driver.
     ``retention_only``: only the retention columns (no batch replay, nothing selected)."""
     now = int(time.time() * 1000) if now is None else now
-    config = build_config(paths, conf)
-    tasks = [t for path in paths for t in tasks_for(path, config)]
+    tasks = [t for path in paths for t in tasks_for(path, conf)]
     if tasks:
         kinds.name_jobs(spark, "kcompact-retention-plan" if retention_only else "kcompact-plan",
                         f"{'retention' if retention_only else 'cleaning'} plan of {len(tasks)} partitions")
     # with no partition too: the empty table then has Spark's Arrow shape, as every plan's table has
-    return Plan(ranked(gzip_os.apply(_planned(spark, tasks, now, retention_only), config.gzip_os), top, max_bytes))
+    return Plan(ranked(gzip_os.apply(_planned(spark, tasks, now, retention_only), conf.gzip_os), top, max_bytes))
 
 
 def _planned(spark, tasks: list[Task], now: int, retention_only: bool) -> pa.Table:

@@ -82,9 +82,9 @@ def test_configuration_by_kafkas_names(spark, generated):
                          broker_config={"log.cleaner.min.cleanable.ratio": 0.5}).table.to_pylist()
     orders = [r for r in rows if r["topic"] == "orders"]  # a ratio is at most 1, and must exceed the minimum
     assert orders and not any(r["selected"] for r in orders)
-    assert all(dict(r["config_sources"])["min.cleanable.dirty.ratio"] == "--topic-config topic[orders]" for r in orders)
+    assert all(dict(r["config_sources"])["min.cleanable.dirty.ratio"] == "topic_config= topic[orders]" for r in orders)
     users = [r for r in rows if r["topic"] == "users"]
-    assert all(dict(r["config_sources"])["min.cleanable.dirty.ratio"] == "--broker-config" for r in users)
+    assert all(dict(r["config_sources"])["min.cleanable.dirty.ratio"] == "broker_config=" for r in users)
     assert {(r["topic"], r["partition"]) for r in rows if r["selected"]} == {tp for tp in model.cleaned
                                                                               if tp[0] != "orders"}
     with pytest.raises(ValueError, match="not both"):

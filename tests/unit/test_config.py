@@ -165,6 +165,29 @@ def test_unbracketed_list_on_the_command_line_is_an_error():
         build(topic_args=["orders:cleanup.policy=compact,delete"])
 
 
+def test_the_apis_values_are_taken_as_they_are_and_named_as_given():
+    # values, not kafka-configs text: a list, numbers; the source names the API's parameter
+    config = build(topic_values={"orders": {"cleanup.policy": ["delete", "compact"], "min.cleanable.dirty.ratio": 0.75},
+                                 "o*": {"retention.ms": 10}},
+                   broker_values={"log.cleaner.min.compaction.lag.ms": 5, "log.retention.hours": 1,
+                                  "log.retention.minutes": 2})
+    tc = config.for_topic("orders")
+    assert (tc["cleanup.policy"], tc["min.cleanable.dirty.ratio"], tc["retention.ms"]) == (("compact", "delete"), 0.75, 10)
+    assert tc.sources["min.cleanable.dirty.ratio"] == "topic_config= topic[orders]"
+    assert tc.sources["retention.ms"] == "topic_config= topic[o*]"
+    others = config.for_topic("users")
+    assert (others["min.compaction.lag.ms"], others.sources["min.compaction.lag.ms"]) == (5, "broker_config=")
+    assert others["retention.ms"] == 120_000  # one source: minutes beat hours, as on the command line
+
+
+def test_a_value_of_the_api_is_one_value_whatever_its_characters():
+    # text made of the values would split at the comma and read a second key=value
+    with pytest.raises(ConfigError, match=r"topic_config=.*cleanup\.policy"):
+        build(topic_values={"orders": {"cleanup.policy": "compact,retention.ms=1"}})
+    with pytest.raises(ConfigError, match=r"topic_config=: unknown topic-level key 'retention\.hours'"):
+        build(topic_values={"orders": {"retention.hours": 1}})
+
+
 @pytest.mark.parametrize("raw", ["compact,remove", "none"])  # an empty list is Kafka's too (test_empty_cleanup_policy)
 def test_bad_policies(raw):
     with pytest.raises(ConfigError, match=r"cleanup\.policy"):
