@@ -109,26 +109,17 @@ def _session(args: argparse.Namespace):
     return session(f"kcompact {args.command}", sizing)
 
 
-@contextlib.contextmanager
-def _log_dirs_held(paths: list[str], dry_run: bool = False) -> Iterator[tuple[list[str], dict[str, str]]]:
-    """Hold the broker ``.lock`` of every log dir for the whole command: (the free dirs, the dirs in
-    use, which are left alone, each with its message)."""
-    from kcompact import storage
-    free, busy = [], {}
-    with contextlib.ExitStack() as stack:
-        for path in paths:
-            try:
-                stack.enter_context(storage.LogDirLock(path, create=not dry_run))
-                free.append(path)
-            except errors.LogDirBusy as exc:
-                busy[path] = str(exc)
-                _warn(str(exc))
-        yield free, busy
+def _left_alone(paths: list[str], busy: dict[str, str]) -> list[str]:
+    """The log dirs in use the API left alone (``leave_busy``), each warned about; the others, which
+    it worked on."""
+    for why in busy.values():
+        _warn(why)
+    return [path for path in paths if path not in busy]
 
 
 def _idle(free: list[str], args: argparse.Namespace) -> bool:
-    """Every log dir in use and no report asked: nothing to do. With ``--report`` the command goes on
-    over no log dir, so that the report's outcome names each one it left alone."""
+    """Every log dir in use and no report asked: nothing was done, nothing to say. With ``--report``
+    the report is written, so that its outcome names each log dir left alone."""
     return not free and not args.report
 
 
@@ -145,8 +136,8 @@ def _not_worked_on(step: str, busy: dict[str, str], empty: list[str]) -> list[di
 
 @contextlib.contextmanager
 def _removing():
-    """The files a compaction's commits renamed to ``.deleted``, removed while the command writes
-    its report; waited for before the log dirs' locks go (leave this context first)."""
+    """The files a compaction's commits renamed to ``.deleted``, removed on a thread (the API waits
+    for it before it lets the log dirs' locks go); what could not be removed, warned about."""
     from kcompact.operations.deleted import Removal
 
     removal = Removal()
@@ -168,21 +159,19 @@ def _recover(args: argparse.Namespace) -> int:
     from kcompact.compaction.reports.outcome import outcome, recovery_undone
     from kcompact.logdir.listing import held_partitions
 
-    say = _say(args)
-    with _log_dirs_held(args.paths) as (free, busy):
-        report = None
-        if not _idle(free, args):
-            report = kcompact.recover(free, torn_tails=True, progress=say)
-            print(report.text())
-        empty = [path for path in free if not held_partitions(path)]
-        for path in empty:
-            _warn(f"{path}: no partitions in this log dir: nothing to do")
-        failed = len(busy) + (report.failed if report else 0)
-        code = _exit_status(failed, len(args.paths) + (len(report.partitions) if report else 0), incomplete=len(empty))
-        if report is not None and args.report:
-            undone = recovery_undone(report, free)
-            _write_report(args, {"outcome": outcome(code, undone, log_dirs=_not_worked_on("recovery", busy, empty)),
-                                 **report.to_json()})
+    report = kcompact.recover(args.paths, torn_tails=True, progress=_say(args))  # a log dir in use: skipped
+    free = _left_alone(args.paths, {path: why for path, why in report.skipped.items() if path in args.paths})
+    if _idle(free, args):
+        return EXIT_FAILED
+    print(report.text())
+    empty = [path for path in free if not held_partitions(path)]
+    for path in empty:
+        _warn(f"{path}: no partitions in this log dir: nothing to do")
+    code = _exit_status(report.failed, len(args.paths) + len(report.partitions), incomplete=len(empty))
+    if args.report:
+        undone = recovery_undone(report, args.paths)  # the log dirs skipped: not worked on
+        _write_report(args, {"outcome": outcome(code, undone, log_dirs=_not_worked_on("recovery", {}, empty)),
+                             **report.to_json()})
     return code
 
 
@@ -266,15 +255,14 @@ def _compact(args: argparse.Namespace) -> int:
     config = None if args.plan else _config(args, paths)
     spark = _session(args)
     ready = time.monotonic()
-    with _log_dirs_held(paths, args.dry_run) as (free, busy), _removing() as removal:
+    with _removing() as removal:
+        report, plan = kcompact.compact(spark, paths, plan=plan, now=now, dry_run=args.dry_run,
+                                        max_partitions=args.max_partitions, lease_ms=args.lease_ms, config=config,
+                                        leave_busy=True, progress=say, summary=_summary, ready=ready, removal=removal,
+                                        watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
+        busy, free = report.busy, _left_alone(paths, report.busy)
         if _idle(free, args):
             return EXIT_FAILED
-        if plan is not None:
-            plan = plan.within(free)
-        report, plan = kcompact.compact(spark, free, plan=plan, now=now, dry_run=args.dry_run,
-                                        max_partitions=args.max_partitions, lease_ms=args.lease_ms, config=config,
-                                        progress=say, summary=_summary, ready=ready, removal=removal,
-                                        watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
         empty = _empty(free, plan)
         print(report.text(each=not args.quiet))
         totals = report.totals()
@@ -341,21 +329,21 @@ def _retain(args: argparse.Namespace) -> int:
     say = _say(args)
     config = _config(args, args.paths)  # a bad setting ends here, before Spark starts
     spark = _session(args)
-    with _log_dirs_held(args.paths, args.dry_run) as (free, busy):
-        if _idle(free, args):
-            return EXIT_FAILED
-        with _ticker(spark, say, "retention"):
-            report, plan = kcompact.retain(spark, free, config=config, now=args.now, dry_run=args.dry_run,
-                                           progress=say, summary=_summary)
-        empty = _empty(free, plan)
-        print(report.text())
-        code = _exit_status(report.totals()["failed"] + len(busy), report.attempted + len(busy),
-                            incomplete=len(report.blocked) + len(empty))
-        if args.report:
-            from kcompact.compaction.reports.outcome import outcome, retention_undone
+    with _ticker(spark, say, "retention"):
+        report, plan = kcompact.retain(spark, args.paths, config=config, now=args.now, dry_run=args.dry_run,
+                                       leave_busy=True, progress=say, summary=_summary)
+    busy, free = report.busy, _left_alone(args.paths, report.busy)
+    if _idle(free, args):
+        return EXIT_FAILED
+    empty = _empty(free, plan)
+    print(report.text())
+    code = _exit_status(report.totals()["failed"] + len(busy), report.attempted + len(busy),
+                        incomplete=len(report.blocked) + len(empty))
+    if args.report:
+        from kcompact.compaction.reports.outcome import outcome, retention_undone
 
-            found = outcome(code, retention_undone(report), log_dirs=_not_worked_on("retention", busy, empty))
-            _write_report(args, {"outcome": found, **report.to_json()}, spark=spark)
+        found = outcome(code, retention_undone(report), log_dirs=_not_worked_on("retention", busy, empty))
+        _write_report(args, {"outcome": found, **report.to_json()}, spark=spark)
     return code
 
 
@@ -364,12 +352,14 @@ def _run(args: argparse.Namespace) -> int:
     say = _say(args)
     config = _config(args, args.paths)
     spark = _session(args)
-    with _log_dirs_held(args.paths, args.dry_run) as (free, busy), _removing() as removal:
+    with _removing() as removal:
+        result = kcompact.run(spark, args.paths, config=config, now=args.now, dry_run=args.dry_run,
+                              lease_ms=args.lease_ms, max_partitions=args.max_partitions, leave_busy=True, progress=say,
+                              summary=_summary, removal=removal,
+                              watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
+        busy, free = result.busy, _left_alone(args.paths, result.busy)
         if _idle(free, args):
             return EXIT_FAILED
-        result = kcompact.run(spark, free, config=config, now=args.now, dry_run=args.dry_run, lease_ms=args.lease_ms,
-                              max_partitions=args.max_partitions, progress=say, summary=_summary, removal=removal,
-                              watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
         empty = _empty(free, result.plan)
         print(result.text(each=not args.quiet))
         code = _exit_status(result.failed + len(busy), result.attempted + len(busy),

@@ -27,7 +27,11 @@ reproduce, as ``--kafka-version``). Log dirs are local paths or ``s3://`` URLs; 
 (default ``print``) receives the progress lines. On an ``s3://`` log dir, ``compact``, ``retain``,
 ``run`` and ``recover`` (not a dry run) first ask whether the store honours conditional writes, and
 raise ``kcompact.errors.NoConditionalWrites`` before writing anything when it does not
-(docs/deployment.md, "S3-compatible stores"). Importing this package imports no Spark.
+(docs/deployment.md, "S3-compatible stores"). ``compact``, ``retain`` and ``run`` hold every log
+dir's ``.lock`` while they work and raise ``kcompact.errors.LogDirBusy`` when another process (a
+broker, another job) holds one, or, given ``leave_busy=True``, leave that log dir alone and name
+it with its holder in the report's ``busy`` (``recover`` skips it: ``RecoveryReport.skipped``).
+Importing this package imports no Spark.
 
 The layers (``kcompact.readers``, ``kcompact.compaction``...) are subpackages of this one, so the
 functions are imported on first use: a Spark worker that needs only the byte format does not load

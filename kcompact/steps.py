@@ -1,8 +1,10 @@
 """The steps of a night and the one compaction: what ``kcompact``'s functions do.
 
 The command line (``jobs.cli``), the spark-submit entry points and notebooks call these; nothing
-here imports ``jobs``. Each step holds the broker ``.lock`` of every log dir it works on
-(re-entrant: the command line holds them already); none imports Spark before it runs.
+here imports ``jobs``. The function that opens a command (``compact``, ``retain``, ``run``,
+``recover``) takes the broker ``.lock`` of every log dir once, for the whole command
+(``storage.held_locks``), and hands the log dirs it holds to the layers below, which take none;
+none imports Spark before it runs.
 
 The nightly ``run``, in this order, on one Spark session and one clock (``now``):
 0. recovery: swaps an earlier run left unfinished are completed or undone, as a broker would
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from kcompact.operations.recover import RecoveryReport
     from kcompact.operations.retention import RetentionReport
     from kcompact.planner.plan import Plan
+    from kcompact.storage import HeldLogDirs
 
 Say = Callable[[str], None]
 TopicConfig = Mapping[str, Mapping[str, object]]  # topic name or glob -> {topic-level key: value}
@@ -56,6 +59,7 @@ class NightlyReport:
     compaction: Report
     plan: Plan  # the compaction plan, as retention left the log dirs
     run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
+    busy: dict[str, str] = field(default_factory=dict)  # log dir -> who holds its .lock: left alone (leave_busy)
 
     @property
     def failed(self) -> int:
@@ -142,15 +146,35 @@ def _conditional_writes(log_dirs: Sequence[str], dry_run: bool = False) -> None:
         probe.require(log_dirs)
 
 
-@contextlib.contextmanager
-def _held(log_dirs: Sequence[str], dry_run: bool) -> Iterator[None]:
-    """Every log dir's broker ``.lock`` (``errors.LogDirBusy`` when another process holds one);
-    a dry run creates no ``.lock``."""
+def _held(log_dirs: Sequence[str], dry_run: bool, leave_busy: bool) -> contextlib.AbstractContextManager[HeldLogDirs]:
+    """Every log dir's broker ``.lock``, taken once for the command (``errors.LogDirBusy`` when
+    another process holds one, or with ``leave_busy`` that log dir left alone and named); a dry
+    run creates no ``.lock``."""
     from kcompact import storage
-    with contextlib.ExitStack() as held:
-        for path in log_dirs:
-            held.enter_context(storage.LogDirLock(path, create=not dry_run))
+
+    return storage.held_locks(log_dirs, create=not dry_run, leave_busy=leave_busy)
+
+
+@contextlib.contextmanager
+def _waited(removal: Removal | None) -> Iterator[None]:
+    """The replaced files' removal ended, however the command ends, before its locks go."""
+    try:
         yield
+    finally:
+        if removal is not None:
+            removal.wait()
+
+
+def _nothing_compacted(now: int, dry_run: bool) -> tuple[Report, Plan]:
+    """The report and plan of a compaction that found every log dir in use: nothing planned, no
+    Spark job run."""
+    from kcompact.compaction.reports.report import Report
+    from kcompact.contracts.plan_row import PlanRow
+    from kcompact.planner.plan import Plan
+
+    report = Report(now=now, dry_run=dry_run)
+    report.observe_plan([])
+    return report, Plan(PlanRow.schema().empty_table())
 
 
 @contextlib.contextmanager
@@ -232,6 +256,7 @@ def compact(
     broker_config: BrokerConfig | None = None,
     kafka_version: str | None = None,
     recover_first: bool = True,
+    leave_busy: bool = False,
     progress: Say = print,
     summary: Say | None = None,
     ready: float | None = None,
@@ -243,18 +268,15 @@ def compact(
     last-run stamp is read before and written after (when it began choosing: what Kafka's
     time-since-last-run-ms measures; a dry run writes nothing). ``recover_first``: interrupted
     swaps of an earlier run finished or undone first (not on a dry run), its summary on
-    ``summary`` (default ``progress``) when it repaired something. ``ready``:
+    ``summary`` (default ``progress``) when it repaired something. ``leave_busy``: a log dir
+    another process locks (a broker, another job) is left alone, the others cleaned, and named
+    with its holder in the report's ``busy``; by default ``errors.LogDirBusy`` is raised. ``ready``:
     ``time.monotonic()`` when the session was ready (default: now), so the report's stages start
     there. ``watch(what, total_bytes)``: a context around planning and around cleaning (the
-    command line's progress ticker). ``removal``: an ``operations.deleted.Removal`` the caller
-    waits on before it lets the log dirs' locks go (else the replaced files are removed before
-    this returns). Returns the report and the plan it followed."""
-    from kcompact.compaction.pipeline import job
-    from kcompact.compaction.pipeline.leases import LeaseKeeper
-    from kcompact.operations import last_run
-    from kcompact.planner.build import plan as build_plan
-    from kcompact.planner.output import selected_bytes
-
+    command line's progress ticker). ``removal``: an ``operations.deleted.Removal`` that removes the
+    replaced files while the last-run stamps are written, ended before the locks go; what it could
+    not remove is the caller's to say (``wait``; without one, said on ``progress``). Returns the
+    report and the plan it followed."""
     ready = time.monotonic() if ready is None else ready
     if plan is not None and (config is not None or config_files or topic_config or broker_config or kafka_version):
         raise errors.UsageError("a plan carries its configuration: give plan or a configuration, not both")
@@ -266,7 +288,34 @@ def compact(
     now = wall_ms() if now is None else now
     _conditional_writes(log_dirs, dry_run)
     _worker_python(spark)
-    with _held(log_dirs, dry_run), _step(spark, "compact"):
+    with _held(log_dirs, dry_run, leave_busy) as held, _waited(removal):
+        if held.busy and not held.free:
+            report, plan = _nothing_compacted(now, dry_run)
+        else:
+            report, plan = _compact(
+                spark, held.free, plan=plan.within(held.free) if plan is not None and held.busy else plan, now=now,
+                dry_run=dry_run, max_partitions=max_partitions, lease_ms=lease_ms, config=config,
+                config_files=config_files, topic_config=topic_config, broker_config=broker_config,
+                kafka_version=kafka_version, recover_first=recover_first, progress=progress, summary=summary,
+                ready=ready, watch=watch, removal=removal)
+    report.busy = held.busy
+    return report, plan
+
+
+def _compact(spark: SparkSession, log_dirs: list[str], *, plan: Plan | None, now: int, dry_run: bool,
+             max_partitions: int | None, lease_ms: int, config: Config | None, config_files: Sequence[str] = (),
+             topic_config: TopicConfig | None = None, broker_config: BrokerConfig | None = None,
+             kafka_version: str | None = None, recover_first: bool, progress: Say, summary: Say | None,
+             ready: float, watch: Callable[..., contextlib.AbstractContextManager],
+             removal: Removal | None) -> tuple[Report, Plan]:
+    """``compact``'s work on the log dirs whose locks its caller holds."""
+    from kcompact.compaction.pipeline import job
+    from kcompact.compaction.pipeline.leases import LeaseKeeper
+    from kcompact.operations import last_run
+    from kcompact.planner.build import plan as build_plan
+    from kcompact.planner.output import selected_bytes
+
+    with _step(spark, "compact"):
         if recover_first and not dry_run:
             _recovered(log_dirs, progress, summary or progress)
         previous = {path: last_run.read(path) for path in log_dirs}
@@ -292,19 +341,39 @@ def compact(
 def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, dry_run: bool = False,
            config: Config | None = None, config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
            broker_config: BrokerConfig | None = None, kafka_version: str | None = None, recover_first: bool = True,
-           progress: Say = print, summary: Say | None = None) -> tuple[RetentionReport, Plan]:
+           leave_busy: bool = False, progress: Say = print, summary: Say | None = None) -> tuple[RetentionReport, Plan]:
     """Plan retention for every partition of ``log_dirs`` (on Spark), then delete each partition's
-    due prefix and move the checkpoints (driver), as Kafka's retention would. ``recover_first``: as
-    ``compact``'s. Returns the report and the plan it followed."""
-    from kcompact.operations.retention import execute
-    from kcompact.planner.build import plan as build_plan
+    due prefix and move the checkpoints (driver), as Kafka's retention would. ``recover_first``,
+    ``leave_busy``: as ``compact``'s (a log dir left alone in the report's ``busy``). Returns the
+    report and the plan it followed."""
+    from kcompact.operations.retention import RetentionReport
 
-    started = time.monotonic()
     now = wall_ms() if now is None else now
     log_dirs = list(log_dirs)
     _conditional_writes(log_dirs, dry_run)
     _worker_python(spark)
-    with _held(log_dirs, dry_run), _step(spark, "retain"):
+    with _held(log_dirs, dry_run, leave_busy) as held:
+        if held.busy and not held.free:
+            report, plan = RetentionReport(now, dry_run), _nothing_compacted(now, dry_run)[1]
+        else:
+            report, plan = _retain(spark, held.free, now=now, dry_run=dry_run, config=config,
+                                   config_files=config_files, topic_config=topic_config, broker_config=broker_config,
+                                   kafka_version=kafka_version, recover_first=recover_first, progress=progress,
+                                   summary=summary)
+    report.busy = held.busy
+    return report, plan
+
+
+def _retain(spark: SparkSession, log_dirs: list[str], *, now: int, dry_run: bool, config: Config | None,
+            config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
+            broker_config: BrokerConfig | None = None, kafka_version: str | None = None, recover_first: bool,
+            progress: Say, summary: Say | None) -> tuple[RetentionReport, Plan]:
+    """``retain``'s work on the log dirs whose locks its caller holds."""
+    from kcompact.operations.retention import execute
+    from kcompact.planner.build import plan as build_plan
+
+    started = time.monotonic()
+    with _step(spark, "retain"):
         if recover_first and not dry_run:
             _recovered(log_dirs, progress, summary or progress)
         conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
@@ -319,13 +388,14 @@ def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = No
 def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, dry_run: bool = False,
         max_partitions: int | None = None, lease_ms: int = LEASE_MS, config: Config | None = None,
         config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
-        broker_config: BrokerConfig | None = None, kafka_version: str | None = None, progress: Say = print,
-        summary: Say | None = None, removal: Removal | None = None,
+        broker_config: BrokerConfig | None = None, kafka_version: str | None = None, leave_busy: bool = False,
+        progress: Say = print, summary: Say | None = None, removal: Removal | None = None,
         watch: Callable[..., contextlib.AbstractContextManager] = lambda *_: contextlib.nullcontext()
         ) -> NightlyReport:
     """The nightly job: recovery (not on a dry run), retention, a fresh plan, compaction, on one
     configuration and one clock, holding every log dir's ``.lock`` throughout. Each step's summary
-    goes to ``summary`` (default ``progress``) as it ends. ``removal``: as ``compact``'s;
+    goes to ``summary`` (default ``progress``) as it ends. ``leave_busy``: as ``compact``'s (a log
+    dir left alone in the report's ``busy``). ``removal``: as ``compact``'s;
     ``watch(what, total_bytes)``: a context around retention and around each of compaction's
     Spark steps (``compact``'s), so progress names the step under way."""
     now = wall_ms() if now is None else now
@@ -340,33 +410,55 @@ def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None,
         kafka_version=kafka_version,
     )  # one configuration and one clock for every step
     _conditional_writes(log_dirs, dry_run)
-    with _held(log_dirs, dry_run), _step(spark, "run"):
-        recovery = None  # 0. recovery, before anything reads the log dirs
-        if not dry_run:
-            recovery = recover(log_dirs, torn_tails=False, progress=progress)
-            summary(recovery.text())
-        # 1. retention
-        with watch("retention"):
-            retention, _ = retain(spark, log_dirs, config=conf, now=now, dry_run=dry_run, recover_first=False,
-                                  progress=progress)
-        summary(retention.text())
-        # 2. plan, on the log as retention left it; 3. compaction
-        progress("compaction: planning")
-        compaction, plan = compact(spark, log_dirs, now=now, dry_run=dry_run, max_partitions=max_partitions,
-                                   lease_ms=lease_ms, config=conf, recover_first=False, progress=progress,
-                                   ready=time.monotonic(), removal=removal, watch=watch)
+    with _held(log_dirs, dry_run, leave_busy) as held, _waited(removal), _step(spark, "run"):
+        if held.busy and not held.free:
+            from kcompact.operations.recover import RecoveryReport
+            from kcompact.operations.retention import RetentionReport
+
+            night = NightlyReport(now, dry_run, None if dry_run else RecoveryReport(), RetentionReport(now, dry_run),
+                                  *_nothing_compacted(now, dry_run))
+        else:
+            night = _night(spark, held.free, conf, now=now, dry_run=dry_run, max_partitions=max_partitions,
+                           lease_ms=lease_ms, progress=progress, summary=summary, removal=removal, watch=watch)
+    night.busy = held.busy
+    return night
+
+
+def _night(spark: SparkSession, log_dirs: list[str], conf: Config, *, now: int, dry_run: bool,
+           max_partitions: int | None, lease_ms: int, progress: Say, summary: Say, removal: Removal | None,
+           watch: Callable[..., contextlib.AbstractContextManager]) -> NightlyReport:
+    """``run``'s steps on the log dirs whose locks its caller holds."""
+    from kcompact.operations.recover import recover_log_dirs
+
+    recovery = None  # 0. recovery, before anything reads the log dirs
+    if not dry_run:
+        recovery = recover_log_dirs(log_dirs, progress=progress, torn_tails=False)
+        summary(recovery.text())
+    # 1. retention
+    with watch("retention"):
+        retention, _ = _retain(spark, log_dirs, config=conf, now=now, dry_run=dry_run, recover_first=False,
+                               progress=progress, summary=None)
+    summary(retention.text())
+    # 2. plan, on the log as retention left it; 3. compaction
+    progress("compaction: planning")
+    compaction, plan = _compact(spark, log_dirs, plan=None, now=now, dry_run=dry_run, max_partitions=max_partitions,
+                                lease_ms=lease_ms, config=conf, recover_first=False, progress=progress, summary=None,
+                                ready=time.monotonic(), removal=removal, watch=watch)
     return NightlyReport(now, dry_run, recovery, retention, compaction, plan)
 
 
 def recover(log_dirs: Sequence[str], *, torn_tails: bool = True, progress: Say = print) -> RecoveryReport:
     """What a broker does on load after a crash, on every partition no live job holds: interrupted
     swaps finished or undone, and (``torn_tails``) torn tails of active segments truncated and
-    broken indexes rebuilt. A log dir another process locks is skipped, the holder named.
-    Needs no Spark."""
+    broken indexes rebuilt. A log dir another process locks is skipped (``skipped``), the holder
+    named. Needs no Spark."""
     from kcompact.operations.recover import recover_log_dirs
 
     _conditional_writes(log_dirs)
-    return recover_log_dirs(list(log_dirs), progress=progress, torn_tails=torn_tails)
+    with _held(log_dirs, dry_run=False, leave_busy=True) as held:
+        report = recover_log_dirs(held.free, progress=progress, torn_tails=torn_tails)
+    report.skipped = held.busy | report.skipped
+    return report
 
 
 def register_data_source(spark: SparkSession) -> None:

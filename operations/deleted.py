@@ -4,8 +4,8 @@ A ``.deleted`` file is garbage from the moment it is renamed: no reader takes it
 a broker deletes it on its scheduler (``file.delete.delay.ms`` later) or when it loads the log,
 and ``kcompact recover`` removes any that are left. Removing one is not free: the kernel drops
 the file's pages from the page cache, milliseconds for a large segment. So the job commits
-every partition first and removes the files afterwards, while the command writes its report,
-still holding the log dirs' locks.
+every partition first and removes the files afterwards, while the command finishes (its last-run
+stamps), still holding the log dirs' locks: ``kcompact.steps`` waits for it before it lets them go.
 """
 
 from __future__ import annotations

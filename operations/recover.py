@@ -31,7 +31,6 @@ applies it through ``storage``, each step made durable before the next.
 
 from __future__ import annotations
 
-import contextlib
 import posixpath
 import re
 import struct
@@ -319,11 +318,11 @@ class RecoveryReport:
 
 def recover_log_dirs(paths: Iterable[str], progress=print, torn_tails: bool = False,
                      object_store_indexes: bool = True) -> RecoveryReport:
-    """Recover every partition of the log dirs, holding their ``.lock`` (re-entrant: usually the
-    caller's), except one a live job is working on: its swap is not interrupted, it is under way.
-    A log dir another process locks is skipped with the holder named. A job holds a local
-    log dir's ``.lock`` for as long as it runs, so a lease found there is a dead job's (killed,
-    say): its partition is recovered and the lease given back, as if it had expired. On an object
+    """Recover every partition of the log dirs, except one a live job is working on: its swap is
+    not interrupted, it is under way. The caller holds every local log dir's ``.lock``
+    (``storage.held_locks``: the function that opens the command takes it; refused otherwise). A
+    job holds a local log dir's ``.lock`` for as long as it runs, so a lease found there is a dead
+    job's (killed, say): its partition is recovered and the lease given back, as if it had expired. On an object
     store the same is done with a lease whose holder is known dead (``CleaningState.holder_gone``:
     a process of this host that no longer runs); a live job's lease, or one of another host, is
     left to its job until it lapses (``held``: a note, not a failure). There a partition with a
@@ -337,15 +336,11 @@ def recover_log_dirs(paths: Iterable[str], progress=print, torn_tails: bool = Fa
 
     report = RecoveryReport()
     owner = f"kcompact-recover-{uuid.uuid4().hex[:12]}"
-    with contextlib.ExitStack() as held:
-        for log_dir in paths:
-            try:
-                held.enter_context(storage.LogDirLock(log_dir))  # re-entrant: the caller's, usually
-            except errors.LogDirBusy as exc:
-                report.skipped[log_dir] = str(exc)
-                continue
-            indexes = object_store_indexes or storage.is_local_path(log_dir)
-            _recover_log_dir(log_dir, owner, report, progress, torn_tails, indexes)
+    for log_dir in paths:
+        local = storage.is_local_path(log_dir)
+        if local and not storage.holds_lock(log_dir):  # its leases would be taken for dead jobs'
+            raise errors.KcompactError(f"{log_dir}: recovery without its .lock held (storage.held_locks)")
+        _recover_log_dir(log_dir, owner, report, progress, torn_tails, object_store_indexes or local)
     return report
 
 

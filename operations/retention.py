@@ -112,6 +112,7 @@ class RetentionReport:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
+    busy: dict[str, str] = field(default_factory=dict)  # log dir -> who holds its .lock: left alone (leave_busy)
     # log dir -> its paused partitions (``kcompact pause``): retention waits for a pause, as Kafka's does
     paused: dict[str, list[str]] = field(default_factory=dict)
 

@@ -30,7 +30,7 @@ from kcompact.storage import objects, ownership
 from kcompact.storage.cas import read_versioned, remove_if, remove_if_each, write_if, write_if_each, write_if_many
 from kcompact.storage.direct import DIRECT_BLOCK, DIRECT_BUFFER, DirectFile
 from kcompact.storage.failures import describe_failure, environment_problem, raising_typed, typed
-from kcompact.storage.lock import BROKER_LOCK, LogDirLock
+from kcompact.storage.lock import BROKER_LOCK, HeldLogDirs, LogDirLock, held_locks, holds_lock
 from kcompact.storage.paths import FileInfo, absolute, identity, is_local, is_local_path, join, resolve, url
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "TMP",
     "DirectFile",
     "FileInfo",
+    "HeldLogDirs",
     "LogDirLock",
     "absolute",
     "copy",
@@ -52,6 +53,8 @@ __all__ = [
     "fsync_dir",
     "fsync_dirs",
     "fsync_files",
+    "held_locks",
+    "holds_lock",
     "identity",
     "info",
     "is_local",

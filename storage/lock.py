@@ -9,6 +9,8 @@ import os
 import posixpath
 import struct
 import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 from kcompact.errors import LogDirBusy
 from kcompact.storage import ownership
@@ -84,8 +86,10 @@ def _names(path: str, fd: int) -> bool:
 class LogDirLock:
     """The OS lock a Kafka broker takes on ``<log dir>/.lock`` (Java's FileChannel.tryLock: a
     POSIX record lock), held by a job for as long as it may change the log dir, so a broker
-    cannot start on it meanwhile and a second job cannot touch it. Re-entrant within a process
-    (the command line and the job it runs both hold it). A ``.lock`` the job had to create is
+    cannot start on it meanwhile and a second job cannot touch it. Taken through ``held_locks``
+    by the function that opens a command. Re-entrant within a process: a record lock is the
+    process's, so a second hold here (a notebook's second thread) shares the first's descriptor
+    instead of dropping its lock when it closes its own. A ``.lock`` the job had to create is
     removed when it lets go, as a broker removes its own at shutdown (Kafka's FileLock.destroy):
     the log dir is left as the job found it. A no-op on object stores, where no broker runs and
     leases alone keep jobs apart."""
@@ -161,3 +165,42 @@ class LogDirLock:
                 os.close(fd)  # closing releases the lock
                 del _HELD[self._path]
         self._path = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLogDirs:
+    """The log dirs a command holds the ``.lock`` of (``free``, in the order given), and those it
+    left alone because another process holds theirs (``busy``: each with who, as LogDirBusy says)."""
+
+    free: list[str]
+    busy: dict[str, str] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def held_locks(log_dirs: Iterable[str], create: bool = True, leave_busy: bool = False) -> Iterator[HeldLogDirs]:
+    """Every log dir's ``.lock``, held for the body: the one place a command takes them, once, so
+    the layers below are handed the free log dirs instead of locking again. A log dir another
+    process locks raises ``LogDirBusy`` (those taken let go), or with ``leave_busy`` is left alone
+    and named in ``busy``. ``create``: as ``LogDirLock``'s (False on a dry run)."""
+    free: list[str] = []
+    busy: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        for log_dir in log_dirs:
+            try:
+                stack.enter_context(LogDirLock(log_dir, create=create))
+            except LogDirBusy as exc:
+                if not leave_busy:
+                    raise
+                busy[log_dir] = str(exc)
+                continue
+            free.append(log_dir)
+        yield HeldLogDirs(free, busy)
+
+
+def holds_lock(log_dir: str) -> bool:
+    """Whether this process holds local ``log_dir``'s ``.lock`` (False on object stores: none there)."""
+    fs, fs_path = resolve(log_dir)
+    if not is_local(fs):
+        return False
+    with _HELD_GUARD:
+        return os.path.realpath(posixpath.join(fs_path, BROKER_LOCK)) in _HELD

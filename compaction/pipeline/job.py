@@ -1,7 +1,8 @@
 """The compaction job: every selected partition of a plan cleaned as Kafka's cleaner would.
 
-This module orchestrates: it takes the partitions (locks, leases, recovery: ``compaction.pipeline.taking``),
-resets checkpoints, runs the stages (Spark jobs named by job groups), reports, and gives the leases back. Stages:
+This module orchestrates, under the log dirs' locks its caller holds (``kcompact.steps``): it takes the
+partitions (leases, recovery: ``compaction.pipeline.taking``), resets checkpoints, runs the stages (Spark
+jobs named by job groups), reports, and gives the leases back. Stages:
 1. batch plans: what Kafka's cleaner decides per batch from its header (``compaction.pipeline.batch_plans``);
 2. offset map, 3. keep flags, 4. rewrite, one Spark job (nothing cached, no row per record or key
    shuffled): each partition by the path ``compaction.pipeline.routing`` chooses, read whole by one task
@@ -142,8 +143,8 @@ def run(spark, plan: Plan, now: int, dry_run: bool = False, progress=print,
     ``ready``: ``time.monotonic()`` when the session was ready, so the report's stages start with planning.
     ``leases``: the keeper of this job's leases (default: a new one with the default lease).
     ``removal``: started on the replaced segments' files once every partition is committed, for
-    the caller to wait on while it still holds the log dirs' locks (the command line writes its
-    report meanwhile); by default they are removed before this returns."""
+    the caller to wait on before it lets the log dirs' locks go (it writes the last-run stamps
+    meanwhile); by default they are removed before this returns."""
     settings = JobSettings.of(spark)
     started = time.monotonic()
     watch = Stopwatch(started if ready is None else ready)
@@ -153,10 +154,10 @@ def run(spark, plan: Plan, now: int, dry_run: bool = False, progress=print,
     result = JobResult(report)
     waits = removal is None
     removal = removal or Removal()
-    with contextlib.ExitStack() as held, leases or LeaseKeeper() as keeper:
+    with leases or LeaseKeeper() as keeper:
         selected = plan.selected
         if not dry_run:
-            selected = take_partitions(selected, keeper, result, progress, held)
+            selected = take_partitions(selected, keeper, result, progress)
             result.report.checkpoint_resets += reset_checkpoints(plan.rows, selected, progress)
         for row in corrupt_in_plan(plan.rows):
             result.fail(row, row.fault, row.fault_kind, cleaning=False)

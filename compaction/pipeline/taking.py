@@ -1,14 +1,14 @@
-"""What a compaction job takes before it cleans: each log dir's ``.lock``, a lease on each selected
-partition, the recovery of what a crashed run left in it, and the check that no other job cleaned
-it since the plan (``take_partitions``)."""
+"""What a compaction job takes before it cleans: a lease on each selected partition, the recovery
+of what a crashed run left in it, and the check that no other job cleaned it since the plan
+(``take_partitions``). No ``.lock`` is taken here: the function that opened the command holds the
+log dirs' (``storage.held_locks``) and hands over the plan of those alone."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 from typing import TYPE_CHECKING
 
-from kcompact import errors, storage
+from kcompact import storage
 from kcompact.compaction.pipeline.leases import LeaseKeeper
 from kcompact.compaction.reports.report import PartitionReport
 from kcompact.contracts.plan_row import PlanRow
@@ -22,27 +22,17 @@ if TYPE_CHECKING:
     from kcompact.compaction.pipeline.job_result import JobResult
 
 
-def take_partitions(selected: list[PlanRow], keeper: LeaseKeeper, result: JobResult, progress,
-                     held: contextlib.ExitStack) -> list[PlanRow]:
-    """Hold each log dir's ``.lock`` (re-entrant: the command line may hold it already), lease
-    each selected partition (all at once, ``LeaseKeeper.acquire_many``) and finish any swap a
-    crashed run left in it (the broker's recovery).
-    A partition in a log dir another process locks, or that another job holds, is skipped; one
-    where recovery changed files is skipped too, since the plan no longer describes it (the next
-    run plans it afresh). Each log dir is listed once, after its partitions are leased, and its
+def take_partitions(selected: list[PlanRow], keeper: LeaseKeeper, result: JobResult, progress) -> list[PlanRow]:
+    """Lease each selected partition (all at once, ``LeaseKeeper.acquire_many``) and finish any
+    swap a crashed run left in it (the broker's recovery). A partition another job holds is
+    skipped; one where recovery changed files is skipped too, since the plan no longer describes
+    it (the next run plans it afresh). Each log dir is listed once, after its partitions are leased, and its
     cleaner checkpoint read once (an object store is asked nothing per partition that a listing
     tells); on an object store the partitions as listed go to the tasks (``result.listed``)."""
-    locked: dict[str, str | None] = {}
-    for log_dir in dict.fromkeys(row.log_dir for row in selected):
-        try:
-            held.enter_context(storage.LogDirLock(log_dir))
-            locked[log_dir] = None
-        except errors.LogDirBusy as exc:
-            locked[log_dir] = str(exc)
-    taken = keeper.acquire_many([row.path for row in selected if locked[row.log_dir] is None])
+    taken = keeper.acquire_many([row.path for row in selected])
     leased = []
     for row in selected:
-        busy = locked[row.log_dir] or taken[row.path]
+        busy = taken[row.path]
         if isinstance(busy, OSError):  # its state file cannot be written (a full disk): retried next run
             result.fail(row, _lease_failure(busy, row), Failure.IO, transient=True)
             continue

@@ -185,6 +185,7 @@ class Report:
     previous_runs: dict[str, int | None] = field(default_factory=dict)
     began_choosing_ms: int | None = None
     run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
+    busy: dict[str, str] = field(default_factory=dict)  # log dir -> who holds its .lock: left alone (leave_busy)
     # partition dir -> its snappy batches compressed anew by an executor without Google's snappy
     inexact_snappy: dict[str, int] = field(default_factory=dict)
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -247,6 +248,30 @@ def test_log_dir_locked_by_a_broker_is_refused_untouched(spark, java_holding_loc
     assert tree(log_dir) == before
 
 
+@pytest.mark.parametrize("command", ["compact", "retain", "run", "recover"])
+def test_a_command_takes_each_log_dirs_lock_once(spark, tmp_path, monkeypatch, command):
+    """One owner of the ``.lock`` (issue 44, item 5): the function that opens the command takes it,
+    once per log dir, and no layer below enters it again (was: four entries per log dir for one
+    ``compact``: the command line, the API, recovery, the job's taking of partitions)."""
+    from kcompact.storage.lock import LogDirLock
+
+    log_dirs = [tmp_path / "a", tmp_path / "b"]
+    for i, log_dir in enumerate(log_dirs):
+        dirty_partition(log_dir / f"t-{i}")
+    entered, real_enter = [], LogDirLock.__enter__
+
+    def enter(self):
+        entered.append(os.path.realpath(self.log_dir))
+        return real_enter(self)
+
+    monkeypatch.setattr(LogDirLock, "__enter__", enter)
+    clock = [] if command == "recover" else ["--now", str(NOW), *TOPIC_ARGS]
+    assert main([command, *map(str, log_dirs), *clock]) == 0
+    assert Counter(entered) == {str(d): 1 for d in log_dirs}
+    if command in ("compact", "run"):
+        assert all(kept_offsets(d / f"t-{i}") == [3, 4, 5, 6] for i, d in enumerate(log_dirs))  # cleaned under it
+
+
 def test_lock_is_free_again_once_the_broker_is_gone(java_holding_lock):
     from kcompact import storage
     log_dir, pid = java_holding_lock
@@ -329,7 +354,7 @@ def _locked_elsewhere(lock: Path) -> bool:
 def test_replaced_files_go_once_every_partition_is_committed_under_the_lock(spark, tmp_path, monkeypatch):
     """The swap protocol ends with removing the replaced segments' ``.deleted`` files. The job
     removes them on a thread once every partition is committed (both checkpoint entries written,
-    in one write for the wave), and the command line waits for it, its report written meanwhile,
+    in one write for the wave), and the command waits for it (in the API, which holds the locks)
     before the broker ``.lock`` goes; none is left."""
     from kcompact import storage
     log_dir = tmp_path / "logs"
@@ -363,7 +388,7 @@ def test_replaced_files_go_once_every_partition_is_committed_under_the_lock(spar
 
 def test_a_job_returns_before_its_removal_ends_when_the_caller_takes_it(spark, tmp_path, monkeypatch):
     """Given a ``Removal``, ``job.run`` returns with the replaced files still being removed (the
-    command line writes its report meanwhile); ``wait`` ends it."""
+    API writes the last-run stamps meanwhile); ``wait`` ends it."""
     from kcompact import storage
     from kcompact.compaction.pipeline import job
     from kcompact.operations.deleted import Removal

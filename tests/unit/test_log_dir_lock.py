@@ -116,3 +116,36 @@ def test_object_stores_take_no_lock(create):
     with LogDirLock("memory://kc-lock-test/logs", create=create):
         assert not memory.exists("/kc-lock-test/logs/.lock")
     memory.rm("/kc-lock-test", recursive=True)
+
+
+def _hold(path, locked, done):
+    with open(path, "w") as f:
+        fcntl.lockf(f, fcntl.LOCK_EX)
+        locked.set()
+        done.wait(30)
+
+
+def test_a_command_takes_every_lock_once_or_leaves_the_busy_ones(tmp_path):
+    """``held_locks``, the one way a command takes its log dirs' locks: by default a log dir another
+    process holds refuses the command, the locks taken so far let go; with ``leave_busy`` that log
+    dir is left alone, named with its holder, and the others are held."""
+    free, busy = tmp_path / "free", tmp_path / "busy"
+    free.mkdir()
+    busy.mkdir()
+    locked, done = multiprocessing.Event(), multiprocessing.Event()
+    holder = multiprocessing.Process(target=_hold, args=(str(busy / ".lock"), locked, done))
+    holder.start()
+    try:
+        assert locked.wait(30)
+        with pytest.raises(LogDirBusy, match=f"locked by process {holder.pid}"), \
+                lock_module.held_locks([str(free), str(busy)]):
+            pass
+        assert not (free / ".lock").exists() and not lock_module.holds_lock(str(free))  # let go
+        with lock_module.held_locks([str(busy), str(free)], leave_busy=True) as held:
+            assert held.free == [str(free)] and lock_module.holds_lock(str(free))
+            assert list(held.busy) == [str(busy)] and f"locked by process {holder.pid}" in held.busy[str(busy)]
+            assert not lock_module.holds_lock(str(busy)) and not free_elsewhere(free / ".lock")
+        assert not lock_module.holds_lock(str(free)) and not (free / ".lock").exists()
+    finally:
+        done.set()
+        holder.join(30)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
+from kcompact import errors, storage
 from kcompact.operations import states
 from kcompact.operations.recover import plan_recovery, recover_log_dirs, recover_partition
 from tests.support import FIXTURE_INPUT, broker_indexes, make_batches, seg_path, write_partition
@@ -310,12 +311,18 @@ def interrupted(tmp_path: Path) -> Path:
     return part
 
 
+def recovered_under_lock(log_dir: Path):
+    """``recover_log_dirs`` as a command calls it: under the ``.lock`` it took (storage.held_locks)."""
+    with storage.held_locks([str(log_dir)]) as held:
+        return recover_log_dirs(held.free, progress=lambda line: None)
+
+
 def test_a_dead_jobs_lease_does_not_stop_recovery_of_a_local_log_dir(tmp_path):
     # The caller of recover_log_dirs holds the log dir's .lock, which every job holds while it runs:
     # a lease found there, however fresh its heartbeat, is a dead job's.
     part = interrupted(tmp_path)
     assert isinstance(states.acquire(str(part), "killed-job"), states.Lease)
-    report = recover_log_dirs([str(tmp_path / "logs")], progress=lambda line: None)
+    report = recovered_under_lock(tmp_path / "logs")
     assert report.skipped == {} and report.failed == 0
     assert sorted(p.name for p in part.iterdir()) == sorted([*seg(0, ""), *seg(20, "")])  # rolled back
     assert states.read(str(part))[0].state == states.IDLE  # given back: the next job may clean it
@@ -325,6 +332,16 @@ def test_a_pause_asked_of_a_dead_job_is_kept(tmp_path):
     part = interrupted(tmp_path)
     assert isinstance(states.acquire(str(part), "killed-job"), states.Lease)
     states.pause(str(part))  # an operator's pause while the job ran: aborted, the pause pending
-    recover_log_dirs([str(tmp_path / "logs")], progress=lambda line: None)
+    recovered_under_lock(tmp_path / "logs")
     state = states.read(str(part))[0]
     assert (state.state, state.pause_count) == (states.PAUSED, 1)
+
+
+def test_recovery_of_a_local_log_dir_without_its_lock_is_refused(tmp_path):
+    """Without the ``.lock`` a live job's lease cannot be told from a dead one's: no layer below the
+    command takes the lock itself (issue 44, item 5), so recovery refuses rather than take over."""
+    part = interrupted(tmp_path)
+    before = sorted(p.name for p in part.iterdir())
+    with pytest.raises(errors.KcompactError, match=r"without its \.lock held"):
+        recover_log_dirs([str(tmp_path / "logs")], progress=lambda line: None)
+    assert sorted(p.name for p in part.iterdir()) == before
