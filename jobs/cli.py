@@ -277,9 +277,9 @@ def _compact(args: argparse.Namespace) -> int:
                                         watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
         empty = _empty(free, plan)
         print(report.text(each=not args.quiet))
-        totals = report.totals()
+        totals = report.totals
         code = _exit_status(totals["failed"] + len(busy), totals["partitions"] - totals["skipped"] + len(busy),
-                            incomplete=len(report.blocked()) + len(report.held()) + len(empty))
+                            incomplete=len(report.blocked) + len(report.held) + len(empty))
         if args.report:
             from kcompact.compaction.reports.outcome import compaction_undone, outcome
 
@@ -349,7 +349,7 @@ def _retain(args: argparse.Namespace) -> int:
                                            progress=say, summary=_summary)
         empty = _empty(free, plan)
         print(report.text())
-        code = _exit_status(report.totals()["failed"] + len(busy), report.attempted + len(busy),
+        code = _exit_status(report.totals["failed"] + len(busy), report.attempted + len(busy),
                             incomplete=len(report.blocked) + len(empty))
         if args.report:
             from kcompact.compaction.reports.outcome import outcome, retention_undone
@@ -373,7 +373,7 @@ def _run(args: argparse.Namespace) -> int:
         empty = _empty(free, result.plan)
         print(result.text(each=not args.quiet))
         code = _exit_status(result.failed + len(busy), result.attempted + len(busy),
-                            incomplete=result.blocked + len(result.compaction.held()) + len(empty))
+                            incomplete=result.blocked + len(result.compaction.held) + len(empty))
         if args.report:
             from kcompact.compaction.reports import outcome as undone
 

@@ -60,17 +60,17 @@ class NightlyReport:
     @property
     def failed(self) -> int:
         recovery = self.recovery.failed if self.recovery else 0
-        return recovery + self.retention.totals()["failed"] + self.compaction.totals()["failed"]
+        return recovery + self.retention.totals["failed"] + self.compaction.totals["failed"]
 
     @property
     def attempted(self) -> int:
-        totals = self.compaction.totals()
+        totals = self.compaction.totals
         return self.retention.attempted + totals["partitions"] - totals["skipped"]
 
     @property
     def blocked(self) -> int:
         """Partitions bad input or an uncleanable state kept from retention or compaction (once each)."""
-        return len({p.path for p in self.retention.blocked} | {b["path"] for b in self.compaction.blocked()})
+        return len({p.path for p in self.retention.blocked} | {b["path"] for b in self.compaction.blocked})
 
     def text(self, each: bool = True) -> str:
         """The compaction's summary (``Report.text``): recovery's and retention's went to ``summary``

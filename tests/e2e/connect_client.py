@@ -51,7 +51,7 @@ def digests(root: Path) -> dict[str, str]:
 
 
 def counts(report) -> dict:
-    totals = report.totals()
+    totals = report.totals
     return {key: totals[key] for key in COUNTS if key in totals}
 
 
@@ -104,7 +104,7 @@ def steps(spark: SparkSession, work: Path) -> dict:
                      for r in window.orderBy("offset").collect()]
 
     retention, _ = kcompact.retain(spark, [log_dir], now=NOW, dry_run=True, progress=lambda line: None)
-    out["retain"] = {key: value for key, value in retention.totals().items() if key != "seconds"}
+    out["retain"] = {key: value for key, value in retention.totals.items() if key != "seconds"}
     nightly = kcompact.run(spark, [str(copy)], now=NOW, dry_run=True, progress=lambda line: None)
     out["run"] = [nightly.failed, nightly.attempted, counts(nightly.compaction)]
     out["recover"] = [p.changed for p in kcompact.recover([str(copy)], progress=lambda line: None).partitions]

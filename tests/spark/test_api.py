@@ -106,7 +106,7 @@ def test_compact_cleans_them_as_kafka_and_writes_the_last_run_stamp(spark, gener
     _, _, model, model_dir = generated
     log_dir = copy_of(generated, tmp_path)
     report, _ = kcompact.compact(spark, [log_dir], now=NOW, **QUIET)
-    assert report.totals()["failed"] == 0
+    assert report.totals["failed"] == 0
     assert {(p.topic, p.partition): (p.dirty_start, p.dirty_end) for p in report.partitions if p.committed} \
         == model.cleaned
     assert cleaner_checkpoint(log_dir) == cleaner_checkpoint(model_dir)
@@ -127,7 +127,7 @@ def test_run_is_the_night(spark, generated, tmp_path):
     said = []
     night = kcompact.run(spark, [log_dir], now=NOW, progress=lambda line: None, summary=said.append)
     assert isinstance(night, kcompact.NightlyReport) and night.recovery is not None
-    assert night.retention.totals()["deleted"] == 0 and night.failed == 0
+    assert night.retention.totals["deleted"] == 0 and night.failed == 0
     assert {(p.topic, p.partition) for p in night.compaction.partitions if p.committed} == set(model.cleaned)
     assert cleaner_checkpoint(log_dir) == cleaner_checkpoint(model_dir)
     assert last_run.read(log_dir) == night.compaction.began_choosing_ms
