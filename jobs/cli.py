@@ -34,6 +34,7 @@ from kcompact.errors import (
 from kcompact.errors.failure import Failure
 from kcompact.jobs import home
 from kcompact.jobs.arguments import build_parser, check, version
+from kcompact.jobs.console import Console
 from kcompact.operations.states import wall_ms
 
 
@@ -157,11 +158,6 @@ def _removing():
             _warn(problem)
 
 
-def _summary(text: str) -> None:
-    """A step's summary (what recovery repaired, what retention did): kept by --quiet."""
-    print(text, flush=True)
-
-
 def _recover(args: argparse.Namespace) -> int:
     """The broker's load-time recovery (swaps, torn tails of active segments, broken indexes), on
     every partition not held by a live job; partial (4), as the jobs, when a log dir held no partition."""
@@ -271,30 +267,20 @@ def _compact(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         if plan is not None:
             plan = plan.within(free)
-        report, plan = kcompact.compact(spark, free, plan=plan, now=now, dry_run=args.dry_run,
-                                        max_partitions=args.max_partitions, lease_ms=args.lease_ms, config=config,
-                                        progress=say, summary=_summary, ready=ready, removal=removal,
-                                        watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
-        empty = _empty(free, plan)
-        print(report.text(each=not args.quiet))
-        totals = report.totals
-        code = _exit_status(totals["failed"] + len(busy), totals["partitions"] - totals["skipped"] + len(busy),
-                            incomplete=len(report.blocked) + len(report.held) + len(empty))
+        result = kcompact.compact(spark, free, plan=plan, now=now, dry_run=args.dry_run,
+                                  max_partitions=args.max_partitions, lease_ms=args.lease_ms, config=config,
+                                  progress=say, observer=Console(spark, say, ready, removal))
+        empty = _empty(free, result.plan)
+        print(result.text(each=not args.quiet))
+        code = _exit_status(result.failed + len(busy), result.attempted + len(busy),
+                            incomplete=result.incomplete + len(empty))
         if args.report:
             from kcompact.compaction.reports.outcome import compaction_undone, outcome
 
-            found = outcome(code, compaction_undone(report), log_dirs=_not_worked_on("compaction", busy, empty))
-            _write_report(args, {"outcome": found, **report.to_json()}, spark=spark, paths=paths)
+            found = outcome(code, compaction_undone(result.report),
+                            log_dirs=_not_worked_on("compaction", busy, empty))
+            _write_report(args, {"outcome": found, **result.to_json()}, spark=spark, paths=paths)
     return code
-
-
-@contextlib.contextmanager
-def _ticker(spark, say: Callable[[str], None], what: str, total_bytes: int | None = None) -> Iterator[None]:
-    from kcompact.jobs.progress import Ticker
-    from kcompact.session import kinds
-
-    with kinds.status(spark) as tracker, Ticker(tracker, say, what, total_bytes):
-        yield
 
 
 def _write_report(args: argparse.Namespace, doc: dict, spark=None, paths=None) -> None:
@@ -344,18 +330,19 @@ def _retain(args: argparse.Namespace) -> int:
     with _log_dirs_held(args.paths, args.dry_run) as (free, busy):
         if _idle(free, args):
             return EXIT_FAILED
-        with _ticker(spark, say, "retention"):
-            report, plan = kcompact.retain(spark, free, config=config, now=args.now, dry_run=args.dry_run,
-                                           progress=say, summary=_summary)
-        empty = _empty(free, plan)
-        print(report.text())
-        code = _exit_status(report.totals["failed"] + len(busy), report.attempted + len(busy),
-                            incomplete=len(report.blocked) + len(empty))
+        console = Console(spark, say)
+        with console.watch("retention"):
+            result = kcompact.retain(spark, free, config=config, now=args.now, dry_run=args.dry_run,
+                                     progress=say, observer=console)
+        empty = _empty(free, result.plan)
+        print(result.text())
+        code = _exit_status(result.failed + len(busy), result.attempted + len(busy),
+                            incomplete=result.incomplete + len(empty))
         if args.report:
             from kcompact.compaction.reports.outcome import outcome, retention_undone
 
-            found = outcome(code, retention_undone(report), log_dirs=_not_worked_on("retention", busy, empty))
-            _write_report(args, {"outcome": found, **report.to_json()}, spark=spark)
+            found = outcome(code, retention_undone(result.report), log_dirs=_not_worked_on("retention", busy, empty))
+            _write_report(args, {"outcome": found, **result.to_json()}, spark=spark)
     return code
 
 
@@ -368,12 +355,12 @@ def _run(args: argparse.Namespace) -> int:
         if _idle(free, args):
             return EXIT_FAILED
         result = kcompact.run(spark, free, config=config, now=args.now, dry_run=args.dry_run, lease_ms=args.lease_ms,
-                              max_partitions=args.max_partitions, progress=say, summary=_summary, removal=removal,
-                              watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
+                              max_partitions=args.max_partitions, progress=say,
+                              observer=Console(spark, say, removal=removal))
         empty = _empty(free, result.plan)
         print(result.text(each=not args.quiet))
         code = _exit_status(result.failed + len(busy), result.attempted + len(busy),
-                            incomplete=result.blocked + len(result.compaction.held) + len(empty))
+                            incomplete=result.incomplete + len(empty))
         if args.report:
             from kcompact.compaction.reports import outcome as undone
 

@@ -18,71 +18,30 @@ The nightly ``run``, in this order, on one Spark session and one clock (``now``)
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kcompact import errors
 from kcompact.errors import memory
+from kcompact.observer import QUIET, Observer
 from kcompact.operations.states import LEASE_MS, wall_ms
+from kcompact.results import CompactionResult, NightlyReport, RetentionResult
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from pyspark.sql import SparkSession
 
-    from kcompact.compaction.reports.report import Report
     from kcompact.conf.resolve import Config
-    from kcompact.operations.deleted import Removal
     from kcompact.operations.recover import RecoveryReport
-    from kcompact.operations.retention import RetentionReport
     from kcompact.planner.plan import Plan
 
 Say = Callable[[str], None]
 TopicConfig = Mapping[str, Mapping[str, object]]  # topic name or glob -> {topic-level key: value}
 BrokerConfig = Mapping[str, object]  # broker-level key -> value
-
-
-@dataclass(slots=True)
-class NightlyReport:
-    """What ``run`` did: each step's report, and the plan compaction followed."""
-
-    now: int
-    dry_run: bool
-    recovery: RecoveryReport | None  # None on a dry run: recovery writes
-    retention: RetentionReport
-    compaction: Report
-    plan: Plan  # the compaction plan, as retention left the log dirs
-    run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
-
-    @property
-    def failed(self) -> int:
-        recovery = self.recovery.failed if self.recovery else 0
-        return recovery + self.retention.totals["failed"] + self.compaction.totals["failed"]
-
-    @property
-    def attempted(self) -> int:
-        totals = self.compaction.totals
-        return self.retention.attempted + totals["partitions"] - totals["skipped"]
-
-    @property
-    def blocked(self) -> int:
-        """Partitions bad input or an uncleanable state kept from retention or compaction (once each)."""
-        return len({p.path for p in self.retention.blocked} | {b["path"] for b in self.compaction.blocked})
-
-    def text(self, each: bool = True) -> str:
-        """The compaction's summary (``Report.text``): recovery's and retention's went to ``summary``
-        as each ended."""
-        return self.compaction.text(each)
-
-    def to_json(self) -> dict:
-        from kcompact.conf.units import UNIT_NOTE
-
-        return {"run": self.run, "now": self.now, "dry_run": self.dry_run, "units": UNIT_NOTE,
-                "recovery": self.recovery.to_json() if self.recovery else None,
-                "retention": self.retention.to_json(), "compaction": self.compaction.to_json()}
 
 
 # -- configuration ---------------------------------------------------------------------------------
@@ -190,14 +149,15 @@ def _step(spark: SparkSession, name: str) -> Iterator[None]:
             "takes the shared path once spark.kcompact.map.memory is lowered)") from exc
 
 
-def _recovered(log_dirs: Sequence[str], progress: Say, summary: Say) -> None:
+def _recovered(log_dirs: Sequence[str], progress: Say, observer: Observer) -> RecoveryReport:
     """Interrupted swaps of an earlier run finished or undone, as a broker would on start; the
     summary said only when something was repaired."""
     from kcompact.operations.recover import recover_log_dirs
 
     report = recover_log_dirs(list(log_dirs), progress=progress, object_store_indexes=False)
     if any(p.changed for p in report.partitions) or report.skipped or report.temp_files:
-        summary(report.text())
+        observer.summary(report.text())
+    return report
 
 
 def _worker_python(spark: SparkSession) -> None:
@@ -250,29 +210,25 @@ def compact(
     kafka_version: str | None = None,
     recover_first: bool = True,
     progress: Say = print,
-    summary: Say | None = None,
-    ready: float | None = None,
-    watch: Callable[..., contextlib.AbstractContextManager] = lambda *_: contextlib.nullcontext(),
-    removal: Removal | None = None,
-) -> tuple[Report, Plan]:
+    observer: Observer = QUIET,
+) -> CompactionResult:
     """Plan (unless given the ``plan``, whose log dirs are the default ``log_dirs``) and clean every
     selected partition, as Kafka's cleaner would; the only function that compacts. Each log dir's
     last-run stamp is read before and written after (when it began choosing: what Kafka's
     time-since-last-run-ms measures; a dry run writes nothing). ``recover_first``: interrupted
-    swaps of an earlier run finished or undone first (not on a dry run), its summary on
-    ``summary`` (default ``progress``) when it repaired something. ``ready``:
-    ``time.monotonic()`` when the session was ready (default: now), so the report's stages start
-    there. ``watch(what, total_bytes)``: a context around planning and around cleaning (the
-    command line's progress ticker). ``removal``: an ``operations.deleted.Removal`` the caller
-    waits on before it lets the log dirs' locks go (else the replaced files are removed before
-    this returns). Returns the report and the plan it followed."""
+    swaps of an earlier run finished or undone first (not on a dry run), its summary to the
+    ``observer`` when it repaired something. ``observer`` (``kcompact.observer.Observer``): its
+    ``ready`` starts the report's stages (default: now), its ``watch`` is a context around planning
+    and around cleaning, its ``removal`` is waited on by the caller before it lets the log dirs'
+    locks go (else the replaced files are removed before this returns). Returns the report, the
+    plan it followed and the recovery it ran first (``results.CompactionResult``)."""
     from kcompact.compaction.pipeline import job
     from kcompact.compaction.pipeline.leases import LeaseKeeper
     from kcompact.operations import last_run
     from kcompact.planner.build import plan as build_plan
     from kcompact.planner.output import selected_bytes
 
-    ready = time.monotonic() if ready is None else ready
+    ready = time.monotonic() if observer.ready is None else observer.ready
     if plan is not None and (config is not None or config_files or topic_config or broker_config or kafka_version):
         raise errors.UsageError("a plan carries its configuration: give plan or a configuration, not both")
     if log_dirs is None:
@@ -284,18 +240,17 @@ def compact(
     _conditional_writes(log_dirs, dry_run)
     _worker_python(spark)
     with _held(log_dirs, dry_run), _step(spark, "compact"):
-        if recover_first and not dry_run:
-            _recovered(log_dirs, progress, summary or progress)
+        recovery = _recovered(log_dirs, progress, observer) if recover_first and not dry_run else None
         previous = {path: last_run.read(path) for path in log_dirs}
         began = wall_ms()
         if plan is None:
             conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
                                  broker_config=broker_config, kafka_version=kafka_version)
-            with watch("planning"):
+            with observer.watch("planning"):
                 plan = build_plan(spark, log_dirs, conf=conf, now=now, top=max_partitions)
-        with watch("cleaning", selected_bytes(plan.rows)):
+        with observer.watch("cleaning", selected_bytes(plan.rows)):
             report = job.run(spark, plan, now=now, dry_run=dry_run, progress=progress, ready=ready,
-                             leases=LeaseKeeper(lease_ms=lease_ms), removal=removal).report
+                             leases=LeaseKeeper(lease_ms=lease_ms), removal=observer.removal).report
         report.previous_runs, report.began_choosing_ms = previous, began
         if not dry_run:
             for path in log_dirs:
@@ -303,16 +258,17 @@ def compact(
                     last_run.write(path, began)
                 except OSError as exc:  # a full disk: the stamp is a gauge's, the run's outcome stands
                     progress(f"  {path.rstrip('/')}/{last_run.FILE} not written: {(exc.strerror or str(exc)).lower()}")
-    return report, plan
+    return CompactionResult(report, plan, recovery)
 
 
 def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, dry_run: bool = False,
            config: Config | None = None, config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
            broker_config: BrokerConfig | None = None, kafka_version: str | None = None, recover_first: bool = True,
-           progress: Say = print, summary: Say | None = None) -> tuple[RetentionReport, Plan]:
+           progress: Say = print, observer: Observer = QUIET) -> RetentionResult:
     """Plan retention for every partition of ``log_dirs`` (on Spark), then delete each partition's
     due prefix and move the checkpoints (driver), as Kafka's retention would. ``recover_first``: as
-    ``compact``'s. Returns the report and the plan it followed."""
+    ``compact``'s, its summary to the ``observer``. Returns the report, the plan it followed and
+    the recovery it ran first (``results.RetentionResult``)."""
     from kcompact.operations.retention import execute
     from kcompact.planner.build import plan as build_plan
 
@@ -322,32 +278,28 @@ def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = No
     _conditional_writes(log_dirs, dry_run)
     _worker_python(spark)
     with _held(log_dirs, dry_run), _step(spark, "retain"):
-        if recover_first and not dry_run:
-            _recovered(log_dirs, progress, summary or progress)
+        recovery = _recovered(log_dirs, progress, observer) if recover_first and not dry_run else None
         conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
                              broker_config=broker_config, kafka_version=kafka_version)
         progress("retention: planning")
         plan = build_plan(spark, log_dirs, conf=conf, now=now, retention_only=True)
         report = execute(plan.rows, now=now, dry_run=dry_run, progress=progress)
     report.seconds = time.monotonic() - started
-    return report, plan
+    return RetentionResult(report, plan, recovery)
 
 
 def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, dry_run: bool = False,
         max_partitions: int | None = None, lease_ms: int = LEASE_MS, config: Config | None = None,
         config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
         broker_config: BrokerConfig | None = None, kafka_version: str | None = None, progress: Say = print,
-        summary: Say | None = None, removal: Removal | None = None,
-        watch: Callable[..., contextlib.AbstractContextManager] = lambda *_: contextlib.nullcontext()
-        ) -> NightlyReport:
+        observer: Observer = QUIET) -> NightlyReport:
     """The nightly job: recovery (not on a dry run), retention, a fresh plan, compaction, on one
-    configuration and one clock, holding every log dir's ``.lock`` throughout. Each step's summary
-    goes to ``summary`` (default ``progress``) as it ends. ``removal``: as ``compact``'s;
-    ``watch(what, total_bytes)``: a context around retention and around each of compaction's
-    Spark steps (``compact``'s), so progress names the step under way."""
+    configuration and one clock, holding every log dir's ``.lock`` throughout. Recovery's and
+    retention's summaries go to the ``observer``'s ``summary`` as each ends; its ``watch`` is a
+    context around retention and around each of compaction's Spark steps (``compact``'s), so
+    progress names the step under way; its ``removal``: as ``compact``'s."""
     now = wall_ms() if now is None else now
     log_dirs = list(log_dirs)
-    summary = summary or progress
     conf = configuration(
         log_dirs,
         config=config,
@@ -361,18 +313,20 @@ def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None,
         recovery = None  # 0. recovery, before anything reads the log dirs
         if not dry_run:
             recovery = recover(log_dirs, torn_tails=False, progress=progress)
-            summary(recovery.text())
+            observer.summary(recovery.text())
         # 1. retention
-        with watch("retention"):
-            retention, _ = retain(spark, log_dirs, config=conf, now=now, dry_run=dry_run, recover_first=False,
-                                  progress=progress)
-        summary(retention.text())
-        # 2. plan, on the log as retention left it; 3. compaction
+        with observer.watch("retention"):
+            retention = retain(spark, log_dirs, config=conf, now=now, dry_run=dry_run, recover_first=False,
+                               progress=progress).report
+        observer.summary(retention.text())
+        # 2. plan, on the log as retention left it; 3. compaction, its report's stages from its start
         progress("compaction: planning")
-        compaction, plan = compact(spark, log_dirs, now=now, dry_run=dry_run, max_partitions=max_partitions,
-                                   lease_ms=lease_ms, config=conf, recover_first=False, progress=progress,
-                                   ready=time.monotonic(), removal=removal, watch=watch)
-    return NightlyReport(now, dry_run, recovery, retention, compaction, plan)
+        from_here = copy.copy(observer)
+        from_here.ready = time.monotonic()
+        compaction = compact(spark, log_dirs, now=now, dry_run=dry_run, max_partitions=max_partitions,
+                             lease_ms=lease_ms, config=conf, recover_first=False, progress=progress,
+                             observer=from_here)
+    return NightlyReport(now, dry_run, recovery, retention, compaction.report, compaction.plan)
 
 
 def recover(log_dirs: Sequence[str], *, torn_tails: bool = True, progress: Say = print) -> RecoveryReport:
