@@ -18,7 +18,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import kcompact
@@ -34,6 +34,7 @@ from kcompact.errors import (
 from kcompact.errors.failure import Failure
 from kcompact.jobs import home
 from kcompact.jobs.arguments import build_parser, check, version
+from kcompact.jobs.console import Console
 from kcompact.operations.states import wall_ms
 
 
@@ -148,11 +149,6 @@ def _removing():
             _warn(problem)
 
 
-def _summary(text: str) -> None:
-    """A step's summary (what recovery repaired, what retention did): kept by --quiet."""
-    print(text, flush=True)
-
-
 def _recover(args: argparse.Namespace) -> int:
     """The broker's load-time recovery (swaps, torn tails of active segments, broken indexes), on
     every partition not held by a live job; partial (4), as the jobs, when a log dir held no partition."""
@@ -256,33 +252,23 @@ def _compact(args: argparse.Namespace) -> int:
     spark = _session(args)
     ready = time.monotonic()
     with _removing() as removal:
-        report, plan = kcompact.compact(spark, paths, plan=plan, now=now, dry_run=args.dry_run,
-                                        max_partitions=args.max_partitions, lease_ms=args.lease_ms, config=config,
-                                        leave_busy=True, progress=say, summary=_summary, ready=ready, removal=removal,
-                                        watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
-        busy, free = report.busy, _left_alone(paths, report.busy)
+        result = kcompact.compact(spark, paths, plan=plan, now=now, dry_run=args.dry_run,
+                                  max_partitions=args.max_partitions, lease_ms=args.lease_ms, config=config,
+                                  leave_busy=True, progress=say, observer=Console(spark, say, ready, removal))
+        busy, free = result.busy, _left_alone(paths, result.busy)
         if _idle(free, args):
             return EXIT_FAILED
-        empty = _empty(free, plan)
-        print(report.text(each=not args.quiet))
-        totals = report.totals()
-        code = _exit_status(totals["failed"] + len(busy), totals["partitions"] - totals["skipped"] + len(busy),
-                            incomplete=len(report.blocked()) + len(report.held()) + len(empty))
+        empty = _empty(free, result.plan)
+        print(result.text(each=not args.quiet))
+        code = _exit_status(result.failed + len(busy), result.attempted + len(busy),
+                            incomplete=result.incomplete + len(empty))
         if args.report:
             from kcompact.compaction.reports.outcome import compaction_undone, outcome
 
-            found = outcome(code, compaction_undone(report), log_dirs=_not_worked_on("compaction", busy, empty))
-            _write_report(args, {"outcome": found, **report.to_json()}, spark=spark, paths=paths)
+            found = outcome(code, compaction_undone(result.report),
+                            log_dirs=_not_worked_on("compaction", busy, empty))
+            _write_report(args, {"outcome": found, **result.to_json()}, spark=spark, paths=paths)
     return code
-
-
-@contextlib.contextmanager
-def _ticker(spark, say: Callable[[str], None], what: str, total_bytes: int | None = None) -> Iterator[None]:
-    from kcompact.jobs.progress import Ticker
-    from kcompact.session import kinds
-
-    with kinds.status(spark) as tracker, Ticker(tracker, say, what, total_bytes):
-        yield
 
 
 def _write_report(args: argparse.Namespace, doc: dict, spark=None, paths=None) -> None:
@@ -329,21 +315,22 @@ def _retain(args: argparse.Namespace) -> int:
     say = _say(args)
     config = _config(args, args.paths)  # a bad setting ends here, before Spark starts
     spark = _session(args)
-    with _ticker(spark, say, "retention"):
-        report, plan = kcompact.retain(spark, args.paths, config=config, now=args.now, dry_run=args.dry_run,
-                                       leave_busy=True, progress=say, summary=_summary)
-    busy, free = report.busy, _left_alone(args.paths, report.busy)
+    console = Console(spark, say)
+    with console.watch("retention"):
+        result = kcompact.retain(spark, args.paths, config=config, now=args.now, dry_run=args.dry_run,
+                                 leave_busy=True, progress=say, observer=console)
+    busy, free = result.busy, _left_alone(args.paths, result.busy)
     if _idle(free, args):
         return EXIT_FAILED
-    empty = _empty(free, plan)
-    print(report.text())
-    code = _exit_status(report.totals()["failed"] + len(busy), report.attempted + len(busy),
-                        incomplete=len(report.blocked) + len(empty))
+    empty = _empty(free, result.plan)
+    print(result.text())
+    code = _exit_status(result.failed + len(busy), result.attempted + len(busy),
+                        incomplete=result.incomplete + len(empty))
     if args.report:
         from kcompact.compaction.reports.outcome import outcome, retention_undone
 
-        found = outcome(code, retention_undone(report), log_dirs=_not_worked_on("retention", busy, empty))
-        _write_report(args, {"outcome": found, **report.to_json()}, spark=spark)
+        found = outcome(code, retention_undone(result.report), log_dirs=_not_worked_on("retention", busy, empty))
+        _write_report(args, {"outcome": found, **result.to_json()}, spark=spark)
     return code
 
 
@@ -355,15 +342,14 @@ def _run(args: argparse.Namespace) -> int:
     with _removing() as removal:
         result = kcompact.run(spark, args.paths, config=config, now=args.now, dry_run=args.dry_run,
                               lease_ms=args.lease_ms, max_partitions=args.max_partitions, leave_busy=True, progress=say,
-                              summary=_summary, removal=removal,
-                              watch=lambda what, total_bytes=None: _ticker(spark, say, what, total_bytes))
+                              observer=Console(spark, say, removal=removal))
         busy, free = result.busy, _left_alone(args.paths, result.busy)
         if _idle(free, args):
             return EXIT_FAILED
         empty = _empty(free, result.plan)
         print(result.text(each=not args.quiet))
         code = _exit_status(result.failed + len(busy), result.attempted + len(busy),
-                            incomplete=result.blocked + len(result.compaction.held()) + len(empty))
+                            incomplete=result.incomplete + len(empty))
         if args.report:
             from kcompact.compaction.reports import outcome as undone
 

@@ -4,8 +4,8 @@
 
     kcompact.plan(spark, log_dirs, *, now=None, top=None, max_bytes=None, ...)   -> Plan
     kcompact.compact(spark, log_dirs=None, *, plan: Plan = None, now=None, dry_run=False,
-                     max_partitions=None, lease_ms=120000, ...)                 -> (Report, Plan)
-    kcompact.retain(spark, log_dirs, *, now=None, dry_run=False, ...)           -> (RetentionReport, Plan)
+                     max_partitions=None, lease_ms=120000, ...)                 -> CompactionResult
+    kcompact.retain(spark, log_dirs, *, now=None, dry_run=False, ...)           -> RetentionResult
     kcompact.run(spark, log_dirs, *, now=None, dry_run=False, max_partitions=None,
                  lease_ms=120000, ...)                                          -> NightlyReport
     kcompact.recover(log_dirs, *, torn_tails=True)                              -> RecoveryReport
@@ -24,14 +24,18 @@ clock), ``dry_run``, and the configuration by Kafka's names: ``config_files`` (`
 ``broker_config={"log.cleaner.min.cleanable.ratio": 0.3}``, ``topic_config={"orders":
 {"min.cleanable.dirty.ratio": 0.1}}``, and ``kafka_version="4.1"`` (the Kafka release whose cleaner to
 reproduce, as ``--kafka-version``). Log dirs are local paths or ``s3://`` URLs; ``progress``
-(default ``print``) receives the progress lines. On an ``s3://`` log dir, ``compact``, ``retain``,
-``run`` and ``recover`` (not a dry run) first ask whether the store honours conditional writes, and
-raise ``kcompact.errors.NoConditionalWrites`` before writing anything when it does not
-(docs/deployment.md, "S3-compatible stores"). ``compact``, ``retain`` and ``run`` hold every log
-dir's ``.lock`` while they work and raise ``kcompact.errors.LogDirBusy`` when another process (a
-broker, another job) holds one, or, given ``leave_busy=True``, leave that log dir alone and name
-it with its holder in the report's ``busy`` (``recover`` skips it: ``RecoveryReport.skipped``).
-Importing this package imports no Spark.
+(default ``print``) receives the progress lines; ``observer`` (of ``compact``, ``retain``, ``run``:
+a ``kcompact.Observer``, whose every hook does nothing by default) what the command line's console
+adds: each step's summary as it ends, a context around each Spark step (its ticker). Each command
+returns one object (``kcompact.results``): the reports of what it did, with the plan it followed,
+its counts as properties and ``to_json()``, the JSON of its ``--report``. On an ``s3://`` log
+dir, ``compact``, ``retain``, ``run`` and ``recover`` (not a dry run) first ask whether the store
+honours conditional writes, and raise ``kcompact.errors.NoConditionalWrites`` before writing
+anything when it does not (docs/deployment.md, "S3-compatible stores"). ``compact``, ``retain``
+and ``run`` hold every log dir's ``.lock`` while they work and raise ``kcompact.errors.LogDirBusy``
+when another process (a broker, another job) holds one, or, given ``leave_busy=True``, leave that
+log dir alone and name it with its holder in the result's ``busy`` (``recover`` skips it:
+``RecoveryReport.skipped``). Importing this package imports no Spark.
 
 The layers (``kcompact.readers``, ``kcompact.compaction``...) are subpackages of this one, so the
 functions are imported on first use: a Spark worker that needs only the byte format does not load
@@ -40,10 +44,13 @@ the API's layers.
 
 import importlib
 
-__all__ = ["NightlyReport", "compact", "plan", "plot", "recover", "register_data_source", "retain", "run"]
+_MODULES = {"CompactionResult": "results", "NightlyReport": "results", "RetentionResult": "results",
+            "Observer": "observer", "compact": "steps", "plan": "steps", "plot": "steps", "recover": "steps",
+            "register_data_source": "steps", "retain": "steps", "run": "steps"}
+__all__ = list(_MODULES)
 
 
 def __getattr__(name: str):
-    if name in __all__:
-        return getattr(importlib.import_module("kcompact.steps"), name)
+    if name in _MODULES:
+        return getattr(importlib.import_module(f"kcompact.{_MODULES[name]}"), name)
     raise AttributeError(f"module 'kcompact' has no attribute {name!r}")

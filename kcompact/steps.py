@@ -24,12 +24,13 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kcompact import errors
 from kcompact.errors import memory
+from kcompact.observer import QUIET, Observer
 from kcompact.operations.states import LEASE_MS, wall_ms
+from kcompact.results import CompactionResult, NightlyReport, RetentionResult
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -39,54 +40,12 @@ if TYPE_CHECKING:
     from kcompact.conf.resolve import Config
     from kcompact.operations.deleted import Removal
     from kcompact.operations.recover import RecoveryReport
-    from kcompact.operations.retention import RetentionReport
     from kcompact.planner.plan import Plan
     from kcompact.storage import HeldLogDirs
 
 Say = Callable[[str], None]
 TopicConfig = Mapping[str, Mapping[str, object]]  # topic name or glob -> {topic-level key: value}
 BrokerConfig = Mapping[str, object]  # broker-level key -> value
-
-
-@dataclass(slots=True)
-class NightlyReport:
-    """What ``run`` did: each step's report, and the plan compaction followed."""
-
-    now: int
-    dry_run: bool
-    recovery: RecoveryReport | None  # None on a dry run: recovery writes
-    retention: RetentionReport
-    compaction: Report
-    plan: Plan  # the compaction plan, as retention left the log dirs
-    run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
-    busy: dict[str, str] = field(default_factory=dict)  # log dir -> who holds its .lock: left alone (leave_busy)
-
-    @property
-    def failed(self) -> int:
-        recovery = self.recovery.failed if self.recovery else 0
-        return recovery + self.retention.totals()["failed"] + self.compaction.totals()["failed"]
-
-    @property
-    def attempted(self) -> int:
-        totals = self.compaction.totals()
-        return self.retention.attempted + totals["partitions"] - totals["skipped"]
-
-    @property
-    def blocked(self) -> int:
-        """Partitions bad input or an uncleanable state kept from retention or compaction (once each)."""
-        return len({p.path for p in self.retention.blocked} | {b["path"] for b in self.compaction.blocked()})
-
-    def text(self, each: bool = True) -> str:
-        """The compaction's summary (``Report.text``): recovery's and retention's went to ``summary``
-        as each ended."""
-        return self.compaction.text(each)
-
-    def to_json(self) -> dict:
-        from kcompact.conf.units import UNIT_NOTE
-
-        return {"run": self.run, "now": self.now, "dry_run": self.dry_run, "units": UNIT_NOTE,
-                "recovery": self.recovery.to_json() if self.recovery else None,
-                "retention": self.retention.to_json(), "compaction": self.compaction.to_json()}
 
 
 # -- configuration ---------------------------------------------------------------------------------
@@ -197,14 +156,15 @@ def _step(spark: SparkSession, name: str) -> Iterator[None]:
             "takes the shared path once spark.kcompact.map.memory is lowered)") from exc
 
 
-def _recovered(log_dirs: Sequence[str], progress: Say, summary: Say) -> None:
+def _recovered(log_dirs: Sequence[str], progress: Say, observer: Observer) -> RecoveryReport:
     """Interrupted swaps of an earlier run finished or undone, as a broker would on start; the
     summary said only when something was repaired."""
     from kcompact.operations.recover import recover_log_dirs
 
     report = recover_log_dirs(list(log_dirs), progress=progress, object_store_indexes=False)
     if any(p.changed for p in report.partitions) or report.skipped or report.temp_files:
-        summary(report.text())
+        observer.summary(report.text())
+    return report
 
 
 def _worker_python(spark: SparkSession) -> None:
@@ -258,26 +218,22 @@ def compact(
     recover_first: bool = True,
     leave_busy: bool = False,
     progress: Say = print,
-    summary: Say | None = None,
-    ready: float | None = None,
-    watch: Callable[..., contextlib.AbstractContextManager] = lambda *_: contextlib.nullcontext(),
-    removal: Removal | None = None,
-) -> tuple[Report, Plan]:
+    observer: Observer = QUIET,
+) -> CompactionResult:
     """Plan (unless given the ``plan``, whose log dirs are the default ``log_dirs``) and clean every
     selected partition, as Kafka's cleaner would; the only function that compacts. Each log dir's
     last-run stamp is read before and written after (when it began choosing: what Kafka's
     time-since-last-run-ms measures; a dry run writes nothing). ``recover_first``: interrupted
-    swaps of an earlier run finished or undone first (not on a dry run), its summary on
-    ``summary`` (default ``progress``) when it repaired something. ``leave_busy``: a log dir
-    another process locks (a broker, another job) is left alone, the others cleaned, and named
-    with its holder in the report's ``busy``; by default ``errors.LogDirBusy`` is raised. ``ready``:
-    ``time.monotonic()`` when the session was ready (default: now), so the report's stages start
-    there. ``watch(what, total_bytes)``: a context around planning and around cleaning (the
-    command line's progress ticker). ``removal``: an ``operations.deleted.Removal`` that removes the
-    replaced files while the last-run stamps are written, ended before the locks go; what it could
-    not remove is the caller's to say (``wait``; without one, said on ``progress``). Returns the
-    report and the plan it followed."""
-    ready = time.monotonic() if ready is None else ready
+    swaps of an earlier run finished or undone first (not on a dry run), its summary to the
+    ``observer`` when it repaired something. ``leave_busy``: a log dir another process locks (a
+    broker, another job) is left alone, the others cleaned, and named with its holder in the
+    result's ``busy``; by default ``errors.LogDirBusy`` is raised. ``observer``
+    (``kcompact.observer.Observer``): its ``ready`` starts the report's stages (default: now), its
+    ``watch`` is a context around planning and around cleaning, its ``removal`` removes the
+    replaced files while the last-run stamps are written, ended before the locks go (else they are
+    removed before the stamps). Returns the report, the plan it followed and the recovery it ran
+    first (``results.CompactionResult``)."""
+    ready = time.monotonic() if observer.ready is None else observer.ready
     if plan is not None and (config is not None or config_files or topic_config or broker_config or kafka_version):
         raise errors.UsageError("a plan carries its configuration: give plan or a configuration, not both")
     if log_dirs is None:
@@ -288,26 +244,25 @@ def compact(
     now = wall_ms() if now is None else now
     _conditional_writes(log_dirs, dry_run)
     _worker_python(spark)
-    with _held(log_dirs, dry_run, leave_busy) as held, _waited(removal):
+    with _held(log_dirs, dry_run, leave_busy) as held, _waited(observer.removal):
         if held.busy and not held.free:
-            report, plan = _nothing_compacted(now, dry_run)
+            result = CompactionResult(*_nothing_compacted(now, dry_run))
         else:
-            report, plan = _compact(
+            result = _compact(
                 spark, held.free, plan=plan.within(held.free) if plan is not None and held.busy else plan, now=now,
                 dry_run=dry_run, max_partitions=max_partitions, lease_ms=lease_ms, config=config,
                 config_files=config_files, topic_config=topic_config, broker_config=broker_config,
-                kafka_version=kafka_version, recover_first=recover_first, progress=progress, summary=summary,
-                ready=ready, watch=watch, removal=removal)
-    report.busy = held.busy
-    return report, plan
+                kafka_version=kafka_version, recover_first=recover_first, progress=progress, observer=observer,
+                ready=ready)
+    result.busy = held.busy
+    return result
 
 
 def _compact(spark: SparkSession, log_dirs: list[str], *, plan: Plan | None, now: int, dry_run: bool,
              max_partitions: int | None, lease_ms: int, config: Config | None, config_files: Sequence[str] = (),
              topic_config: TopicConfig | None = None, broker_config: BrokerConfig | None = None,
-             kafka_version: str | None = None, recover_first: bool, progress: Say, summary: Say | None,
-             ready: float, watch: Callable[..., contextlib.AbstractContextManager],
-             removal: Removal | None) -> tuple[Report, Plan]:
+             kafka_version: str | None = None, recover_first: bool, progress: Say, observer: Observer,
+             ready: float) -> CompactionResult:
     """``compact``'s work on the log dirs whose locks its caller holds."""
     from kcompact.compaction.pipeline import job
     from kcompact.compaction.pipeline.leases import LeaseKeeper
@@ -316,18 +271,17 @@ def _compact(spark: SparkSession, log_dirs: list[str], *, plan: Plan | None, now
     from kcompact.planner.output import selected_bytes
 
     with _step(spark, "compact"):
-        if recover_first and not dry_run:
-            _recovered(log_dirs, progress, summary or progress)
+        recovery = _recovered(log_dirs, progress, observer) if recover_first and not dry_run else None
         previous = {path: last_run.read(path) for path in log_dirs}
         began = wall_ms()
         if plan is None:
             conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
                                  broker_config=broker_config, kafka_version=kafka_version)
-            with watch("planning"):
+            with observer.watch("planning"):
                 plan = build_plan(spark, log_dirs, conf=conf, now=now, top=max_partitions)
-        with watch("cleaning", selected_bytes(plan.rows)):
+        with observer.watch("cleaning", selected_bytes(plan.rows)):
             report = job.run(spark, plan, now=now, dry_run=dry_run, progress=progress, ready=ready,
-                             leases=LeaseKeeper(lease_ms=lease_ms), removal=removal).report
+                             leases=LeaseKeeper(lease_ms=lease_ms), removal=observer.removal).report
         report.previous_runs, report.began_choosing_ms = previous, began
         if not dry_run:
             for path in log_dirs:
@@ -335,17 +289,18 @@ def _compact(spark: SparkSession, log_dirs: list[str], *, plan: Plan | None, now
                     last_run.write(path, began)
                 except OSError as exc:  # a full disk: the stamp is a gauge's, the run's outcome stands
                     progress(f"  {path.rstrip('/')}/{last_run.FILE} not written: {(exc.strerror or str(exc)).lower()}")
-    return report, plan
+    return CompactionResult(report, plan, recovery)
 
 
 def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, dry_run: bool = False,
            config: Config | None = None, config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
            broker_config: BrokerConfig | None = None, kafka_version: str | None = None, recover_first: bool = True,
-           leave_busy: bool = False, progress: Say = print, summary: Say | None = None) -> tuple[RetentionReport, Plan]:
+           leave_busy: bool = False, progress: Say = print, observer: Observer = QUIET) -> RetentionResult:
     """Plan retention for every partition of ``log_dirs`` (on Spark), then delete each partition's
     due prefix and move the checkpoints (driver), as Kafka's retention would. ``recover_first``,
-    ``leave_busy``: as ``compact``'s (a log dir left alone in the report's ``busy``). Returns the
-    report and the plan it followed."""
+    ``leave_busy``: as ``compact``'s (the first recovery's summary to the ``observer``, a log dir
+    left alone in the result's ``busy``). Returns the report, the plan it followed and the
+    recovery it ran first (``results.RetentionResult``)."""
     from kcompact.operations.retention import RetentionReport
 
     now = wall_ms() if now is None else now
@@ -354,53 +309,48 @@ def retain(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = No
     _worker_python(spark)
     with _held(log_dirs, dry_run, leave_busy) as held:
         if held.busy and not held.free:
-            report, plan = RetentionReport(now, dry_run), _nothing_compacted(now, dry_run)[1]
+            result = RetentionResult(RetentionReport(now, dry_run), _nothing_compacted(now, dry_run)[1])
         else:
-            report, plan = _retain(spark, held.free, now=now, dry_run=dry_run, config=config,
-                                   config_files=config_files, topic_config=topic_config, broker_config=broker_config,
-                                   kafka_version=kafka_version, recover_first=recover_first, progress=progress,
-                                   summary=summary)
-    report.busy = held.busy
-    return report, plan
+            result = _retain(spark, held.free, now=now, dry_run=dry_run, config=config, config_files=config_files,
+                             topic_config=topic_config, broker_config=broker_config, kafka_version=kafka_version,
+                             recover_first=recover_first, progress=progress, observer=observer)
+    result.busy = held.busy
+    return result
 
 
 def _retain(spark: SparkSession, log_dirs: list[str], *, now: int, dry_run: bool, config: Config | None,
             config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
             broker_config: BrokerConfig | None = None, kafka_version: str | None = None, recover_first: bool,
-            progress: Say, summary: Say | None) -> tuple[RetentionReport, Plan]:
+            progress: Say, observer: Observer) -> RetentionResult:
     """``retain``'s work on the log dirs whose locks its caller holds."""
     from kcompact.operations.retention import execute
     from kcompact.planner.build import plan as build_plan
 
     started = time.monotonic()
     with _step(spark, "retain"):
-        if recover_first and not dry_run:
-            _recovered(log_dirs, progress, summary or progress)
+        recovery = _recovered(log_dirs, progress, observer) if recover_first and not dry_run else None
         conf = configuration(log_dirs, config=config, config_files=config_files, topic_config=topic_config,
                              broker_config=broker_config, kafka_version=kafka_version)
         progress("retention: planning")
         plan = build_plan(spark, log_dirs, conf=conf, now=now, retention_only=True)
         report = execute(plan.rows, now=now, dry_run=dry_run, progress=progress)
     report.seconds = time.monotonic() - started
-    return report, plan
+    return RetentionResult(report, plan, recovery)
 
 
 def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None, dry_run: bool = False,
         max_partitions: int | None = None, lease_ms: int = LEASE_MS, config: Config | None = None,
         config_files: Sequence[str] = (), topic_config: TopicConfig | None = None,
         broker_config: BrokerConfig | None = None, kafka_version: str | None = None, leave_busy: bool = False,
-        progress: Say = print, summary: Say | None = None, removal: Removal | None = None,
-        watch: Callable[..., contextlib.AbstractContextManager] = lambda *_: contextlib.nullcontext()
-        ) -> NightlyReport:
+        progress: Say = print, observer: Observer = QUIET) -> NightlyReport:
     """The nightly job: recovery (not on a dry run), retention, a fresh plan, compaction, on one
-    configuration and one clock, holding every log dir's ``.lock`` throughout. Each step's summary
-    goes to ``summary`` (default ``progress``) as it ends. ``leave_busy``: as ``compact``'s (a log
-    dir left alone in the report's ``busy``). ``removal``: as ``compact``'s;
-    ``watch(what, total_bytes)``: a context around retention and around each of compaction's
-    Spark steps (``compact``'s), so progress names the step under way."""
+    configuration and one clock, holding every log dir's ``.lock`` throughout. Recovery's and
+    retention's summaries go to the ``observer``'s ``summary`` as each ends; its ``watch`` is a
+    context around retention and around each of compaction's Spark steps (``compact``'s), so
+    progress names the step under way; its ``removal``: as ``compact``'s. ``leave_busy``: as
+    ``compact``'s (a log dir left alone in the result's ``busy``)."""
     now = wall_ms() if now is None else now
     log_dirs = list(log_dirs)
-    summary = summary or progress
     conf = configuration(
         log_dirs,
         config=config,
@@ -410,41 +360,41 @@ def run(spark: SparkSession, log_dirs: Sequence[str], *, now: int | None = None,
         kafka_version=kafka_version,
     )  # one configuration and one clock for every step
     _conditional_writes(log_dirs, dry_run)
-    with _held(log_dirs, dry_run, leave_busy) as held, _waited(removal), _step(spark, "run"):
+    with _held(log_dirs, dry_run, leave_busy) as held, _waited(observer.removal), _step(spark, "run"):
         if held.busy and not held.free:
             from kcompact.operations.recover import RecoveryReport
             from kcompact.operations.retention import RetentionReport
 
+            report, plan = _nothing_compacted(now, dry_run)
             night = NightlyReport(now, dry_run, None if dry_run else RecoveryReport(), RetentionReport(now, dry_run),
-                                  *_nothing_compacted(now, dry_run))
+                                  report, plan)
         else:
             night = _night(spark, held.free, conf, now=now, dry_run=dry_run, max_partitions=max_partitions,
-                           lease_ms=lease_ms, progress=progress, summary=summary, removal=removal, watch=watch)
+                           lease_ms=lease_ms, progress=progress, observer=observer)
     night.busy = held.busy
     return night
 
 
 def _night(spark: SparkSession, log_dirs: list[str], conf: Config, *, now: int, dry_run: bool,
-           max_partitions: int | None, lease_ms: int, progress: Say, summary: Say, removal: Removal | None,
-           watch: Callable[..., contextlib.AbstractContextManager]) -> NightlyReport:
+           max_partitions: int | None, lease_ms: int, progress: Say, observer: Observer) -> NightlyReport:
     """``run``'s steps on the log dirs whose locks its caller holds."""
     from kcompact.operations.recover import recover_log_dirs
 
     recovery = None  # 0. recovery, before anything reads the log dirs
     if not dry_run:
         recovery = recover_log_dirs(log_dirs, progress=progress, torn_tails=False)
-        summary(recovery.text())
+        observer.summary(recovery.text())
     # 1. retention
-    with watch("retention"):
-        retention, _ = _retain(spark, log_dirs, config=conf, now=now, dry_run=dry_run, recover_first=False,
-                               progress=progress, summary=None)
-    summary(retention.text())
-    # 2. plan, on the log as retention left it; 3. compaction
+    with observer.watch("retention"):
+        retention = _retain(spark, log_dirs, config=conf, now=now, dry_run=dry_run, recover_first=False,
+                            progress=progress, observer=QUIET).report
+    observer.summary(retention.text())
+    # 2. plan, on the log as retention left it; 3. compaction, its report's stages from its start
     progress("compaction: planning")
-    compaction, plan = _compact(spark, log_dirs, plan=None, now=now, dry_run=dry_run, max_partitions=max_partitions,
-                                lease_ms=lease_ms, config=conf, recover_first=False, progress=progress, summary=None,
-                                ready=time.monotonic(), removal=removal, watch=watch)
-    return NightlyReport(now, dry_run, recovery, retention, compaction, plan)
+    compaction = _compact(spark, log_dirs, plan=None, now=now, dry_run=dry_run, max_partitions=max_partitions,
+                          lease_ms=lease_ms, config=conf, recover_first=False, progress=progress, observer=observer,
+                          ready=time.monotonic())
+    return NightlyReport(now, dry_run, recovery, retention, compaction.report, compaction.plan)
 
 
 def recover(log_dirs: Sequence[str], *, torn_tails: bool = True, progress: Say = print) -> RecoveryReport:

@@ -112,10 +112,10 @@ class RetentionReport:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
-    busy: dict[str, str] = field(default_factory=dict)  # log dir -> who holds its .lock: left alone (leave_busy)
     # log dir -> its paused partitions (``kcompact pause``): retention waits for a pause, as Kafka's does
     paused: dict[str, list[str]] = field(default_factory=dict)
 
+    @property
     def totals(self) -> dict:
         due = [p for p in self.partitions if not p.skipped and not p.error]
         counts = outcome_counts(self.partitions)
@@ -140,7 +140,7 @@ class RetentionReport:
         """Every partition's line but those ``execute`` printed as it deleted them, then the totals."""
         lines = [p.summary(self.dry_run) for p in self.partitions if not p.deleted or p.error]
         lines += states.paused_lines(self.paused)
-        t = self.totals()
+        t = self.totals
         verb = "to delete" if self.dry_run else "deleted"
         lines.append(f"retention: {t['partitions']} partition{'' if t['partitions'] == 1 else 's'} "
                      f"({t['skipped']} skipped, {t['failed']} failed); "
@@ -150,7 +150,7 @@ class RetentionReport:
 
     def to_json(self) -> dict:
         return {"run": self.run, "now": self.now, "dry_run": self.dry_run, "units": UNIT_NOTE,
-                "totals": self.totals(), "notes": self.notes, "paused": self.paused,
+                "totals": self.totals, "notes": self.notes, "paused": self.paused,
                 "partitions": [asdict(p) | {"reasons": p.reasons} for p in self.partitions]}
 
 

@@ -62,16 +62,16 @@ def compaction_undone(report: Report, step: str = "compaction") -> dict[str, lis
             out["failed"].append(_row(step, name, log_dir, p.error,
                                       failure_way_out(p.failure, log_dir, name, p.path in marked),
                                       kind=p.failure and str(p.failure)))
-    out["held_back"] += [_row(step, b["partition"], b["log_dir"], b["why"], b["way_out"]) for b in report.blocked()]
-    for h in report.held():
+    out["held_back"] += [_row(step, b["partition"], b["log_dir"], b["why"], b["way_out"]) for b in report.blocked]
+    for h in report.held:
         until = f"lease until {h['until']}" if h["until"] else "no heartbeat recorded"
         out["held"].append(_row(step, h["partition"], h["log_dir"],
                                 f"cleaned by {h['owner']} (host {h['host']}, pid {h['pid']}, {until})",
                                 "none: cleaned once that job ends or its lease lapses ('kcompact status' shows it)"))
-    out["paused"] += _paused(step, report.paused())
+    out["paused"] += _paused(step, report.paused)
     why = {r.path: r.skip_reason for r in report.planned or []}
     why |= {p.path: p.error for p in report.partitions if p.error}
-    for log_dir, paths in report.uncleanable().items():
+    for log_dir, paths in report.uncleanable.items():
         for path in paths:
             name = path.rstrip("/").rpartition("/")[2]
             out["uncleanable"].append(_row(step, name, log_dir, why.get(path) or "marked uncleanable",

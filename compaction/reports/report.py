@@ -185,7 +185,6 @@ class Report:
     previous_runs: dict[str, int | None] = field(default_factory=dict)
     began_choosing_ms: int | None = None
     run: dict = field(default_factory=dict)  # where and how the run ran (jobs.cli: clock, host, Spark, arguments)
-    busy: dict[str, str] = field(default_factory=dict)  # log dir -> who holds its .lock: left alone (leave_busy)
     # partition dir -> its snappy batches compressed anew by an executor without Google's snappy
     inexact_snappy: dict[str, int] = field(default_factory=dict)
 
@@ -196,6 +195,7 @@ class Report:
         self.planned = [r.but(state=PAUSED) if r.path in now_paused else r for r in plan]
         self.marked = sorted(set(marked))
 
+    @property
     def totals(self) -> dict:
         done = [p for p in self.partitions if not p.error and not p.skipped]
         removed = {reason: sum(p.removed.get(reason, 0) for p in done) for reason in REASONS}
@@ -211,6 +211,7 @@ class Report:
             "records_per_s": sum(p.records_read for p in done) / self.seconds if self.seconds else 0.0,
         }
 
+    @property
     def metrics(self) -> tuple[dict, dict[str, str]]:
         """Kafka's cleaner gauges as they would read at the end of this run (``METRICS``), and a
         note for each that is 0 or unknown for a reason of its own."""
@@ -246,7 +247,7 @@ class Report:
         ratios = [r.cleanable_ratio for r in idle if r.cleanable_ratio is not None and r.total_bytes]
         delays = [r.max_compaction_delay_ms for r in idle if r.max_compaction_delay_ms is not None]
         bytes_of = {r.path: r.cleanable_bytes or 0 for r in self.planned}
-        marked = self.uncleanable()
+        marked = self.uncleanable
         count = {log_dir: len(paths) for log_dir, paths in marked.items()}
         size = {log_dir: sum(bytes_of.get(path, 0) for path in paths) for log_dir, paths in marked.items()}
         return {
@@ -261,11 +262,13 @@ class Report:
         return {log_dir: None if before is None or self.began_choosing_ms is None else self.began_choosing_ms - before
                 for log_dir, before in sorted(self.previous_runs.items())}
 
+    @property
     def blocked(self) -> list[dict]:
         """``blocked_rows`` of the plan, less the partitions this run reported otherwise."""
         reported = {p.path for p in self.partitions}
         return [b for b in blocked_rows(self.planned or []) if b["path"] not in reported]
 
+    @property
     def held(self) -> list[dict]:
         """Compacted partitions another job's live lease kept from this run, when it planned or when
         it came to take them: each with the lease's holder (owner, host, pid) and end (``until``,
@@ -286,7 +289,7 @@ class Report:
     def _held_lines(self) -> list[str]:
         """``held``, one line per holder (its latest lease end), then its partitions per log dir."""
         groups: dict[tuple, list[dict]] = {}
-        for h in self.held():
+        for h in self.held:
             groups.setdefault((h["owner"], h["host"], h["pid"]), []).append(h)
         lines = []
         for (owner, host, pid), rows in groups.items():
@@ -301,12 +304,14 @@ class Report:
             lines += [f"  {log_dir}: {', '.join(names)}" for log_dir, names in by_dir.items()]
         return lines
 
+    @property
     def releases(self) -> list[dict]:
         """Per planned log dir, the Kafka release whose cleaner this run reproduces and why."""
         seen = {r.log_dir: (r.kafka_version, r.kafka_version_source) for r in self.planned or []
                 if r.kafka_version}
         return [{"log_dir": d, "kafka_version": v, "why": why} for d, (v, why) in sorted(seen.items())]
 
+    @property
     def gzip_headers(self) -> list[dict]:
         """Per planned 3.9 log dir (whose broker may run Java 8 or 11), the gzip header OS byte its
         rewritten batches carry and why (``planner.gzip_os``)."""
@@ -314,6 +319,7 @@ class Report:
                 if (r.kafka_version or "").startswith("3.9") and r.gzip_os_source}
         return [{"log_dir": d, "gzip_os": b, "why": why} for d, (b, why) in sorted(seen.items())]
 
+    @property
     def notes(self) -> list[str]:
         """What the plan noted without holding anything back (torn tails of active segments, snappy
         blocks without Google's snappy), each once; and when this process lacks Google's snappy
@@ -330,6 +336,7 @@ class Report:
             notes[snappy_library.NOT_EXACT] = None
         return list(notes)
 
+    @property
     def uncleanable(self) -> dict[str, list[str]]:
         """Per planned log dir, the partition dirs marked uncleanable (before the run, or by it)."""
         log_dir = {r.path: r.log_dir for r in self.planned or []}
@@ -339,6 +346,7 @@ class Report:
             out.setdefault(log_dir.get(path) or path.rstrip("/").rpartition("/")[0], []).append(path)
         return out
 
+    @property
     def paused(self) -> dict[str, list[str]]:
         """Per log dir, the names of the compacted partitions an operator paused (``kcompact pause``),
         which no job cleans until they are resumed; log dirs with none left out."""
@@ -356,26 +364,26 @@ class Report:
         silently); then the run's totals, in the same units, or, when it cleaned no partition at
         all, what happened instead."""
         names = [(p.topic, p.partition) for p in self.partitions]
-        lines = release_lines(self.releases())
+        lines = release_lines(self.releases)
         lines += [f"gzip header OS byte {b} ({why})" for b, why in dict.fromkeys((g["gzip_os"], g["why"])
-                                                                                 for g in self.gzip_headers())]
+                                                                                 for g in self.gzip_headers)]
         lines += [p.summary(where=names.count((p.topic, p.partition)) > 1) for p in self.partitions
                   if each or p.error]
-        blocked = self.blocked()
+        blocked = self.blocked
         if blocked:
             lines.append(f"not cleaned until fixed ({_count(len(blocked), 'partition')}):")
             lines += [f"  {b['partition']}: {b['why']} -> {b['way_out']}" for b in blocked]
         lines += self._held_lines()
         lines += [f"reset the cleaner checkpoint of {r['topic']}-{r['partition']} ({r['log_dir']}): {r['why']}, "
                   f"now the log start {r['offset']}, as Kafka's cleaner resets it" for r in self.checkpoint_resets]
-        lines += self.notes()
+        lines += self.notes
         if self.planned is not None:
             lines.append("uncleanable partitions: " + ("; ".join(
                 f"{log_dir}: {len(paths)}" + (f" ({', '.join(p.rstrip('/').rpartition('/')[2] for p in paths)})"
                                               if paths else "")
-                for log_dir, paths in self.uncleanable().items()) or "none"))
-        lines += paused_lines(self.paused())
-        t = self.totals()
+                for log_dir, paths in self.uncleanable.items()) or "none"))
+        lines += paused_lines(self.paused)
+        t = self.totals
         if t["partitions"] == 0:
             lines.append(self._nothing())
             return "\n".join(lines)
@@ -396,8 +404,8 @@ class Report:
         head = "nothing to clean" if self.dry_run else "nothing cleaned"
         if self.planned is None:
             return head
-        blocked, paused = len(self.blocked()), sum(len(names) for names in self.paused().values())
-        held = len(self.held())
+        blocked, paused = len(self.blocked), sum(len(names) for names in self.paused.values())
+        held = len(self.held)
         compacted = sum(1 for r in self.planned if r.compacted)
         why = [f"{_count(blocked, 'partition')} held back until fixed (above)"] if blocked else []
         if held:
@@ -412,13 +420,13 @@ class Report:
         return f"{head}: {', '.join(why) or 'no compacted partition (cleanup.policy)'}"
 
     def to_json(self) -> dict:
-        metrics, notes = self.metrics()
+        metrics, notes = self.metrics
         return {"run": self.run, "now": self.now, "dry_run": self.dry_run, "units": UNIT_NOTE,
-                "totals": self.totals(), "stages": self.stages, "metrics": metrics, "metric_notes": notes,
-                "blocked": self.blocked(), "held": self.held(), "paused": self.paused(),
-                "checkpoint_resets": self.checkpoint_resets, "kafka_releases": self.releases(),
-                "gzip_headers": self.gzip_headers(),
-                "notes": self.notes(),
+                "totals": self.totals, "stages": self.stages, "metrics": metrics, "metric_notes": notes,
+                "blocked": self.blocked, "held": self.held, "paused": self.paused,
+                "checkpoint_resets": self.checkpoint_resets, "kafka_releases": self.releases,
+                "gzip_headers": self.gzip_headers,
+                "notes": self.notes,
                 "partitions": [asdict(p) | {"mb_per_s": p.mb_per_s} for p in self.partitions]}
 
 

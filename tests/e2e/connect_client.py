@@ -51,7 +51,7 @@ def digests(root: Path) -> dict[str, str]:
 
 
 def counts(report) -> dict:
-    totals = report.totals()
+    totals = report.totals
     return {key: totals[key] for key in COUNTS if key in totals}
 
 
@@ -74,13 +74,13 @@ def steps(spark: SparkSession, work: Path) -> dict:
     kcompact.plot(plan).savefig(png, format="png")
     out["plot_bytes"] = png.tell() > 1000
     out["before"] = digests(Path(log_dir))
-    dry, _ = kcompact.compact(spark, plan=plan, now=NOW, dry_run=True, progress=lambda line: None)
+    dry = kcompact.compact(spark, plan=plan, now=NOW, dry_run=True, progress=lambda line: None).report
     out["dry_run"] = counts(dry)
     out["dry_run_left_files"] = digests(Path(log_dir)) == out["before"]
 
     copy = work / "copy"
     shutil.copytree(log_dir, copy)
-    cleaned, _ = kcompact.compact(spark, [str(copy)], now=NOW, progress=lambda line: None)
+    cleaned = kcompact.compact(spark, [str(copy)], now=NOW, progress=lambda line: None).report
     out["compacted"] = counts(cleaned)
     out["compacted_files"] = digests(copy)
 
@@ -103,8 +103,8 @@ def steps(spark: SparkSession, work: Path) -> dict:
     out["window"] = [[r.offset, r.timestamp.isoformat(), r.key.decode() if r.key else None, len(r.value or b"")]
                      for r in window.orderBy("offset").collect()]
 
-    retention, _ = kcompact.retain(spark, [log_dir], now=NOW, dry_run=True, progress=lambda line: None)
-    out["retain"] = {key: value for key, value in retention.totals().items() if key != "seconds"}
+    retention = kcompact.retain(spark, [log_dir], now=NOW, dry_run=True, progress=lambda line: None).report
+    out["retain"] = {key: value for key, value in retention.totals.items() if key != "seconds"}
     nightly = kcompact.run(spark, [str(copy)], now=NOW, dry_run=True, progress=lambda line: None)
     out["run"] = [nightly.failed, nightly.attempted, counts(nightly.compaction)]
     out["recover"] = [p.changed for p in kcompact.recover([str(copy)], progress=lambda line: None).partitions]
@@ -133,7 +133,7 @@ def on_store(spark: SparkSession, url: str) -> dict:
     plan = kcompact.plan(spark, [url], now=NOW, topic_config={"orders": {"internal.segment.bytes": 1000000}})
     print("planned", flush=True)
     sys.stdin.readline()
-    report, _ = kcompact.compact(spark, plan=plan, now=NOW, progress=lambda line: None)
+    report = kcompact.compact(spark, plan=plan, now=NOW, progress=lambda line: None).report
     return {"selected": sorted(row.path.rsplit("/", 1)[-1] for row in plan.rows if row.selected),
             "partitions": len(plan.rows), "compacted": counts(report),
             "failed": [p.error for p in report.partitions if p.error]}
@@ -155,14 +155,15 @@ def cleaning_ticks(spark: SparkSession, work: Path) -> list[list]:
     generator.generate(logs, generator.override(generator.load_spec(None), partitions=8), seed=5)
     said: list[str] = []
 
-    @contextlib.contextmanager
-    def watch(what, total_bytes=None):
-        with kinds.status(spark) as tracker, Ticker(tracker, said.append, what, total_bytes, every=0.05):
-            yield
+    class Ticking(kcompact.Observer):
+        @contextlib.contextmanager
+        def watch(self, what, total_bytes=None):
+            with kinds.status(spark) as tracker, Ticker(tracker, said.append, what, total_bytes, every=0.05):
+                yield
 
     with sql_conf(spark, {STEP: "1k"}):  # a few KB of log: cut as megabytes of it would be
         kcompact.compact(spark, [logs], now=NOW, topic_config={"*": {"cleanup.policy": "compact"}},
-                         progress=said.append, watch=watch)
+                         progress=said.append, observer=Ticking())
     start = next(i for i, line in enumerate(said) if line.startswith("stages 2-4"))
     end = next(i for i, line in enumerate(said) if line.startswith("stage 5/5"))
     pattern = r"  cleaning: (\d+)/(\d+) tasks done, about ([\d.]+) of [\d.]+ MB, \d+ s, ETA \d+ s"
@@ -188,13 +189,13 @@ def main() -> int:
     import kcompact
 
     try:
-        report, _ = kcompact.compact(spark, [str(args.work / "logs")], now=NOW,
-                                     topic_config={"*": {"cleanup.policy": "compact"}},
-                                     progress=lambda line: print(line, flush=True))
+        result = kcompact.compact(spark, [str(args.work / "logs")], now=NOW,
+                                  topic_config={"*": {"cleanup.policy": "compact"}},
+                                  progress=lambda line: print(line, flush=True))
     except KeyboardInterrupt:
         print("interrupted", flush=True)
         return 130
-    print(report.text())
+    print(result.text())
     return 0
 
 

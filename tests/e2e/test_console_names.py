@@ -77,11 +77,12 @@ def test_run_progress_names_the_step_under_way(tmp_path, spark):
     dirty(log_dir / "orders-0")
     steps = []
 
-    @contextlib.contextmanager
-    def watch(what, total_bytes=None):
-        steps.append(what)
-        yield
+    class Steps(kcompact.Observer):
+        @contextlib.contextmanager
+        def watch(self, what, total_bytes=None):
+            steps.append(what)
+            yield
 
     kcompact.run(spark, [str(log_dir)], now=NOW, config=resolve.build(topic_args=["*:cleanup.policy=compact"]),
-                 progress=lambda line: None, watch=watch)
+                 progress=lambda line: None, observer=Steps())
     assert steps == ["retention", "planning", "cleaning"]

@@ -226,12 +226,13 @@ def test_progress_moves_while_the_cleaning_stage_runs(spark, tmp_path):
     generator.generate(logs, generator.override(generator.load_spec(None), partitions=8), seed=5)
     said: list[str] = []
 
-    def watch(what, total_bytes=None):
-        return Ticker(spark.sparkContext.statusTracker(), said.append, what, total_bytes, every=0.05)
+    class Ticking(kcompact.Observer):
+        def watch(self, what, total_bytes=None):
+            return Ticker(spark.sparkContext.statusTracker(), said.append, what, total_bytes, every=0.05)
 
     with sql_conf(spark, {STEP: "1k"}):  # a few KB of log: cut as megabytes of it would be
         kcompact.compact(spark, [logs], now=NOW, topic_config={"*": {"cleanup.policy": "compact"}},
-                         progress=said.append, watch=watch)
+                         progress=said.append, observer=Ticking())
     ticks = ticks_of_cleaning(said)
     assert len({done for done, _, _ in ticks}) >= 3, said
     assert all(mb > 0 and 0 < done < total for done, total, mb in ticks), ticks

@@ -301,7 +301,7 @@ def test_partition_changed_since_planning_is_left_alone(tmp_path):
     (entry,) = report.partitions
     assert "changed since planning" in entry.error and not entry.deleted
     assert listing(tmp_path) == before
-    assert report.totals()["failed"] == 1 and cli._exit_status(1, report.attempted) == errors.EXIT_FAILED
+    assert report.totals["failed"] == 1 and cli._exit_status(1, report.attempted) == errors.EXIT_FAILED
     assert cli._exit_status(1, 2) == errors.EXIT_PARTIAL and cli._exit_status(0, 2) == errors.EXIT_OK
 
 

@@ -96,7 +96,9 @@ def test_configuration_by_kafkas_names(spark, generated):
 def test_a_dry_run_compacts_nothing_and_writes_no_stamp(spark, generated, tmp_path):
     log_dir = copy_of(generated, tmp_path)
     before = files(log_dir)
-    report, plan = kcompact.compact(spark, [log_dir], now=NOW, dry_run=True, **QUIET)
+    result = kcompact.compact(spark, [log_dir], now=NOW, dry_run=True, **QUIET)
+    report, plan = result.report, result.plan
+    assert isinstance(result, kcompact.CompactionResult) and result.recovery is None  # a dry run recovers nothing
     assert {(p.topic, p.partition): (p.dirty_start, p.dirty_end) for p in report.partitions} == generated[2].cleaned
     assert report.dry_run and plan.table.num_rows == len(generated[1].partitions)
     assert files(log_dir) == before
@@ -105,8 +107,10 @@ def test_a_dry_run_compacts_nothing_and_writes_no_stamp(spark, generated, tmp_pa
 def test_compact_cleans_them_as_kafka_and_writes_the_last_run_stamp(spark, generated, tmp_path):
     _, _, model, model_dir = generated
     log_dir = copy_of(generated, tmp_path)
-    report, _ = kcompact.compact(spark, [log_dir], now=NOW, **QUIET)
-    assert report.totals()["failed"] == 0
+    result = kcompact.compact(spark, [log_dir], now=NOW, **QUIET)
+    report = result.report
+    assert report.totals["failed"] == result.failed == 0
+    assert result.recovery is not None and not any(p.changed for p in result.recovery.partitions)
     assert {(p.topic, p.partition): (p.dirty_start, p.dirty_end) for p in report.partitions if p.committed} \
         == model.cleaned
     assert cleaner_checkpoint(log_dir) == cleaner_checkpoint(model_dir)
@@ -115,7 +119,7 @@ def test_compact_cleans_them_as_kafka_and_writes_the_last_run_stamp(spark, gener
     assert report.previous_runs == {log_dir: None}
 
     # again, on the plan it followed: nothing left to clean, the previous stamp read back
-    again, _ = kcompact.compact(spark, plan=kcompact.plan(spark, [log_dir], now=NOW), now=NOW, **QUIET)
+    again = kcompact.compact(spark, plan=kcompact.plan(spark, [log_dir], now=NOW), now=NOW, **QUIET).report
     assert again.previous_runs == {log_dir: report.began_choosing_ms}
     assert not [p for p in again.partitions if p.committed]
     assert last_run.read(log_dir) == again.began_choosing_ms >= report.began_choosing_ms
@@ -125,9 +129,14 @@ def test_run_is_the_night(spark, generated, tmp_path):
     _, _, model, model_dir = generated
     log_dir = copy_of(generated, tmp_path)
     said = []
-    night = kcompact.run(spark, [log_dir], now=NOW, progress=lambda line: None, summary=said.append)
+
+    class Summaries(kcompact.Observer):
+        def summary(self, text):
+            said.append(text)
+
+    night = kcompact.run(spark, [log_dir], now=NOW, progress=lambda line: None, observer=Summaries())
     assert isinstance(night, kcompact.NightlyReport) and night.recovery is not None
-    assert night.retention.totals()["deleted"] == 0 and night.failed == 0
+    assert night.retention.totals["deleted"] == 0 and night.failed == 0
     assert {(p.topic, p.partition) for p in night.compaction.partitions if p.committed} == set(model.cleaned)
     assert cleaner_checkpoint(log_dir) == cleaner_checkpoint(model_dir)
     assert last_run.read(log_dir) == night.compaction.began_choosing_ms

@@ -44,10 +44,10 @@ def test_both_reports_count_a_partition_once_skipped_before_failed():
     compaction report as in the retention report (they counted it differently before)."""
     both = PartitionReport("t", 0, "/logs/t-0", 0, None, error="x", skipped="y")
     failed = PartitionReport.failed(PlanRow.of(ROW), "e", Failure.IO)
-    compaction = Report(1, False, [both, failed]).totals()
+    compaction = Report(1, False, [both, failed]).totals
     retained = [PartitionRetention("t", 0, "/logs/t-0", "/logs", 0, 0, error="x", skipped="y"),
                 PartitionRetention("t", 1, "/logs/t-1", "/logs", 0, 0, error="e")]
-    retention = RetentionReport(1, False, retained).totals()
+    retention = RetentionReport(1, False, retained).totals
     assert {k: compaction[k] for k in ("partitions", "failed", "skipped")} == {
         "partitions": 2,
         "failed": 1,

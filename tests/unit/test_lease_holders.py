@@ -22,6 +22,7 @@ from kcompact.jobs.cli import _exit_status
 from kcompact.operations import states
 from kcompact.operations.recover import RecoveryReport
 from kcompact.planner.build import PLAN_SCHEMA
+from kcompact.results import CompactionResult
 
 HOUR = 3_600_000
 
@@ -143,7 +144,7 @@ def test_a_run_lists_held_partitions_by_holder_and_is_partial():
     r = Report(1, False, [], seconds=0.5)
     r.observe_plan(PlanRow.read(pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)))
     until = states.utc(held.heartbeat_ms + states.LEASE_MS)
-    assert [(h["partition"], h["owner"], h["host"], h["pid"]) for h in r.held()] == [
+    assert [(h["partition"], h["owner"], h["host"], h["pid"]) for h in r.held] == [
         ("orders-0", "kcompact-a", "h", 2928), ("orders-2", "kcompact-a", "h", 2928),
         ("orders-3", "kcompact-b", "g", 77), ("orders-10", "kcompact-a", "h", 2928)]
     lines = r.text().split("\n")
@@ -156,9 +157,10 @@ def test_a_run_lists_held_partitions_by_holder_and_is_partial():
                          "('kcompact plan' says why)")
     assert not [line for line in lines if line.startswith("0 partitions")]
     assert [h["partition"] for h in r.to_json()["held"]] == ["orders-0", "orders-2", "orders-3", "orders-10"]
-    totals = r.totals()  # what jobs.cli's compact gives _exit_status: held partitions make it partial, never 0
-    assert _exit_status(totals["failed"], totals["partitions"] - totals["skipped"],
-                        incomplete=len(r.blocked()) + len(r.held())) == EXIT_PARTIAL
+    result = CompactionResult(r, plan=None)  # what kcompact.compact returns; its counts read no plan
+    assert (result.failed, result.attempted, result.incomplete) == (0, 0, 4)
+    # what jobs.cli's compact gives _exit_status: held partitions make it partial, never 0
+    assert _exit_status(result.failed, result.attempted, incomplete=result.incomplete) == EXIT_PARTIAL
 
 
 def test_a_partition_another_job_took_after_planning_is_held_too():
@@ -166,7 +168,7 @@ def test_a_partition_another_job_took_after_planning_is_held_too():
     r = Report(1, False, [PartitionReport.skipped_for(
         PlanRow(topic="orders", partition=5, path="s3://b/logs/orders-5", first_dirty_offset=0), refusal)])
     r.observe_plan(PlanRow.read(pa.Table.from_pylist([row("s3://b/logs/orders-5")], schema=PLAN_SCHEMA)))
-    assert [(h["partition"], h["log_dir"]) for h in r.held()] == [("orders-5", "s3://b/logs")]
+    assert [(h["partition"], h["log_dir"]) for h in r.held] == [("orders-5", "s3://b/logs")]
     assert "  s3://b/logs: orders-5" in r.text().split("\n")
 
 

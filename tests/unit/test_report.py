@@ -134,7 +134,7 @@ def test_text_ends_with_the_totals():
 
 
 def test_metrics_without_the_plan():
-    values, notes = report().metrics()
+    values, notes = report().metrics
     assert values == {
         "max-dirty-percent": None,
         "max-clean-time-secs": 1,  # max(1.5, 0.25) truncated; the failed one's 0.5 s does not count
@@ -155,7 +155,7 @@ def test_metrics_without_the_plan():
 def test_metrics_with_the_plan():
     r = report()
     r.observe_plan(PlanRow.read(plan()), marked=["/logs/a/orders-1"])
-    values, _ = r.metrics()
+    values, _ = r.metrics
     # compacted and idle with bytes: orders-0 0.75, users-1 0.875 (orders-2 is uncleanable, orders-3 paused,
     # orders-4 empty, clicks-0 not compacted): 100 * 0.875 = 87.5 -> 87
     assert values["max-dirty-percent"] == 87
@@ -173,18 +173,18 @@ def test_max_dirty_percent_truncates_as_kafka(ratio, percent):
     r = Report(NOW, False)
     r.observe_plan(PlanRow.read(pa.Table.from_pylist([plan_row("/l/t-0", "compact", "idle", 100, 29, ratio, 0)],
                                         schema=PLAN_SCHEMA)))
-    assert r.metrics()[0]["max-dirty-percent"] == percent  # (100 * 0.29).toInt == 28 in Scala too
+    assert r.metrics[0]["max-dirty-percent"] == percent  # (100 * 0.29).toInt == 28 in Scala too
 
 
 def test_dry_run_and_empty_run():
-    values, notes = report(dry_run=True).metrics()
+    values, notes = report(dry_run=True).metrics
     assert notes["cleaner-recopy-percent"] == "dry run: nothing was written"
     empty = Report(NOW, False, seconds=0.25)
-    values, _ = empty.metrics()
+    values, _ = empty.metrics
     assert (values["max-clean-time-secs"], values["cleaner-recopy-percent"], values["time-since-last-run-ms"]) \
         == (0, 0, {})
     empty.observe_plan(PlanRow.read(PLAN_SCHEMA.empty_table()))
-    values, _ = empty.metrics()
+    values, _ = empty.metrics
     assert (values["max-dirty-percent"], values["max-compaction-delay-secs"]) == (0, 0)
     assert values["uncleanable-partitions-count"] == values["uncleanable-bytes"] == {}
 
@@ -195,7 +195,7 @@ def test_json_carries_metrics_and_notes(tmp_path):
     path = tmp_path / "r.json"
     write_report(str(path), r.to_json(), page=False)
     doc = json.loads(path.read_text())
-    assert doc["metrics"] == r.metrics()[0] and doc["metric_notes"] == r.metrics()[1]
+    assert doc["metrics"] == r.metrics[0] and doc["metric_notes"] == r.metrics[1]
     assert doc["totals"]["bytes_written"] == MIB // 4 + 5 * MIB
     nothing = {"superseded": 0, "tombstone": 0, "aborted": 0, "keyless": 0, "marker": 0}
     assert [p["removed"] for p in doc["partitions"][2:]] == [nothing, nothing]  # failed, skipped: none removed
@@ -239,7 +239,7 @@ def test_text_lists_blocked_and_uncleanable_partitions_and_checkpoint_resets():
     assert "uncleanable partitions: /logs/a: 1 (orders-2); /logs/b: 0" in lines
     assert lines[-1].startswith("1 partition: 1 cleaned, 0 failed, 0 skipped;")  # one, not "1 partitions"
     # paused (an operator's choice) and the delete-only partition are not blocked compaction work
-    assert [b["partition"] for b in r.blocked()] == ["orders-2", "orders-6"]
+    assert [b["partition"] for b in r.blocked] == ["orders-2", "orders-6"]
 
 
 def test_a_partition_failed_by_the_run_is_not_listed_twice():
@@ -248,7 +248,7 @@ def test_a_partition_failed_by_the_run_is_not_listed_twice():
                                              first_dirty_offset=0), "CRC", "corrupt input", seconds=0.1)
     r.partitions.append(failing)
     r.observe_plan(PlanRow.read(undone_plan()), marked=["/logs/a/orders-2"])
-    assert [b["partition"] for b in r.blocked()] == ["orders-6"]
+    assert [b["partition"] for b in r.blocked] == ["orders-6"]
 
 
 def test_dry_run_says_would_clean():
@@ -264,7 +264,7 @@ def test_time_since_last_run_is_kafkas_gauge_before_this_run():
     # just before this run stamped it: this run's start of choosing - the previous run's
     r = Report(NOW, False, seconds=1.0, previous_runs={"/logs/a": NOW - 86_400_000, "/logs/b": None},
                began_choosing_ms=NOW)
-    values, notes = r.metrics()
+    values, notes = r.metrics
     assert values["time-since-last-run-ms"] == {"/logs/a": 86_400_000, "/logs/b": None}
     assert notes["time-since-last-run-ms"] == NO_LAST_RUN
 
@@ -361,12 +361,12 @@ def test_snappy_batches_written_by_executors_without_libsnappy_are_named(monkeyp
 
     monkeypatch.setattr(snappy_library, "missing", lambda: None)
     r = report()
-    assert snappy_library.NOT_EXACT not in " ".join(r.notes())
+    assert snappy_library.NOT_EXACT not in " ".join(r.notes)
     r.inexact_snappy = {"/logs/a/orders-0": 3, "/logs/b/users-1": 2}
-    assert [n for n in r.notes() if n.startswith(snappy_library.NOT_EXACT)] == [
+    assert [n for n in r.notes if n.startswith(snappy_library.NOT_EXACT)] == [
         f"{snappy_library.NOT_EXACT} on the executors that wrote 5 snappy batches of 2 partitions: "
         "/logs/a/orders-0, /logs/b/users-1"]
-    assert r.to_json()["notes"] == r.notes()
+    assert r.to_json()["notes"] == r.notes
 
 
 def test_a_committed_partitions_inexact_snappy_batches_reach_the_report():

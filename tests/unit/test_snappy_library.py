@@ -96,5 +96,5 @@ def test_with_the_library_or_without_compaction_nothing_is_said(tmp_path, withou
         assert rows[0].notes == ()
         report = Report(now=NOW, dry_run=False, partitions=[PartitionReport("orders", 0, rows[0].path, 0, 3)])
         report.observe_plan(rows)
-        assert report.notes() == [] and snappy_library.NOT_EXACT not in report.text()
+        assert report.notes == [] and snappy_library.NOT_EXACT not in report.text()
         snappy_library.library.cache_clear()
