@@ -55,6 +55,7 @@ NOT_IN_LOG_DIRS_MODULES = {
     "readers/kernel_cache.py": "numba's cache of compiled kernels: the package's, or numba's cache dir",
     "jobs/kernels.py": "builds the kernels shipped in the package, from a log dir it generates itself",
     "jobs/home.py": "matplotlib's config dir, in the user's home or the temp dir",
+    "kcompact/__init__.py": "the API's module names (kcompact.steps...), imported on first use",
 }
 # What an f-string's placeholder stands for in a sample name (by its source text and format spec).
 SAMPLES = {
