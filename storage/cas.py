@@ -18,8 +18,7 @@ import posixpath
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-from kcompact import storage
-from kcompact.storage import objects, ownership
+from kcompact.storage import changes, durable, objects, ownership
 from kcompact.storage.failures import typed
 from kcompact.storage.paths import is_local, resolve
 
@@ -85,7 +84,7 @@ def write_if(path: str, data: bytes, version: str | None) -> str | None:
         with _dir_flock(fs_path):
             if _local_version(fs_path) != version:
                 return None
-            storage.write_atomic(path, data)  # through the package, where the crash tests wrap it
+            durable.write_atomic(path, data)  # through its module, where the crash tests wrap it
             return hashlib.md5(data).hexdigest()
     try:
         return objects.put(
@@ -142,13 +141,13 @@ def write_if_each(items: list[tuple[str, bytes, str | None]]) -> list[str | OSEr
 def _write_dir(items, indices: list[int], directory: str, out: list) -> None:
     """``write_if_each``'s local writes in one ``directory``, under its flock: every file that is
     still at its version written to its ``.tmp``, all of them made durable together
-    (``storage.fsync_files``), each renamed over, then the directory fsynced once."""
+    (``durable.fsync_files``), each renamed over, then the directory fsynced once."""
     owners: dict[str, ownership.Owner] = {}
     written = []
     for i in indices:
         path, data, version = items[i]
         fs_path = resolve(path)[1]
-        tmp = path + storage.TMP
+        tmp = path + durable.TMP
         try:
             if _local_version(fs_path) != version:
                 continue  # out[i] stays None: another writer's
@@ -156,22 +155,22 @@ def _write_dir(items, indices: list[int], directory: str, out: list) -> None:
             if version is None:  # a new file: its directory's owner and its kind's bits, found once
                 kind = ownership.kind(fs_path)
                 owner = owners.get(kind) or owners.setdefault(kind, ownership.for_file(fs_path))
-            storage.write_file(tmp, data, owner)  # by the package's name, where the crash tests wrap it
+            durable.write_file(tmp, data, owner)  # through its module, where the crash tests wrap it
         except OSError as exc:
             out[i] = exc
             with contextlib.suppress(OSError):
                 os.remove(resolve(tmp)[1])
             continue
         written.append(i)
-    failed = storage.fsync_files([items[i][0] + storage.TMP for i in written])
+    failed = durable.fsync_files([items[i][0] + durable.TMP for i in written])
     renamed = []
     for i in written:
         path, data, _ = items[i]
-        tmp = path + storage.TMP
+        tmp = path + durable.TMP
         try:
             if tmp in failed:
                 raise failed[tmp]
-            storage.rename(tmp, path)
+            changes.rename(tmp, path)
         except OSError as exc:
             out[i] = exc
             with contextlib.suppress(OSError):
@@ -181,7 +180,7 @@ def _write_dir(items, indices: list[int], directory: str, out: list) -> None:
         renamed.append(i)
     if renamed:
         try:
-            storage.fsync_dir(directory)
+            durable.fsync_dir(directory)
         except OSError as exc:
             for i in renamed:
                 out[i] = exc
@@ -197,7 +196,7 @@ def remove_if_each(items: list[tuple[str, str]]) -> list[bool | OSError]:
 
     def one(item):
         try:
-            return storage.remove_if(*item)  # by the package's name, where the crash tests wrap it
+            return remove_if(*item)  # by its name here, where the crash tests wrap it
         except OSError as exc:
             return exc
 

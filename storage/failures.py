@@ -20,6 +20,7 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 from kcompact import errors
+from kcompact.storage.describing import describe_error
 
 _KEYS = "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
 _ENV_NAMES = {"access": "AWS_ACCESS_KEY_ID", "secret": "AWS_SECRET_ACCESS_KEY", "token": "AWS_SESSION_TOKEN"}
@@ -74,6 +75,20 @@ def raising_typed() -> Iterator[None]:
         if typed is None:
             raise
         raise typed from exc
+
+
+@contextlib.contextmanager
+def naming(path: str, fs_path: str) -> Iterator[None]:
+    """An object store's error names the URL read, as a local file's error names its path: s3fs
+    names ``bucket/key`` or nothing (``PermissionError('Access Denied')``), and an error raised in
+    a Spark task reaches the report with no other trace of the object it was about."""
+    with raising_typed():
+        try:
+            yield
+        except OSError as exc:
+            if exc.filename is None or exc.filename == fs_path:
+                exc.filename = path
+            raise
 
 
 def typed(function: F) -> F:
@@ -165,8 +180,6 @@ def describe_failure(exc: BaseException, urls: Iterable[str] = ()) -> str | None
             if line is not None:
                 return f"{where}: {line}"
     if isinstance(exc, OSError):
-        from kcompact.storage import describe_error
-
         return describe_error(exc)
     return None
 

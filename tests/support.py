@@ -14,6 +14,7 @@ import io
 import mmap
 import os
 import struct
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import crc32c
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from kcompact import storage
 from kcompact.readers import codecs
 from kcompact.readers.records import CONTROL_TYPES, Record
 from kcompact.readers.segment import DEFAULT_CHUNK, iter_batches
@@ -488,3 +490,14 @@ def install_layout(dest: Path) -> Path:
     for layer in layers():
         shutil.copytree(REPO / layer, dest / "kcompact" / layer, ignore=ignore)
     return dest
+
+
+def patch_storage(monkeypatch, name: str, value) -> None:
+    """Put ``value`` in place of ``storage``'s primitive ``name`` for the test: where callers reach
+    it (``storage.<name>``) and in the one module of storage that holds it, where the other
+    primitives call it (``write_atomic`` its ``rename``, ``fsync_dirs`` its ``fsync_dir``)."""
+    now = getattr(storage, name)
+    (room,) = (module for key, module in sorted(sys.modules.items())
+               if key.startswith("kcompact.storage.") and vars(module).get(name) is now)
+    monkeypatch.setattr(storage, name, value)
+    monkeypatch.setattr(room, name, value)

@@ -24,7 +24,7 @@ from kcompact.compaction.pipeline.leases import LeaseKeeper
 from kcompact.jobs.cli import main
 from kcompact.operations import states
 from kcompact.readers.records import Record
-from tests.support import kp_build, write_partition
+from tests.support import kp_build, patch_storage, write_partition
 
 NOW = 1_720_300_000_000
 TS = NOW - 3_600_000
@@ -373,8 +373,8 @@ def test_replaced_files_go_once_every_partition_is_committed_under_the_lock(spar
             events.append(("remove", threading.current_thread().name, _locked_elsewhere(log_dir / ".lock")))
         real_remove(path)
 
-    monkeypatch.setattr(storage, "rename", rename)
-    monkeypatch.setattr(storage, "remove", remove)
+    patch_storage(monkeypatch, "rename", rename)
+    patch_storage(monkeypatch, "remove", remove)
     report = tmp_path / "r.json"
     assert main(["compact", str(log_dir), "--now", str(NOW), "--report", str(report), *TOPIC_ARGS]) == 0
     removed = [i for i, e in enumerate(events) if e[0] == "remove"]
@@ -403,7 +403,7 @@ def test_a_job_returns_before_its_removal_ends_when_the_caller_takes_it(spark, t
         release.wait(60)
         real_remove(path)
 
-    monkeypatch.setattr(storage, "remove", held_back)
+    patch_storage(monkeypatch, "remove", held_back)
     removal = Removal()
     result = job.run(spark, _plan(spark, tmp_path / "logs"), now=NOW, progress=lambda line: None, removal=removal)
     assert [p.committed for p in result.report.partitions] == [True]
@@ -507,9 +507,9 @@ def test_io_error_during_commit_leaves_old_or_new_and_is_retried_next_run(spark,
             raise OSError(errno.EIO, "Input/output error (injected)", dst)
         real_rename(src, dst)
 
-    monkeypatch.setattr(storage, "rename", failing_rename)
+    patch_storage(monkeypatch, "rename", failing_rename)
     result = job.run(spark, _plan(spark, log_dir), now=NOW, progress=lambda line: None)
-    monkeypatch.setattr(storage, "rename", real_rename)
+    patch_storage(monkeypatch, "rename", real_rename)
     (report,) = result.report.partitions
     assert not report.committed and "I/O error" in report.error and "Input/output error (injected)" in report.error
     assert kept_offsets(log_dir / "a-0") in (old_offsets, [3, 4, 5, 6])  # old or new, never a mix

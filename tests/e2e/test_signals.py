@@ -31,7 +31,7 @@ BUCKET = "signals"
 # Loaded by every process of the job (PYTHONPATH): the first call of ``storage.<OP>`` on a path
 # holding ``KCOMPACT_TEST_SLOW_AT``'s substring says so in a marker file, then takes long.
 HOOK = '''
-import os, time
+import os, sys, time
 from kcompact import storage
 _op, _where = os.environ["KCOMPACT_TEST_SLOW_AT"].split(":", 1)
 _real = getattr(storage, _op)
@@ -46,6 +46,7 @@ def _slow(*args, **kwargs):
 
 
 setattr(storage, _op, _slow)
+setattr(sys.modules[_real.__module__], _op, _slow)  # where the other primitives call it
 '''
 
 

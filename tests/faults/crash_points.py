@@ -248,7 +248,10 @@ def install(point: CrashPoint | None = None) -> None:
         return
     injector = _Injector(storage, point)
     for op in WRAPPED:
-        setattr(storage, op, injector.wrap(op))
+        room = sys.modules[getattr(storage, op).__module__]  # where the other primitives call it
+        wrapper = injector.wrap(op)
+        setattr(storage, op, wrapper)
+        setattr(room, op, wrapper)
     storage._crash_injector = injector
 
 

@@ -68,7 +68,10 @@ if os.environ.get("KCOMPACT_S3_FAULTS") and not os.environ.get("_KCOMPACT_S3_FAU
         return mutation
 
     for _name in MUTATIONS:
-        setattr(storage, _name, _counted(_name, getattr(storage, _name)))
+        _real = getattr(storage, _name)
+        _wrapper = _counted(_name, _real)
+        setattr(storage, _name, _wrapper)
+        setattr(sys.modules[_real.__module__], _name, _wrapper)  # where the other primitives call it
 
     if os.environ.get("KCOMPACT_S3_LEASE_MS"):
         from kcompact.compaction.pipeline.leases import LeaseKeeper

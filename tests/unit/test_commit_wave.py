@@ -17,7 +17,8 @@ from kcompact import storage
 from kcompact.operations.cleaned import WrittenGroup
 from kcompact.operations.commit import LocalCommit, commit_wave
 from kcompact.operations.recover import recover_partition
-from tests.support import TS0, checkpoint_text, kp_batches, kp_keyed, make_batches, write_partition
+from kcompact.storage import durable
+from tests.support import TS0, checkpoint_text, kp_batches, kp_keyed, make_batches, patch_storage, write_partition
 
 END = 30  # the cleaned range: segments 0 and 15 become one group at 0; segment 30 stays
 
@@ -90,7 +91,7 @@ def test_each_step_is_done_for_the_whole_wave_then_made_durable_once(tmp_path, m
         def traced(*args, real=real, op=op):
             log.append((op, args[-1] if op == "rename" else Path(args[0]).name))
             return real(*args)
-        monkeypatch.setattr(storage, op, traced)
+        patch_storage(monkeypatch, op, traced)
     commit_wave(str(tmp_path), commits, 1)
     kinds = []
     for op, what in log:
@@ -116,12 +117,12 @@ def test_a_partition_whose_swap_fails_is_left_alone_and_recovered(tmp_path, monk
         if src.endswith("t-2/00000000000000000000.index.cleaned"):  # its first group's second file
             raise OSError(errno.EIO, "injected", src)
         return real(src, dst)
-    monkeypatch.setattr(storage, "rename", failing)
+    patch_storage(monkeypatch, "rename", failing)
     results = commit_wave(str(tmp_path), commits, 4)
     assert isinstance(results[2], OSError)
     assert all(isinstance(r, list) and r for i, r in enumerate(results) if i != 2)
     assert checkpoint(tmp_path) == {"t-0": END, "t-1": END, "t-3": END}  # t-2 had no entry: it still has none
-    monkeypatch.setattr(storage, "rename", real)
+    patch_storage(monkeypatch, "rename", real)
     recover_partition(str(tmp_path / "t-2"), indexes=False)
     assert records(tmp_path / "t-2") == old_records(2)  # a .cleaned file was left: the swap is undone
     for p in (0, 1, 3):
@@ -138,7 +139,7 @@ def test_a_dir_whose_fsync_fails_fails_its_partition_alone(tmp_path, monkeypatch
         if path.endswith("t-1") and calls.count(path) == 3:  # after its .deleted renames
             raise OSError(errno.EIO, "injected", path)
         return real(path)
-    monkeypatch.setattr(storage, "fsync_dir", failing)
+    patch_storage(monkeypatch, "fsync_dir", failing)
     results = commit_wave(str(tmp_path), commits, 1)
     assert isinstance(results[1], OSError) and isinstance(results[0], list) and isinstance(results[2], list)
     assert checkpoint(tmp_path) == {"t-0": END, "t-2": END}
@@ -156,7 +157,7 @@ def test_a_full_disk_at_the_checkpoint_removes_the_deleted_files_first(tmp_path,
             refused.append(path)
             raise OSError(errno.ENOSPC, "No space left on device", path)
         return real(path, data)
-    monkeypatch.setattr(storage, "write_durable", full)
+    patch_storage(monkeypatch, "write_durable", full)
     results = commit_wave(str(tmp_path), commits, 2)
     assert refused and results == [[], [], []]
     assert not list(tmp_path.rglob("*.deleted"))
@@ -167,9 +168,9 @@ def test_many_dirs_of_one_file_system_are_made_durable_by_one_syncfs(tmp_path, m
     """From ``SYNCFS_FROM`` dirs on, one syncfs(2) (Linux >= 5.8, where it reports write-back errors)
     instead of an fsync each; when it fails, each dir's fsync says which one failed."""
     calls = []
-    monkeypatch.setattr(storage, "_syncfs_reports_errors", lambda: True)
-    monkeypatch.setattr(storage, "fsync_dir", lambda path: calls.append(("fsync", path)))
-    monkeypatch.setattr(storage, "syncfs", lambda path: calls.append(("syncfs", path)))
+    monkeypatch.setattr(durable, "_syncfs_reports_errors", lambda: True)
+    patch_storage(monkeypatch, "fsync_dir", lambda path: calls.append(("fsync", path)))
+    patch_storage(monkeypatch, "syncfs", lambda path: calls.append(("syncfs", path)))
     dirs = [str(tmp_path / f"t-{p}") for p in range(storage.SYNCFS_FROM)]
     for d in dirs:
         Path(d).mkdir()
@@ -180,7 +181,7 @@ def test_many_dirs_of_one_file_system_are_made_durable_by_one_syncfs(tmp_path, m
     def broken(path):
         raise OSError(errno.EIO, "injected", path)
     calls.clear()
-    monkeypatch.setattr(storage, "syncfs", broken)
-    monkeypatch.setattr(storage, "fsync_dir", lambda path: broken(path) if path == dirs[3] else calls.append(path))
+    patch_storage(monkeypatch, "syncfs", broken)
+    patch_storage(monkeypatch, "fsync_dir", lambda path: broken(path) if path == dirs[3] else calls.append(path))
     failed = storage.fsync_dirs(dirs, 1)
     assert list(failed) == [dirs[3]] and calls == [d for d in dirs if d != dirs[3]]

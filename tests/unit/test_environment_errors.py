@@ -29,6 +29,7 @@ from kcompact.compaction.pipeline import routing, settings
 from kcompact.conf.units import spark_size
 from kcompact.jobs import cli
 from kcompact.jobs.spark import Sizing
+from kcompact.storage import listing
 
 URLS = ["s3://nightly-logs/broker-1"]
 WORKER_IMPORTS_MIB = routing.WORKER_IMPORTS >> 20
@@ -126,7 +127,7 @@ def test_the_command_line_says_one_line_and_exits_2(monkeypatch, capsys, exc):
         def ls(self, path, detail=True):
             raise exc
 
-    monkeypatch.setattr(storage, "resolve", lambda path: (Store(), path.removeprefix("s3://")))
+    monkeypatch.setattr(listing, "resolve", lambda path: (Store(), path.removeprefix("s3://")))  # list_dir's
     monkeypatch.setattr(cli, "check", lambda args: None)
     monkeypatch.setitem(cli.COMMANDS, "status", lambda args: storage.list_dir(args.paths[0]))
     assert cli.main(["status", URLS[0]]) == errors.EXIT_USAGE

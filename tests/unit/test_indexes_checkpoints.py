@@ -20,6 +20,7 @@ from kcompact.readers.indexes import (
 )
 from kcompact.writers.checkpoint import render_checkpoint
 from kcompact.writers.indexes import encode_offset_index, encode_time_index, encode_txn_index
+from tests.support import patch_storage
 
 OFFSETS = [(17, 4102), (35, 8230), (61, 12400)]
 TIMES = [(1_720_000_000_500, 17), (1_720_000_001_000, 35), (1_720_000_002_750, 64)]
@@ -191,7 +192,7 @@ def test_write_atomic_goes_through_tmp_and_rename(tmp_path, monkeypatch):
         renames.append((src, dst))
         real_rename(src, dst)
 
-    monkeypatch.setattr(storage, "rename", spy_rename)
+    patch_storage(monkeypatch, "rename", spy_rename)
     storage.write_atomic(target, b"0\n0\n")
 
     assert renames == [(target + ".tmp", target)]

@@ -14,6 +14,7 @@ import subprocess
 from kcompact import storage
 from kcompact.operations import states
 from kcompact.storage import ownership
+from tests.support import patch_storage
 
 
 def dead_pid() -> int:
@@ -43,7 +44,10 @@ def counting(monkeypatch, module, name: str) -> list:
         calls.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(module, name, counted)
+    if module is storage:
+        patch_storage(monkeypatch, name, counted)
+    else:
+        monkeypatch.setattr(module, name, counted)
     return calls
 
 

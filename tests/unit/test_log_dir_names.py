@@ -30,6 +30,7 @@ from kcompact.operations.cleaned import WrittenGroup, output_path
 from kcompact.operations.recover import recover_partition
 from kcompact.readers import checkpoint
 from kcompact.tools import generator
+from tests.support import patch_storage
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT = ("compaction", "operations", "logdir", "storage", "planner", "jobs", "kcompact", "readers", "writers",
@@ -246,7 +247,7 @@ def traced(monkeypatch, tmp_path) -> Trace:
             out = _real(*args, **kwargs)
             trace.snap(f"{_op} {args[-1] if _op in ('rename', 'copy') else args[0]}")
             return out
-        monkeypatch.setattr(storage, op, wrapped)
+        patch_storage(monkeypatch, op, wrapped)
     real_create = storage.create_durable
 
     @contextlib.contextmanager
@@ -254,7 +255,7 @@ def traced(monkeypatch, tmp_path) -> Trace:
         with real_create(path, *args, **kwargs) as f:
             trace.snap(f"create {path}")  # the file exists, partly written
             yield f
-    monkeypatch.setattr(storage, "create_durable", create_durable)
+    patch_storage(monkeypatch, "create_durable", create_durable)
     return trace
 
 
