@@ -11,7 +11,7 @@ report document's body. ``plan`` returns a ``planner.plan.Plan`` and ``recover``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
     from kcompact.compaction.reports.report import Report
@@ -19,13 +19,15 @@ if TYPE_CHECKING:
     from kcompact.operations.retention import RetentionReport
     from kcompact.planner.plan import Plan
 
+R = TypeVar("R")  # the step's report
+
 
 @dataclass(slots=True)
-class CompactionResult:
-    """What ``compact`` did: the compaction's report, the plan it followed, and the recovery it
-    ran first (None: a dry run, or ``recover_first=False``)."""
+class _StepResult(Generic[R]):
+    """What ``compact`` and ``retain`` both return: the step's report, the plan it followed, and the
+    recovery it ran first (None: a dry run, or ``recover_first=False``)."""
 
-    report: Report
+    report: R
     plan: Plan
     recovery: RecoveryReport | None = None
     busy: dict[str, str] = field(default_factory=dict)  # log dir -> who holds its .lock: left alone (leave_busy)
@@ -33,6 +35,14 @@ class CompactionResult:
     @property
     def failed(self) -> int:
         return self.report.totals["failed"]
+
+    def to_json(self) -> dict:
+        return self.report.to_json()
+
+
+@dataclass(slots=True)
+class CompactionResult(_StepResult["Report"]):
+    """What ``compact`` did (``report``: a ``compaction.reports.report.Report``)."""
 
     @property
     def attempted(self) -> int:
@@ -47,23 +57,10 @@ class CompactionResult:
     def text(self, each: bool = True) -> str:
         return self.report.text(each)
 
-    def to_json(self) -> dict:
-        return self.report.to_json()
-
 
 @dataclass(slots=True)
-class RetentionResult:
-    """What ``retain`` did: retention's report, the plan it followed, and the recovery it ran first
-    (None: a dry run, or ``recover_first=False``)."""
-
-    report: RetentionReport
-    plan: Plan
-    recovery: RecoveryReport | None = None
-    busy: dict[str, str] = field(default_factory=dict)  # log dir -> who holds its .lock: left alone (leave_busy)
-
-    @property
-    def failed(self) -> int:
-        return self.report.totals["failed"]
+class RetentionResult(_StepResult["RetentionReport"]):
+    """What ``retain`` did (``report``: an ``operations.retention.RetentionReport``)."""
 
     @property
     def attempted(self) -> int:
@@ -76,9 +73,6 @@ class RetentionResult:
 
     def text(self) -> str:
         return self.report.text()
-
-    def to_json(self) -> dict:
-        return self.report.to_json()
 
 
 @dataclass(slots=True)
