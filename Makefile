@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(abspath $(VENV)/bin)
 STAMP := $(VENV)/.installed
-KERNELS := readers/compiled-kernels/target.json
+KERNELS := kernels/compiled/target.json
 
 # Spark's Python workers must start the venv's interpreter, not the system one.
 export PYSPARK_PYTHON := $(BIN)/python
@@ -93,8 +93,8 @@ DIST ?= dist
 ENTRY_SCRIPTS := jobs/plan.py jobs/compact.py jobs/retain.py jobs/run.py jobs/recover.py
 
 # The compiled kernels shipped in the package, so that a fresh process compiles none
-# (readers/kernel_cache.py, jobs/kernels.py): built again when a module with kernels changed.
-$(KERNELS): $(STAMP) jobs/kernels.py readers/kernel_cache.py $(shell git ls-files '*.py' ':!tests' | xargs grep -l 'cache=True')
+# (kernels/cache.py, jobs/kernels.py): built again when a module with kernels changed.
+$(KERNELS): $(STAMP) jobs/kernels.py kernels/cache.py $(shell git ls-files '*.py' ':!tests' | xargs grep -l 'cache=True')
 	$(BIN)/python -m kcompact.jobs.kernels
 
 dist: $(STAMP) $(KERNELS)
@@ -102,7 +102,7 @@ dist: $(STAMP) $(KERNELS)
 	mkdir -p $(DIST)
 	stage=$$(mktemp -d) && trap 'rm -rf "$$stage"' EXIT && \
 	git ls-files -z --cached --others --exclude-standard ':!tests' | xargs -0 cp --parents -t "$$stage" && \
-	cp -r readers/compiled-kernels "$$stage/readers/" && \
+	cp -r kernels/compiled "$$stage/kernels/" && \
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir $(abspath $(DIST)) "$$stage" && \
 	$(BIN)/python -m zipfile -e $(DIST)/kcompact-*.whl "$$stage/wheel" && \
 	$(BIN)/python -m zipfile -c $(DIST)/kcompact-py.zip "$$stage/wheel/kcompact"

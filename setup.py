@@ -4,8 +4,8 @@ site-packages. Metadata and dependencies are in setup.cfg."""
 
 from setuptools import find_packages, setup
 
-LAYERS = ("compaction", "conf", "contracts", "datasource", "errors", "jobs", "logdir", "operations", "planner",
-          "readers", "session", "storage", "tools", "writers")
+LAYERS = ("compaction", "conf", "contracts", "datasource", "errors", "jobs", "kernels", "logdir", "operations",
+          "planner", "readers", "session", "storage", "tools", "writers")
 
 setup(
     package_dir={"kcompact": "kcompact", **{f"kcompact.{layer}": layer for layer in LAYERS}},
@@ -13,8 +13,8 @@ setup(
                             for sub in ["", *(f".{name}" for name in find_packages(layer))])],
     package_data={
         "kcompact.conf": ["*.properties"],
-        # the compiled kernels built by make install and make dist (readers/kernel_cache.py)
-        "kcompact.readers": ["compiled-kernels/*.json", "compiled-kernels/*/*.nbi", "compiled-kernels/*/*.nbc",
-                             "compiled-kernels/*/*/*.nbi", "compiled-kernels/*/*/*.nbc"],
+        # the compiled kernels built by make install and make dist (kernels/cache.py)
+        "kcompact.kernels": ["compiled/*.json", "compiled/*/*.nbi", "compiled/*/*.nbc",
+                             "compiled/*/*/*.nbi", "compiled/*/*/*.nbc"],
     },
 )

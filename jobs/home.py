@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from kcompact.readers.kernel_cache import private_dir
+from kcompact.kernels.cache import private_dir
 
 
 def settle_matplotlib() -> None:

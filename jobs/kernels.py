@@ -1,4 +1,4 @@
-"""Build the compiled kernels shipped in the package (``readers/compiled-kernels``; ``readers.kernel_cache``
+"""Build the compiled kernels shipped in the package (``kernels/compiled``; ``kernels.cache``
 says why and how they are used): ``python -m kcompact.jobs.kernels [--out DIR]``, run by ``make install``
 and by ``make dist`` before the wheel and the zip are made.
 
@@ -6,7 +6,7 @@ A child process runs a small workload that takes every path with kernels: a gene
 of every codec, with legacy messages, transactions and tombstones, through ``kcompact run``
 (planned, compacted by the whole path, retained), a copy of it compacted by the shared path, the
 ``kafka-log`` data source in each of its modes, ``dump`` and ``verify``. Numba is set to the
-portable CPU target (``readers.kernel_cache.portable_target``) and, with ``KCOMPACT_KERNELS_BUILD``,
+portable CPU target (``kernels.cache.portable_target``) and, with ``KCOMPACT_KERNELS_BUILD``,
 every process (the driver and each Spark worker) saves what it compiles in a directory of its
 own, so no two write one index. Their entries are then merged, per kernel, into one index and its
 data files, ``target.json`` is written beside them, and the whole moves into place in one rename.
@@ -31,9 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from kcompact.readers import kernel_cache
+from kcompact.kernels import cache
 
-DEFAULT_OUT = Path(kernel_cache.__file__).parent / kernel_cache.SHIPPED
+DEFAULT_OUT = Path(cache.__file__).parent / cache.SHIPPED
 NOW = 1_720_001_000_000
 
 
@@ -115,7 +115,7 @@ def workload(work: Path) -> None:
 def layers() -> list:
     """kcompact's subpackages, found where they lie: the folders beside ``readers`` that import as
     ``kcompact.<folder>`` (a source checkout's top-level folders, or an install's subpackages)."""
-    base = os.path.dirname(os.path.dirname(kernel_cache.__file__))  # a dir, or a dir inside a zip
+    base = os.path.dirname(os.path.dirname(cache.__file__))  # a dir, or a dir inside a zip
     found = []
     for entry in sorted(pkgutil.iter_modules([base]), key=lambda e: e.name):
         if entry.ispkg:
@@ -137,7 +137,7 @@ def kernels() -> dict[tuple[str, str], object]:
         for obj in list(vars(module).values()) if module else []:
             impl = getattr(obj, "_cache", None) and getattr(obj._cache, "_impl", None)  # cache=True only
             if isinstance(obj, CPUDispatcher) and impl and obj.targetoptions.get("inline", "never") == "never":
-                package = kernel_cache.package_dir(obj.py_func.__module__)
+                package = cache.package_dir(obj.py_func.__module__)
                 if package is not None:
                     found[(package, impl.filename_base)] = obj
     return found
@@ -199,8 +199,8 @@ def _child(work: Path, out: Path) -> int:
 
     manifest = {"cpu_name": os.environ["NUMBA_CPU_NAME"], "cpu_features": os.environ["NUMBA_CPU_FEATURES"],
                 "triple": binding.get_process_triple(), "numba": numba.__version__,
-                "python": kernel_cache._PYTHON, "digest": kernel_cache.digest(str(partial))}
-    (partial / kernel_cache.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+                "python": cache._PYTHON, "digest": cache.digest(str(partial))}
+    (partial / cache.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     old = Path(f"{out}.{os.getpid()}.old")
     if out.exists():
         out.rename(old)
@@ -214,10 +214,10 @@ def _child(work: Path, out: Path) -> int:
 
 def build(out: Path) -> int:
     """Run the workload in a child process set to build, and keep what it compiled in ``out``."""
-    cpu_name, cpu_features = kernel_cache.portable_target()
+    cpu_name, cpu_features = cache.portable_target()
     with tempfile.TemporaryDirectory(prefix="kcompact-kernels-") as work:
-        env = {k: v for k, v in os.environ.items() if k not in (kernel_cache.CHOICE_ENV, "NUMBA_CACHE_DIR")}
-        env |= {kernel_cache.BUILD_ENV: str(Path(work, "parts")), "NUMBA_CPU_NAME": cpu_name,
+        env = {k: v for k, v in os.environ.items() if k not in (cache.CHOICE_ENV, "NUMBA_CACHE_DIR")}
+        env |= {cache.BUILD_ENV: str(Path(work, "parts")), "NUMBA_CPU_NAME": cpu_name,
                 "NUMBA_CPU_FEATURES": cpu_features}
         done = subprocess.run(
             [sys.executable, "-m", "kcompact.jobs.kernels", "--child", work, "--out", str(out)], env=env

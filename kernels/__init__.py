@@ -1,1 +1,1 @@
-"""Numba's compiled kernels shipped inside the package, and where a process finds them (``shipped``)."""
+"""Numba's compiled kernels shipped inside the package, and where a process finds them (``cache``)."""

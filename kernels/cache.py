@@ -11,7 +11,7 @@ paid it on every executor.
 What: ``python -m kcompact.jobs.kernels`` (run by ``make install`` and ``make dist``) runs a small but
 complete workload (the whole and the shared compaction paths, every codec, legacy messages, the
 data source, dump, verify) and keeps every kernel it compiled, for every signature, under
-``readers/compiled-kernels/`` (package data: in the wheel and in ``kcompact-py.zip``), with
+``kernels/compiled/`` (package data: in the wheel and in ``kcompact-py.zip``), with
 ``target.json`` naming the CPU target they were compiled for and a digest of their content.
 
 How (numba 0.68, ``numba.core.caching``): numba picks a cache locator for a function when the
@@ -64,7 +64,7 @@ from llvmlite import binding
 from numba.core import caching, config
 from numba.core.registry import cpu_target
 
-SHIPPED = "compiled-kernels"  # readers/compiled-kernels/<package dir>/<numba's files>: no module name, so
+SHIPPED = "compiled"  # kernels/compiled/<package dir>/<numba's files>: no module name, so
 # that setuptools takes it for data, not for a package it was not told of
 MANIFEST = "target.json"
 BUILD_ENV = "KCOMPACT_KERNELS_BUILD"  # set by jobs.kernels: every process saves under <dir>/<pid>/

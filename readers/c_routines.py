@@ -16,8 +16,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 # imported by every module with kernels, before they decorate one: where numba finds the shipped
-# compiled kernels, and the CPU target they were compiled for (readers.kernel_cache)
-from kcompact.readers import kernel_cache  # noqa: F401
+# compiled kernels, and the CPU target they were compiled for (kernels.cache)
+from kcompact.kernels import cache  # noqa: F401
 
 I32, I64, POINTER, VOID = ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer(), ir.VoidType()
 

@@ -47,7 +47,7 @@ the same topic shape (``TINY`` records), in turn, so that both see the same mach
     bench's own (``<dir>/<name>/numba-warm``), filled by a run before the first measured one;
     cold: a new, empty one for each run, for the driver and the Python workers (``NUMBA_CACHE_DIR``,
     and ``spark.executorEnv.NUMBA_CACHE_DIR``), the kernels shipped in the package in place
-    (``readers.kernel_cache``): what is left is what they do not cover. ``--tiny-only`` runs these
+    (``kernels.cache``): what is left is what they do not cover. ``--tiny-only`` runs these
     and no corpus (nothing large generated).
 """
 
@@ -494,10 +494,10 @@ def cold_warm(base: Path, corpus: Corpus, memory_cap: str | None, cache: Cache) 
 
 
 def _shipped() -> str:
-    from kcompact.readers import kernel_cache
+    from kcompact.kernels import cache
 
-    shipped = kernel_cache.manifest()
-    if os.environ.get(kernel_cache.CHOICE_ENV) == "host":
+    shipped = cache.manifest()
+    if os.environ.get(cache.CHOICE_ENV) == "host":
         return "kernels shipped in the package: not used (KCOMPACT_KERNELS=host: numba compiles for this CPU)"
     return (f"kernels shipped in the package: compiled for {shipped['cpu_name']}" if shipped
             else "kernels shipped in the package: none (make install builds them)")

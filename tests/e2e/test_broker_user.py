@@ -127,7 +127,7 @@ def shipped_copies(uid: int) -> dict[str, str]:
 
 
 def shipped(venv: Path) -> dict[str, str]:
-    (kernels,) = venv.glob("lib/python*/site-packages/kcompact/readers/compiled-kernels")
+    (kernels,) = venv.glob("lib/python*/site-packages/kcompact/kernels/compiled")
     return tree(kernels)
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from kcompact.readers import kernel_cache
+from kcompact.kernels import cache
 from tests.support import kp_batches, layers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -300,8 +300,8 @@ def test_compact_on_standalone_cluster(tmp_path, executor_python, cluster, dist)
     assert kept == sorted((p["topic"], p["partition"], p["records_kept"]) for p in local_report["partitions"])
 
     # the executors compiled no kernel: numba's cache of the archive's code (under XDG_CACHE_HOME,
-    # new) holds the indexes shipped in it (readers.kernel_cache), copied as they are, and no other
-    shipped = REPO / "readers" / kernel_cache.SHIPPED
+    # new) holds the indexes shipped in it (kernels.cache), copied as they are, and no other
+    shipped = REPO / "kernels" / cache.SHIPPED
     indexes = sorted((tmp_path / "executor-cache").rglob("*.nbi"))
     assert indexes, "no kernel cache on the executors"
     for index in indexes:  # <cache>/numba/<package's last folder>_<hash of its path>/kcompact-<digest>/<index>

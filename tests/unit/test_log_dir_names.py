@@ -33,8 +33,8 @@ from kcompact.tools import generator
 from tests.support import patch_storage
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ("compaction", "operations", "logdir", "storage", "planner", "jobs", "kcompact", "readers", "writers",
-           "datasource")
+PRODUCT = ("compaction", "operations", "logdir", "storage", "planner", "jobs", "kcompact", "kernels", "readers",
+           "writers", "datasource")
 TABLE_MODULE = REPO / "logdir" / "names.py"
 DOCS = REPO / "docs" / "protocols.md"
 
@@ -53,7 +53,7 @@ NOT_IN_LOG_DIRS = {
 }
 # Modules that write nowhere near a log dir, whatever names they build.
 NOT_IN_LOG_DIRS_MODULES = {
-    "readers/kernel_cache.py": "numba's cache of compiled kernels: the package's, or numba's cache dir",
+    "kernels/cache.py": "numba's cache of compiled kernels: the package's, or numba's cache dir",
     "jobs/kernels.py": "builds the kernels shipped in the package, from a log dir it generates itself",
     "jobs/home.py": "matplotlib's config dir, in the user's home or the temp dir",
     "kcompact/__init__.py": "the API's module names (kcompact.steps...), imported on first use",

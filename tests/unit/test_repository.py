@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 # what builds and runs here make: numba's cache files, bytecode, wheels and eggs, JVM archives,
 # scratch directories of a build (kernels.<pid>.tmp/) and the shipped kernels' directory
 BUILD_OUTPUT = ("*.nbi", "*.nbc", "*.pyc", "*.pyo", "*.so", "*.whl", "*.jsa", "*.egg-info/*", "*/__pycache__/*",
-                "*.tmp/*", "*/compiled-kernels/*", "build/*", "dist/*", ".venv*/*", "bench-data/*", "demo-logs*")
+                "*.tmp/*", "kernels/compiled/*", "build/*", "dist/*", ".venv*/*", "bench-data/*", "demo-logs*")
 
 
 def _tracked() -> list[str]:
@@ -31,7 +31,7 @@ def test_no_tracked_file_is_build_output():
 
 def test_build_output_is_ignored():
     """Each kind of output a build leaves in the tree is ignored, so it cannot be added by accident."""
-    probes = ["readers/compiled-kernels/target.json", "readers/kernels.123.tmp/x.nbi", "readers/__pycache__/a.pyc",
+    probes = ["kernels/compiled/target.json", "kernels/kernels.123.tmp/x.nbi", "readers/__pycache__/a.pyc",
               "kcompact.egg-info/PKG-INFO", "dist/kcompact-py.zip", "build/lib/x.py", ".venv/bin/python",
               "demo-logs/orders-0/00000000000000000000.log"]
     done = subprocess.run(["git", "check-ignore", "--no-index", *probes], cwd=REPO, capture_output=True, text=True)

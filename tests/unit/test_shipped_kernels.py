@@ -1,4 +1,4 @@
-"""A fresh process compiles no kernel (``readers.kernel_cache``): with numba's cache empty (a new
+"""A fresh process compiles no kernel (``kernels.cache``): with numba's cache empty (a new
 ``NUMBA_CACHE_DIR``, or a new user cache dir for a zip), every kernel of ours finds an entry
 shipped for this process's CPU target, and a small compaction through the library (no Spark),
 ``dump`` and ``verify`` load every kernel they call and compile none. From the source tree, from
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kcompact.readers import kernel_cache
+from kcompact.kernels import cache
 from tests.support import install_layout
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,9 +83,9 @@ def _assert_nothing_compiled(found: dict) -> None:
 
 @pytest.fixture(scope="module")
 def shipped() -> dict:
-    manifest = kernel_cache.manifest()
+    manifest = cache.manifest()
     if manifest is None:
-        pytest.fail("no shipped kernels (readers/compiled-kernels/target.json): make install builds them "
+        pytest.fail("no shipped kernels (kernels/compiled/target.json): make install builds them "
                     "(python -m kcompact.jobs.kernels)")
     return manifest
 
@@ -131,7 +131,7 @@ def _no_numba_locator(monkeypatch) -> None:
     from numba.core import caching
 
     for cls in caching.CacheImpl._locator_classes:
-        if cls is not kernel_cache.ShippedLocator:
+        if cls is not cache.ShippedLocator:
             monkeypatch.setattr(cls, "from_function", classmethod(lambda cls, py_func, py_file: None))
 
 
@@ -145,7 +145,7 @@ def test_with_no_writable_cache_dir_the_kernels_go_to_a_private_one(monkeypatch,
     _no_numba_locator(monkeypatch)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     py_func = scan._varint.py_func
-    locator = kernel_cache.ShippedLocator.from_function(py_func, inspect.getfile(py_func))
+    locator = cache.ShippedLocator.from_function(py_func, inspect.getfile(py_func))
     private = tmp_path / f"kcompact-numba-{os.getuid()}"
     assert locator is not None and locator.get_cache_path().startswith(str(private) + os.sep)
     assert (private.stat().st_mode & 0o777) == 0o700
@@ -159,6 +159,6 @@ def test_a_private_dir_others_may_write_is_not_used(monkeypatch, tmp_path):
     private = tmp_path / f"kcompact-numba-{os.getuid()}"
     private.mkdir(mode=0o777)
     private.chmod(0o777)
-    assert kernel_cache.private_dir() is None
+    assert cache.private_dir() is None
     private.chmod(0o700)
-    assert kernel_cache.private_dir() == str(private)
+    assert cache.private_dir() == str(private)
