@@ -6,13 +6,14 @@ entries follow the chosen Kafka release's append rule: from KAFKA-806 (3.9.1, 4.
 per batch once ``index.interval.bytes`` have passed, whatever the appends; before it (3.9.0,
 4.0.0) the kept batches of each of the cleaner's read chunks are one append, indexed at most once
 (``writers.chunks``). The files take the modification time of the group's
-last input segment, as Kafka's cleaner sets it, and are fsynced before anyone may rename them.
+last input segment, as Kafka's cleaner sets it. They are written here, not yet durable: the task
+that wrote them makes all of its groups' files durable together (``storage.fsync_files``), before it
+reports them written and so before anyone may rename them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,32 +76,30 @@ def write_group(partition_dir: str, base_offset: int, outputs: Iterable[ChunkOut
     streamed (a group may be
     as large as segment.bytes); indexes are small, at most ``max_index_bytes`` (segment.index.bytes:
     a cleaned segment whose index would outgrow it fails, as Kafka's cleaner fails on a full
-    index). The index files are written (and fsynced) while the .log is fsynced: each fsync waits
-    for the disk. ``direct``: the .log goes past the page cache where it can (``storage.DirectFile``)."""
+    index). Nothing is fsynced here: the caller makes the files durable (``storage.fsync_files``).
+    ``direct``: the .log goes past the page cache where it can (``storage.DirectFile``)."""
     log_path = output_path(partition_dir, base_offset, "log", owner)
     batches = records = 0
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        with storage.create_durable(log_path, direct) as log:
-            writer = SegmentWriter(log, base_offset, index_interval_bytes, max_index_bytes, path=log_path)
-            if index_per_batch:
-                for c in outputs:
-                    kept = c.at >= 0
-                    writer.append_batches(c.data, c.at[kept], c.size[kept])
-                    batches += int(np.count_nonzero(kept))
-                    records += int(c.records[kept].sum())
-            else:
-                batches, records = _append_chunks(writer, outputs, buffers)
-            for txn in aborted:
-                writer.add_aborted_txn(txn)
-            files = writer.close()
-            indexes = {"index": files.offset_index, "timeindex": files.time_index}
-            if files.txn_index:
-                indexes["txnindex"] = files.txn_index
-            paths = {kind: output_path(partition_dir, base_offset, kind, owner) for kind in indexes}
-            pending = [pool.submit(storage.write_durable, paths[kind], data) for kind, data in indexes.items()]
-        for done in pending:
-            done.result()
-    paths = [log_path, *paths.values()]
+    with storage.create_file(log_path, direct) as log:
+        writer = SegmentWriter(log, base_offset, index_interval_bytes, max_index_bytes, path=log_path)
+        if index_per_batch:
+            for c in outputs:
+                kept = c.at >= 0
+                writer.append_batches(c.data, c.at[kept], c.size[kept])
+                batches += int(np.count_nonzero(kept))
+                records += int(c.records[kept].sum())
+        else:
+            batches, records = _append_chunks(writer, outputs, buffers)
+        for txn in aborted:
+            writer.add_aborted_txn(txn)
+        files = writer.close()
+    indexes = {"index": files.offset_index, "timeindex": files.time_index}
+    if files.txn_index:
+        indexes["txnindex"] = files.txn_index
+    paths = [log_path]
+    for kind, data in indexes.items():
+        paths.append(output_path(partition_dir, base_offset, kind, owner))
+        storage.write_file(paths[-1], data)
     for path in paths[:3]:  # Kafka's LogSegment.setLastModified: .log, .index, .timeindex
         storage.set_mtime(path, mtime_ms)
     return WrittenGroup(base_offset, files.log_size, batches, records, tuple(paths))

@@ -463,6 +463,26 @@ def failed(job: GroupJob, base: GroupResult, started: float, rewriter: Rewriter,
                     codes=tuple(rewriter.counts.tolist()))
 
 
+def made_durable(results: list[GroupResult]) -> list[GroupResult]:
+    """The groups a task wrote, their files made durable together (``storage.fsync_files``: one
+    ``syncfs`` for many): a group with a file whose fsync failed fails, as if its write had, and
+    its files are removed. A task reports its groups only after this."""
+    unsynced = storage.fsync_files([path for r in results if r.error is None for path in r.files])
+    if not unsynced:
+        return results
+    out = []
+    for r in results:
+        exc = next((unsynced[path] for path in r.files if path in unsynced), None)
+        if exc is None:
+            out.append(r)
+            continue
+        for path in r.files:
+            if storage.exists(path):
+                storage.remove(path)
+        out.append(r.but(size=0, batches=0, records=0, files=(), error=reason(exc, r.path), failure=failure_of(exc)))
+    return out
+
+
 def _remove_outputs(job: GroupJob) -> None:
     for kind in ("log", "index", "timeindex", "txnindex"):
         leftover = output_path(job.path, job.base_offset, kind, job.owner)

@@ -27,7 +27,7 @@ from kcompact.compaction.cleaning.map_pass import (
 from kcompact.compaction.cleaning.offset_map import Entries, KeyTable
 from kcompact.compaction.cleaning.partition_batches import PartitionBatches
 from kcompact.compaction.cleaning.results import ABORTED_BY_OPERATOR, REASON_OF_CODE, GroupResult
-from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans, Lookup, count_group, rewrite_group
+from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans, Lookup, count_group, made_durable, rewrite_group
 from kcompact.compaction.pipeline.routing import MIN_BUCKET_BYTES
 from kcompact.compaction.pipeline.tasks import SHARED_TASK_BYTES, bins, ranged, slots, task_count
 from kcompact.errors.failure import Failure
@@ -48,16 +48,14 @@ def clean(spark, pids: list[int], rows: list[PartitionBatches], batches, jobs: d
 
     pid_of_gid = batches.pid_of_gid
 
-    def result(gid: int, lookup: Lookup) -> pa.RecordBatch:
+    def result(gid: int, lookup: Lookup) -> GroupResult:
         job, plans = jobs[gid]
         base = GroupResult(gid, job.path, job.group)
         if dry_run:
-            row = base.but(codes=tuple(count_group(job, plans, lookup)))
-        elif not states.held_by(job.path, owner):  # aborted (or lease lost): stop at this group boundary
-            row = base.but(error=ABORTED_BY_OPERATOR, failure=Failure.ABORTED.value, codes=(0,) * len(REASON_OF_CODE))
-        else:
-            row = rewrite_group(job, plans, lookup).but(gid=gid)
-        return GroupResult.batch([row])
+            return base.but(codes=tuple(count_group(job, plans, lookup)))
+        if not states.held_by(job.path, owner):  # aborted (or lease lost): stop at this group boundary
+            return base.but(error=ABORTED_BY_OPERATOR, failure=Failure.ABORTED.value, codes=(0,) * len(REASON_OF_CODE))
+        return rewrite_group(job, plans, lookup).but(gid=gid)
 
     splits = [(pid, split) for pid in pids for split in partition_ranges(
         scan_partition(rows[pid].path, rows[pid].topic, rows[pid].partition),
@@ -119,9 +117,9 @@ def clean(spark, pids: list[int], rows: list[PartitionBatches], batches, jobs: d
         for e in blobs:
             table.upsert(e.keys, e.offsets[:-1], np.diff(e.offsets), e.tags, e.high)
         blobs = None
-        for b in sorted(mine):
-            for gid in (gids[i] for i in rewrite_bins[b]):
-                yield result(gid, Lookup(table, gid))
+        done = [result(gid, Lookup(table, gid)) for b in sorted(mine) for gid in (gids[i] for i in rewrite_bins[b])]
+        if done:
+            yield GroupResult.batch(made_durable(done))  # the groups' files durable before they are reported
 
     keys = ranged(spark, len(map_bins)).mapInArrow(kinds.carrying(spark, read), from_arrow_schema(BLOB_SCHEMA))
     entries = keys.repartition(buckets, "slot").mapInArrow(reduce, from_arrow_schema(BLOB_SCHEMA))

@@ -1,7 +1,8 @@
 """The whole path: partitions that fit one worker, each read by one task that makes its map too.
 
 Each task takes a share of the partitions, balanced by bytes; a partition is read once, from its
-end back, its map made on the way (``compaction.cleaning.backward.clean_partition``). When a job has fewer
+end back, its map made on the way (``compaction.cleaning.backward.clean_partition``); the files of
+all its groups are made durable together before the task reports them. When a job has fewer
 tasks than cores (one large partition), each task uses the idle cores as threads. Which
 partitions come here: ``compaction.pipeline.routing``.
 """
@@ -14,7 +15,7 @@ import pyarrow as pa
 
 from kcompact.compaction.cleaning.backward import clean_partition
 from kcompact.compaction.cleaning.results import GroupResult
-from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans
+from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans, made_durable
 from kcompact.compaction.pipeline.settings import JobSettings
 from kcompact.compaction.pipeline.tasks import bins, ranged, task_count
 from kcompact.operations import states
@@ -31,12 +32,14 @@ def clean(spark, pids: list[int], sizes: list[int], keys: list[int], jobs: dict[
     threads = settings.task_threads(len(shares))
 
     def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        results: list[GroupResult] = []
         for b in (b for rb in ids for b in rb.column(0).to_pylist()):
             for pid in (pids[i] for i in shares[b]):
                 gids = groups_of[pid]
                 done = clean_partition([jobs[gid] for gid in gids], render=not dry_run,
                                        held=lambda path: states.held_by(path, owner), threads=threads, keys=keys[pid])
-                yield GroupResult.batch(row.but(gid=gid) for gid, row in zip(gids[len(gids) - len(done):], done,
-                                                                               strict=True))
+                results += (row.but(gid=gid) for gid, row in zip(gids[len(gids) - len(done):], done, strict=True))
+        if results:
+            yield GroupResult.batch(made_durable(results))
 
     return ranged(spark, len(shares)).mapInArrow(kinds.carrying(spark, run), from_arrow_schema(GroupResult.schema()))

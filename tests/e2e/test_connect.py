@@ -43,7 +43,7 @@ CLIENT = Path(__file__).with_name("connect_client.py")
 JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 # The server's Python workers load this first (PYTHONPATH): once ``kcompact.storage`` is imported
-# (from the client's artifact), the first ``create_durable`` of a ``.cleaned`` file under a
+# (from the client's artifact), the first ``create_file`` of a ``.cleaned`` file under a
 # ``slow-logs`` dir writes its worker's pid to ``KCOMPACT_TEST_MARKER``'s file, then takes two
 # minutes.
 HOOK = '''
@@ -51,7 +51,7 @@ import importlib.abc, importlib.util, os, sys, time
 
 
 def _patch(storage):
-    real = storage.create_durable
+    real = storage.create_file
 
     def slow(path, *args, **kwargs):
         marker = os.environ["KCOMPACT_TEST_MARKER"]
@@ -62,7 +62,7 @@ def _patch(storage):
             time.sleep(120)
         return real(path, *args, **kwargs)
 
-    storage.create_durable = slow
+    storage.create_file = slow
 
 
 class _Loader(importlib.abc.Loader):
@@ -241,7 +241,7 @@ def test_a_stopped_client_interrupts_the_servers_jobs(tmp_path, server, dist, si
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == 130 and out.splitlines()[-1] == "interrupted", (out, err)
-    # the worker sleeping in create_durable was killed and no job runs; the other partition's task,
+    # the worker sleeping in create_file was killed and no job runs; the other partition's task,
     # killed with it (spark.python.task.killTimeout), may have staged its .cleaned files: the log
     # dir then stays as it is
     sleeper, deadline = int(server.marker.read_text()), time.monotonic() + 30

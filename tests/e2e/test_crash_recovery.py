@@ -380,7 +380,7 @@ def commit_section(entries: list[tuple]) -> list[tuple]:
 
 # Kills that need no knowledge of the commit, run beside the uninjected job: in a Spark worker, the
 # second .log.cleaned file to reach 512 bytes (every group here writes more); the first .swap rename.
-EARLY_KILLS = {"cleaned-write": "create_durable:.log.cleaned:2:after-bytes=512",
+EARLY_KILLS = {"cleaned-write": "create_file:.log.cleaned:2:after-bytes=512",
                "before-first-swap": "rename:.swap:1"}
 
 

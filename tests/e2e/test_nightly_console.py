@@ -264,7 +264,7 @@ def test_console_is_quiet_and_spark_is_sized_by_flags(tmp_path):
 SLOW_WORKER = '''
 import os, time
 from kcompact import storage
-_create = storage.create_durable
+_create = storage.create_file
 
 
 def slow(path, *args, **kwargs):
@@ -275,7 +275,7 @@ def slow(path, *args, **kwargs):
     return _create(path, *args, **kwargs)
 
 
-storage.create_durable = slow
+storage.create_file = slow
 '''
 
 

@@ -9,13 +9,13 @@ Environment:
                             ({"op", "paths", "pid"}); the line number is the mutation index
   KCOMPACT_CRASH_AT=SPEC    kill at a point, SPEC = OP:SUBSTRING:N[:WHEN]
       OP         a storage function (rename, remove, remove_if, fsync_dir, syncfs, write_durable,
-                 write_file, create_durable, set_mtime, makedirs, write_atomic), or * for any primitive
+                 write_file, create_durable, create_file, set_mtime, makedirs, write_atomic), or * for any primitive
                  mutation (every OP but write_atomic, whose steps are primitives themselves)
       SUBSTRING  matched against the call's path arguments (empty: every call)
       N          the Nth matching call, counted across all processes of the job
       WHEN       before (default: the call does not happen), after (it completed),
                  before-rename (write_atomic: temp file written and fsynced, not renamed),
-                 after-bytes=K (create_durable: the file holds its first K bytes; then
+                 after-bytes=K (create_durable, create_file: the file holds its first K bytes; then
                  N counts the matching files that reach K bytes, not the calls)
   KCOMPACT_CRASH_COUNTER=FILE  where matching calls are counted (default: a file in the temp
                  dir named after the session)
@@ -38,7 +38,8 @@ import tempfile
 from dataclasses import dataclass
 
 PRIMITIVES = ("rename", "remove", "remove_if", "fsync_dir", "syncfs", "write_durable", "write_file",
-              "create_durable", "set_mtime", "makedirs")
+              "create_durable", "create_file", "set_mtime", "makedirs")
+CREATES = ("create_durable", "create_file")  # the streamed ones: after-bytes=K applies to them
 WRAPPED = (*PRIMITIVES, "write_atomic")
 WHENS = ("before", "after", "before-rename")
 SESSION_ENV = "KCOMPACT_CRASH_SID"
@@ -62,8 +63,9 @@ class CrashPoint:
         after_bytes = None
         if when.startswith("after-bytes="):
             after_bytes, when = int(when.removeprefix("after-bytes=")), "after-bytes"
-            if op != "create_durable" or after_bytes < 1:
-                raise ValueError(f"crash point {spec!r}: after-bytes=K (K >= 1) applies to create_durable only")
+            if op not in CREATES or after_bytes < 1:
+                raise ValueError(f"crash point {spec!r}: after-bytes=K (K >= 1) applies to {' and '.join(CREATES)}"
+                                 " only")
         elif when not in WHENS:
             raise ValueError(f"crash point {spec!r}: WHEN must be one of {WHENS} or after-bytes=K")
         if when == "before-rename" and op != "write_atomic":
@@ -173,8 +175,8 @@ class _Injector:
 
     def wrap(self, op: str):
         original = getattr(self.storage, op)
-        if op == "create_durable":
-            return self._wrap_create(original)
+        if op in CREATES:
+            return self._wrap_create(op, original)
 
         def wrapper(*args, **kwargs):
             paths = tuple(args[:2] if op == "rename" else args[:1])
@@ -195,28 +197,29 @@ class _Injector:
         wrapper.__wrapped__ = original
         return wrapper
 
-    def _wrap_create(self, original):
+    def _wrap_create(self, op: str, original):
         injector = self
 
         @contextlib.contextmanager
-        def create_durable(path, *args, **kwargs):
+        def create(path, *args, **kwargs):
             point = injector.point
-            if point is not None and point.after_bytes is not None and point.matches("create_durable", (path,)):
+            if point is not None and point.after_bytes is not None and point.matches(op, (path,)):
                 with original(path, *args, **kwargs) as f:
                     yield _Counting(f, point)
-                _log("create_durable", (path,))
+                _log(op, (path,))
                 return
-            hit = injector._hit("create_durable", (path,))
+            hit = injector._hit(op, (path,))
             if hit and point.when == "before":
                 kill_job()
             with original(path, *args, **kwargs) as f:
                 yield f
-            _log("create_durable", (path,))
+            _log(op, (path,))
             if hit and point.when == "after":
                 kill_job()
 
-        create_durable.__wrapped__ = original
-        return create_durable
+        create.__name__ = op
+        create.__wrapped__ = original
+        return create
 
 
 class _Counting:
