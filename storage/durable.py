@@ -76,6 +76,8 @@ def fsync_files(paths: list[str]) -> dict[str, OSError]:
             finally:
                 os.close(fd)
         except OSError as exc:
+            if exc.filename is None:  # fsync(fd) names no file
+                exc.filename = path
             failed[path] = exc
     return failed
 

@@ -71,7 +71,7 @@ def test_a_group_whose_file_cannot_be_synced_fails_alone_and_leaves_nothing(tmp_
     def fsync(fd):
         path = os.readlink(f"/proc/self/fd/{fd}")
         if path == bad:
-            raise OSError(errno.EIO, "Input/output error", path)
+            raise OSError(errno.EIO, "Input/output error")  # as fsync(2) fails: no file named
         return real(fd)
     monkeypatch.setattr(os, "fsync", fsync)
     ok, failed = made_durable(groups)
