@@ -476,9 +476,7 @@ def made_durable(results: list[GroupResult]) -> list[GroupResult]:
         if exc is None:
             out.append(r)
             continue
-        for path in r.files:
-            if storage.exists(path):
-                storage.remove(path)
+        storage.remove_many(list(r.files))
         out.append(r.but(size=0, batches=0, records=0, files=(), error=reason(exc, r.path), failure=failure_of(exc)))
     return out
 
