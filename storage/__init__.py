@@ -33,7 +33,6 @@ from kcompact.storage.direct import DIRECT_BLOCK, DIRECT_BUFFER, DirectFile
 from kcompact.storage.durable import (
     SYNCFS_FROM,
     TMP,
-    create_durable,
     create_file,
     fsync_dir,
     fsync_dirs,
@@ -64,7 +63,6 @@ __all__ = [
     "absolute",
     "copy",
     "copy_many",
-    "create_durable",
     "create_file",
     "describe_error",
     "describe_failure",

@@ -83,24 +83,11 @@ def fsync_files(paths: list[str]) -> dict[str, OSError]:
 
 
 @contextlib.contextmanager
-def create_durable(path: str, direct: bool = False) -> Iterator[BinaryIO]:
-    """A new file to stream into; on a clean exit it is flushed and fsynced (locally) or
-    completed (object stores). A failure leaves a partial file for the caller to remove.
-    ``direct``: a local file goes past the page cache where its file system allows (``DirectFile``)."""
-    with _created(path, direct, sync=True) as f:
-        yield f
-
-
-@contextlib.contextmanager
 def create_file(path: str, direct: bool = False) -> Iterator[BinaryIO]:
-    """``create_durable`` without the fsync: the caller makes a batch of such files durable
-    together (``fsync_files``) before it relies on them."""
-    with _created(path, direct, sync=False) as f:
-        yield f
-
-
-@contextlib.contextmanager
-def _created(path: str, direct: bool, sync: bool) -> Iterator[BinaryIO]:
+    """A new file to stream into, flushed (locally) or completed (object stores) on a clean exit,
+    not fsynced: the caller makes a batch of such files durable together (``fsync_files``) before
+    it relies on them. A failure leaves a partial file for the caller to remove.
+    ``direct``: a local file goes past the page cache where its file system allows (``DirectFile``)."""
     with raising_typed():
         fs, fs_path = resolve(path)
         owner = ownership.for_file(fs_path) if is_local(fs) else None
@@ -115,16 +102,12 @@ def _created(path: str, direct: bool, sync: bool) -> Iterator[BinaryIO]:
                 with DirectFile(fd) as f:
                     yield f
                     f.flush()
-                    if sync:
-                        os.fsync(fd)
                 return
         if is_local(fs):
             with open(fs_path, "wb", buffering=DIRECT_BUFFER) as f:  # as DirectFile: few large writes
                 ownership.give(f.fileno(), owner)
                 yield f
                 f.flush()
-                if sync:
-                    os.fsync(f.fileno())
         else:
             with fs.open(fs_path, "wb") as f:
                 yield f

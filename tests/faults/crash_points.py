@@ -9,13 +9,13 @@ Environment:
                             ({"op", "paths", "pid"}); the line number is the mutation index
   KCOMPACT_CRASH_AT=SPEC    kill at a point, SPEC = OP:SUBSTRING:N[:WHEN]
       OP         a storage function (rename, remove, remove_if, fsync_dir, syncfs, write_durable,
-                 write_file, create_durable, create_file, set_mtime, makedirs, write_atomic), or * for any primitive
+                 write_file, create_file, set_mtime, makedirs, write_atomic), or * for any primitive
                  mutation (every OP but write_atomic, whose steps are primitives themselves)
       SUBSTRING  matched against the call's path arguments (empty: every call)
       N          the Nth matching call, counted across all processes of the job
       WHEN       before (default: the call does not happen), after (it completed),
                  before-rename (write_atomic: temp file written and fsynced, not renamed),
-                 after-bytes=K (create_durable, create_file: the file holds its first K bytes; then
+                 after-bytes=K (create_file: the file holds its first K bytes; then
                  N counts the matching files that reach K bytes, not the calls)
   KCOMPACT_CRASH_COUNTER=FILE  where matching calls are counted (default: a file in the temp
                  dir named after the session)
@@ -38,8 +38,8 @@ import tempfile
 from dataclasses import dataclass
 
 PRIMITIVES = ("rename", "remove", "remove_if", "fsync_dir", "syncfs", "write_durable", "write_file",
-              "create_durable", "create_file", "set_mtime", "makedirs")
-CREATES = ("create_durable", "create_file")  # the streamed ones: after-bytes=K applies to them
+              "create_file", "set_mtime", "makedirs")
+CREATES = ("create_file",)  # the streamed ones: after-bytes=K applies to them
 WRAPPED = (*PRIMITIVES, "write_atomic")
 WHENS = ("before", "after", "before-rename")
 SESSION_ENV = "KCOMPACT_CRASH_SID"

@@ -24,7 +24,6 @@ if os.environ.get("KCOMPACT_S3_FAULTS") and not os.environ.get("_KCOMPACT_S3_FAU
 
     MUTATIONS = (
         "write_durable",
-        "create_durable",
         "create_file",
         "write_atomic",
         "write_if",

@@ -248,7 +248,7 @@ def traced(monkeypatch, tmp_path) -> Trace:
             trace.snap(f"{_op} {args[-1] if _op in ('rename', 'copy') else args[0]}")
             return out
         patch_storage(monkeypatch, op, wrapped)
-    for op in ("create_durable", "create_file"):
+    for op in ("create_file",):
         real_create = getattr(storage, op)
 
         @contextlib.contextmanager
@@ -273,7 +273,7 @@ def test_every_state_of_a_local_cleaning_and_recovery_has_only_known_names(trace
             info = getattr(first, kind)
             if info is not None:
                 files.append(output_path(str(pdir), first.base_offset, kind, None))
-                with storage.create_durable(files[-1]) as f:
+                with storage.create_file(files[-1]) as f:
                     f.write(storage.read_bytes(info.path))
         group = WrittenGroup(first.base_offset, first.size, 0, 0, tuple(files))
         for path in swap.swap_wave([swap.Swap(str(pdir), [group], replaced)])[0]:

@@ -214,9 +214,9 @@ def test_a_tree_listing_is_the_listing_of_each_dir(tmp_path, s3):
 
 # -- files written past the page cache ------------------------------------------------------------
 def _write_in_pieces(path: str, data: bytes, seed: int, direct: bool = True) -> type:
-    """``data`` through ``create_durable`` in pieces of random sizes; the type of file it gave."""
+    """``data`` through ``create_file`` in pieces of random sizes; the type of file it gave."""
     rng = random.Random(seed)
-    with storage.create_durable(path, direct) as f:
+    with storage.create_file(path, direct) as f:
         kind, at = type(f), 0
         while at < len(data):
             n = rng.choice([1, 17, 4096, 5000, 1 << 20, storage.DIRECT_BUFFER + 3])
@@ -286,7 +286,7 @@ def test_direct_file_raises_other_errors_and_gives_its_buffer_back(tmp_path, mon
         raise OSError(errno.ENOSPC, "No space left on device")
 
     path = str(tmp_path / "a.log")
-    with storage.create_durable(path, direct=True) as f:  # at least one buffer in the pool
+    with storage.create_file(path, direct=True) as f:  # at least one buffer in the pool
         f.write(b"y")
     pooled, fds = storage.direct._DIRECT_BUFFERS.qsize(), len(os.listdir("/proc/self/fd"))
     monkeypatch.setattr(os, "write", disk_full)
@@ -294,6 +294,6 @@ def test_direct_file_raises_other_errors_and_gives_its_buffer_back(tmp_path, mon
         _write_in_pieces(path, bytes(storage.DIRECT_BUFFER), seed=4)
     monkeypatch.undo()
     assert storage.direct._DIRECT_BUFFERS.qsize() == pooled and len(os.listdir("/proc/self/fd")) == fds
-    with storage.create_durable(path, direct=True) as f:  # a buffer from the pool, still usable
+    with storage.create_file(path, direct=True) as f:  # a buffer from the pool, still usable
         f.write(b"x" * 5000)
     assert open(path, "rb").read() == b"x" * 5000
