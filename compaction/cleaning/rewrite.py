@@ -466,7 +466,8 @@ def failed(job: GroupJob, base: GroupResult, started: float, rewriter: Rewriter,
 def made_durable(results: list[GroupResult]) -> list[GroupResult]:
     """The groups a task wrote, their files made durable together (``storage.fsync_files``: one
     ``syncfs`` for many): a group with a file whose fsync failed fails, as if its write had, and
-    its files are removed. A task reports its groups only after this."""
+    its files are removed (an ENOSPC that only the sync met, as on file systems that allocate late,
+    said as a write's: the mount, the file, the room). A task reports its groups only after this."""
     unsynced = storage.fsync_files([path for r in results if r.error is None for path in r.files])
     if not unsynced:
         return results
@@ -477,7 +478,8 @@ def made_durable(results: list[GroupResult]) -> list[GroupResult]:
             out.append(r)
             continue
         storage.remove_many(list(r.files))
-        out.append(r.but(size=0, batches=0, records=0, files=(), error=reason(exc, r.path), failure=failure_of(exc)))
+        error = no_space(exc, exc.filename, r.size) if exc.errno == errno.ENOSPC else reason(exc, r.path)
+        out.append(r.but(size=0, batches=0, records=0, files=(), error=error, failure=failure_of(exc)))
     return out
 
 

@@ -79,3 +79,17 @@ def test_a_group_whose_file_cannot_be_synced_fails_alone_and_leaves_nothing(tmp_
     assert failed.error.startswith(IO_ERROR) and bad in failed.error and failed.failure == Failure.IO.value
     assert failed.files == () and failed.size == 0
     assert not any(os.path.exists(path) for path in groups[1].files)
+
+
+def test_no_room_met_only_by_the_sync_is_said_as_a_writes(tmp_path, monkeypatch):
+    """ENOSPC from fsync(2) (late allocation: NFS, XFS and ext4 with delalloc): the error names
+    the file and the room, as ``no_space`` says a write's."""
+    group = _group(tmp_path / "t-0", 0)
+
+    def fsync(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "fsync", fsync)
+    [failed] = made_durable([group])
+    assert failed.error.startswith(f"{IO_ERROR}no space left on /")
+    assert f"(writing t-0/{os.path.basename(group.files[0])}, up to " in failed.error
+    assert failed.failure == Failure.IO.value and not any(os.path.exists(path) for path in group.files)
