@@ -123,3 +123,21 @@ def test_cleaned_segments_are_written_past_the_page_cache_unless_asked_not_to(ro
         cached, pages = rounds[1]["cached"][name]
         assert pages >= 2  # 2 and 10 pages
         assert cached == pages if rounds["path"] == "page cache" else cached <= 1, (name, cached, pages)
+
+
+def test_files_equal_kafka_4_3_1s_cleaner(spark, tmp_path):
+    """Round 1 as 4.3.1: every file of accounts-0 byte for byte what Kafka 4.3.1's own cleaner
+    wrote (the fixture's README says how its digests were made), snappy batches included."""
+    import hashlib
+
+    work = _writable_copy(tmp_path / "logs")
+    accounts = ACCOUNTS.replace("segment.bytes", "internal.segment.bytes") + ",min.compaction.lag.ms=260000"
+    clicks = CLICKS.replace("segment.bytes", "internal.segment.bytes")
+    assert main(["compact", str(work), "--now", "1720000420000", "--topic-config", accounts,
+                 "--topic-config", clicks, "--kafka-version", "4.3.1"]) == 0
+    kafkas = {}
+    for line in (FIXTURE_DIR / "kafka-4.3.1-round1.accounts-0.sha256").read_text().splitlines():
+        digest, name = line.split()
+        kafkas[name] = digest
+    ours = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (work / "accounts-0").iterdir()}
+    assert ours == kafkas
