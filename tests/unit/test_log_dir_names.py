@@ -248,15 +248,14 @@ def traced(monkeypatch, tmp_path) -> Trace:
             trace.snap(f"{_op} {args[-1] if _op in ('rename', 'copy') else args[0]}")
             return out
         patch_storage(monkeypatch, op, wrapped)
-    for op in ("create_file",):
-        real_create = getattr(storage, op)
+    real_create = storage.create_file
 
-        @contextlib.contextmanager
-        def create(path, *args, _real=real_create, **kwargs):
-            with _real(path, *args, **kwargs) as f:
-                trace.snap(f"create {path}")  # the file exists, partly written
-                yield f
-        patch_storage(monkeypatch, op, create)
+    @contextlib.contextmanager
+    def create(path, *args, **kwargs):
+        with real_create(path, *args, **kwargs) as f:
+            trace.snap(f"create {path}")  # the file exists, partly written
+            yield f
+    patch_storage(monkeypatch, "create_file", create)
     return trace
 
 
