@@ -325,7 +325,8 @@ def _clean_groups(spark, settings: JobSettings, rows: list[PartitionBatches], ba
     if routes.whole:
         frames.append(whole.clean(spark, routes.whole, sizes, keys, jobs, groups_of, dry_run, owner, settings))
     if routes.shared:
-        frames.append(shared.clean(spark, routes.shared, rows, batches, jobs, groups_of, dry_run, owner,
+        theirs = {gid: jobs[gid] for pid in routes.shared for gid in groups_of[pid]}  # its functions hold these
+        frames.append(shared.clean(spark, routes.shared, rows, batches, theirs, groups_of, dry_run, owner,
                                    routes.shared_map_bytes, routes.budget, settings.step_bytes))
     if not frames:
         return []

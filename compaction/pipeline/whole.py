@@ -1,6 +1,7 @@
 """The whole path: partitions that fit one worker, each read by one task that makes its map too.
 
-Each task takes a share of the partitions, balanced by bytes; a partition is read once, from its
+Each task takes a share of the partitions, balanced by bytes, and is sent that share alone
+(``compaction.pipeline.tasks.shipped``); a partition is read once, from its
 end back, its map made on the way (``compaction.cleaning.backward.clean_partition``); the files of
 all its groups are made durable together before the task reports them. When a job has fewer
 tasks than cores (one large partition), each task uses the idle cores as threads. Which
@@ -17,7 +18,7 @@ from kcompact.compaction.cleaning.backward import clean_partition
 from kcompact.compaction.cleaning.results import GroupResult
 from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans, made_durable
 from kcompact.compaction.pipeline.settings import JobSettings
-from kcompact.compaction.pipeline.tasks import bins, ranged, task_count
+from kcompact.compaction.pipeline.tasks import bins, shipped, task_count, unshipped
 from kcompact.operations import states
 from kcompact.session import kinds
 
@@ -30,16 +31,17 @@ def clean(spark, pids: list[int], sizes: list[int], keys: list[int], jobs: dict[
     total = sum(sizes[pid] for pid in pids)
     shares = bins([sizes[pid] for pid in pids], task_count(spark, total, len(pids), step_bytes=settings.step_bytes))
     threads = settings.task_threads(len(shares))
+    carried = [[(groups_of[pids[i]], [jobs[gid] for gid in groups_of[pids[i]]], keys[pids[i]]) for i in share]
+               for share in shares]
 
-    def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def run(rows: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         results: list[GroupResult] = []
-        for b in (b for rb in ids for b in rb.column(0).to_pylist()):
-            for pid in (pids[i] for i in shares[b]):
-                gids = groups_of[pid]
-                done = clean_partition([jobs[gid] for gid in gids], render=not dry_run,
-                                       held=lambda path: states.held_by(path, owner), threads=threads, keys=keys[pid])
+        for share in unshipped(rows):
+            for gids, groups, key_count in share:
+                done = clean_partition(groups, render=not dry_run, held=lambda path: states.held_by(path, owner),
+                                       threads=threads, keys=key_count)
                 results += (row.but(gid=gid) for gid, row in zip(gids[len(gids) - len(done):], done, strict=True))
         if results:
             yield GroupResult.batch(made_durable(results))
 
-    return ranged(spark, len(shares)).mapInArrow(kinds.carrying(spark, run), from_arrow_schema(GroupResult.schema()))
+    return shipped(spark, carried).mapInArrow(kinds.carrying(spark, run), from_arrow_schema(GroupResult.schema()))
