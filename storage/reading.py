@@ -52,7 +52,10 @@ def open_read(path: str, size: int | None = None):
 def read_bytes(path: str) -> bytes:
     fs, fs_path = resolve(path)
     with naming(path, fs_path):
-        return fs.cat_file(fs_path) if is_local(fs) else objects.get(fs, fs_path)[0]
+        if not is_local(fs):
+            return objects.get(fs, fs_path)[0]
+        with open(fs_path, "rb") as f:  # not fsspec's cat_file: its file layer outweighs a small file's read
+            return f.read()
 
 
 @typed
@@ -60,4 +63,8 @@ def read_range(path: str, start: int, end: int) -> bytes:
     """Bytes [start, end) of a file (``end`` not past its size), without reading the rest."""
     fs, fs_path = resolve(path)
     with naming(path, fs_path):
-        return fs.cat_file(fs_path, start=start, end=end) if is_local(fs) else objects.get(fs, fs_path, start, end)[0]
+        if not is_local(fs):
+            return objects.get(fs, fs_path, start, end)[0]
+        with open(fs_path, "rb") as f:
+            f.seek(start)
+            return f.read(end - start)
