@@ -71,8 +71,8 @@ def shipped(spark, shares: list[list]):
     ``slots``, in order): a task unpickles its own share alone (``unshipped``). What a task's
     function holds goes whole to every task, so shares carried that way cost each task the
     whole job's items: a stage of several tasks per core pays that many times over. The shuffle
-    that places the rows costs a few tenths of a second, more than a stage of one task per core
-    saves (stage 1 and the plan carry their items in the function)."""
+    that places the rows costs more than a stage of one task per core saves, so stage 1 and the
+    plan carry their items in the function."""
     blobs = [pickle.dumps(share, pickle.HIGHEST_PROTOCOL) for share in shares]
     table = pa.table({"slot": pa.array(slots(len(shares)), pa.int32()), "blob": pa.array(blobs, pa.binary())})
     return spark.createDataFrame(table).repartition(max(len(shares), 1), "slot")
