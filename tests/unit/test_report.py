@@ -8,6 +8,7 @@ Every figure below is worked out by hand in the comments.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pyarrow as pa
@@ -24,7 +25,7 @@ from kcompact.compaction.reports.report import (
     java_fixed,
 )
 from kcompact.compaction.reports.report_html import write_report
-from kcompact.contracts.plan_row import PlanRow
+from kcompact.contracts.plan_row import LeaseHolder, PlanRow
 from kcompact.planner.build import PLAN_SCHEMA
 
 NOW = 1_720_001_000_000
@@ -277,6 +278,23 @@ def test_json_has_the_run_the_units_and_what_was_left_undone():
     assert doc["units"] == "MB = 2^20 bytes (as Kafka's cleaner log)"
     assert [b["partition"] for b in doc["blocked"]] == ["orders-2", "orders-6"]
     assert doc["partitions"][0]["mb_per_s"] == 2.0  # 3 MiB in 1.5 s, in the console's MB (2^20 bytes)
+
+
+def test_a_partitions_json_row_is_every_field_as_asdict_gives_it():
+    held = PartitionReport("orders", 3, "/logs/a/orders-3", 0, None, skipped="held by another job",
+                           holder=LeaseHolder(owner="job-7", host="h2", pid=41, until="2024-07-03T10:00:00Z"))
+    grouped = cleaned()
+    grouped.groups = [{"base_offset": 0, "segments": [0, 400], "outcome": "swapped in"},
+                      {"base_offset": 900, "segments": [900], "outcome": "swapped in"}]
+    for p in (grouped, users(), failed(), skipped(), held):
+        row = p.to_json()
+        assert row == dataclasses.asdict(p) | {"mb_per_s": p.mb_per_s}
+        assert list(row) == [f.name for f in dataclasses.fields(p)] + ["mb_per_s"]
+        assert json.loads(json.dumps(row)) == json.loads(json.dumps(dataclasses.asdict(p) | {"mb_per_s": p.mb_per_s}))
+    row = grouped.to_json()  # a copy: the report's own rows stay as they were
+    row["groups"][0]["segments"].append(1)
+    row["removed"]["superseded"] = 0
+    assert grouped.groups[0]["segments"] == [0, 400] and grouped.removed["superseded"] == 1400
 
 
 # -- issue 26 item 5: paused partitions said every run; a run that cleans nothing says why --------
