@@ -32,6 +32,8 @@ LOG4J = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
 # OpenBLAS (numpy's; the workers never call it) starts a thread with a buffer per core, address
 # space a capped worker needs for its own work (docs/benchmarks.md has the figures).
 WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2", "OPENBLAS_NUM_THREADS": "1"}
+# pyspark's daemon, with the installed pyspark imported rather than Spark's zip copy of it
+WORKER_DAEMON = "kcompact.session.worker_daemon"
 _LET_GO = threading.Event()
 _LOG: list[str] = []  # the file this process's JVM writes to, once it started one
 
@@ -130,6 +132,7 @@ def session(app_name: str, sizing: Sizing | None = None):
                            f"-Dlog4j2.configurationFile={LOG4J.as_uri()} -XX:TieredStopAtLevel=1 {cds.java_options()}")
                    .config("spark.ui.enabled", str(sizing.ui).lower())
                    .config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.python.daemon.module", WORKER_DAEMON)
                    # a task's result larger than this goes through the block manager, one more
                    # fetch (default 1 MiB): a large partition's batch plans are several MB
                    .config("spark.task.maxDirectResultSize", "64m")

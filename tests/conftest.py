@@ -146,11 +146,13 @@ def spark():
     from pyspark.sql import SparkSession
 
     from kcompact.jobs import cds
+    from kcompact.jobs.spark import WORKER_DAEMON
 
     session = (SparkSession.builder.master("local[2]").appName("kcompact-tests")
                .config("spark.driver.extraJavaOptions", cds.java_options())  # the jobs' class-data archive
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.python.daemon.module", WORKER_DAEMON)
                .config("spark.sql.shuffle.partitions", "4")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
