@@ -16,7 +16,6 @@ import pyarrow as pa
 
 from kcompact.compaction.cleaning.map_pass import (
     TABLE_BYTES,
-    Planned,
     bucket_of,
     concat,
     packed,
@@ -29,14 +28,12 @@ from kcompact.compaction.cleaning.partition_batches import PartitionBatches
 from kcompact.compaction.cleaning.results import ABORTED_BY_OPERATOR, REASON_OF_CODE, GroupResult
 from kcompact.compaction.cleaning.rewrite import GroupJob, GroupPlans, Lookup, count_group, made_durable, rewrite_group
 from kcompact.compaction.pipeline.routing import MIN_BUCKET_BYTES
-from kcompact.compaction.pipeline.tasks import SHARED_TASK_BYTES, bins, ranged, slots, task_count
+from kcompact.compaction.pipeline.tasks import BLOB_SCHEMA, SHARED_TASK_BYTES, bins, ranged, slots, task_count
 from kcompact.errors.failure import Failure
 from kcompact.logdir.listing import scan_partition
 from kcompact.logdir.splits import OffsetRange, partition_ranges
 from kcompact.operations import states
 from kcompact.session import kinds
-
-BLOB_SCHEMA = pa.schema([("slot", pa.int32()), ("blob", pa.binary())])
 
 
 def clean(spark, pids: list[int], rows: list[PartitionBatches], batches, jobs: dict[int, tuple[GroupJob, GroupPlans]],
@@ -76,22 +73,22 @@ def clean(spark, pids: list[int], rows: list[PartitionBatches], batches, jobs: d
     slot_of_gid = np.full(len(pid_of_gid), -1, np.int32)
     for b, members in enumerate(rewrite_bins):
         slot_of_gid[[gids[i] for i in members]] = b
-    first_dirty, latest = batches.first_dirty, batches.latest_offset
+    # the shared partitions' own plans and offsets: the job's whole ``batches`` would go to every task
+    planned = {pid: batches.planned(pid) for pid in pids}
+    first_dirty = {pid: int(batches.first_dirty[pid]) for pid in pids}
+    latest = {pid: int(batches.latest_offset[pid]) for pid in pids}
     # a map task's table holds at most half the map budget: a full table beside its entries and
     # blobs left a capped map task short of its cap
     table_bytes = min(TABLE_BYTES, budget // 2)
 
     def read(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        planned: dict[int, dict[int, Planned]] = {}  # a partition's, made once for all its splits
         for b in (b for rb in ids for b in rb.column(0).to_pylist()):
             for pid, split in (splits[i] for i in map_bins[b]):
-                if pid not in planned:
-                    planned[pid] = batches.planned(pid)
                 plans = planned[pid].get(split.segment_base)
                 if plans is None:
                     continue
-                for blobs in read_keys(split.path, split.start, split.end, plans, int(first_dirty[pid]),
-                                       int(latest[pid]), ship, table_bytes, split.file_size):
+                for blobs in read_keys(split.path, split.start, split.end, plans, first_dirty[pid], latest[pid],
+                                       ship, table_bytes, split.file_size):
                     yield from blobs
 
     def ship(entries: Entries) -> Iterator[pa.RecordBatch]:

@@ -35,6 +35,9 @@ STEP_BYTES = 16 << 20  # no task cut smaller than this for progress's sake
 # Arrow batches of a few of them, not thousands.
 JOB_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "16"}
 
+# A task's row: a slot that places it (``slots``) and one pickled or Arrow-encoded payload
+BLOB_SCHEMA = pa.schema([("slot", pa.int32()), ("blob", pa.binary())])
+
 
 def task_count(spark, total_bytes: int, items: int, task_bytes: int = TASK_BYTES, per_core: int = 1,
                step_bytes: int | None = None) -> int:
@@ -74,7 +77,8 @@ def shipped(spark, shares: list[list]):
     that places the rows costs more than a stage of one task per core saves, so stage 1 and the
     plan carry their items in the function."""
     blobs = [pickle.dumps(share, pickle.HIGHEST_PROTOCOL) for share in shares]
-    table = pa.table({"slot": pa.array(slots(len(shares)), pa.int32()), "blob": pa.array(blobs, pa.binary())})
+    table = pa.Table.from_arrays([pa.array(slots(len(shares)), pa.int32()), pa.array(blobs, pa.binary())],
+                                 schema=BLOB_SCHEMA)
     return spark.createDataFrame(table).repartition(max(len(shares), 1), "slot")
 
 

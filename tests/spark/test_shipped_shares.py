@@ -4,11 +4,14 @@ unpickling of every partition's groups (``compaction.pipeline.tasks.shipped``)."
 
 from types import SimpleNamespace
 
+import numpy as np
 import pyarrow as pa
 from pyspark import cloudpickle
 
-from kcompact.compaction.pipeline import whole
+from kcompact.compaction.pipeline import shared, whole
+from kcompact.compaction.pipeline.job import Batches
 from kcompact.compaction.pipeline.tasks import shipped, unshipped
+from kcompact.compaction.rules.decisions import PLAN_FLAGS
 from kcompact.session import kinds
 
 SCHEMA = "partition long, items array<string>"
@@ -42,3 +45,36 @@ def test_the_whole_paths_task_function_does_not_grow_with_the_partitions(spark, 
                     dry_run=True, owner="test", settings=settings)
     small, large = (len(cloudpickle.dumps(f)) for f in functions)
     assert large < small + 1000  # the groups' 2 MB travel as rows, one share to a task
+
+
+def _batches(partitions: int, per_partition: int = 40, groups: int = 3) -> Batches:
+    """The batch plans of ``partitions`` partitions as the job holds them: ``per_partition`` batches
+    each, over 4 segments and ``groups`` groups."""
+    n = partitions * per_partition
+    local = np.arange(n) % per_partition
+    pid = np.arange(n) // per_partition
+    return Batches(starts=np.arange(partitions + 1) * per_partition, sizes=np.full(n, 1500, np.int64),
+                   records=np.full(n, 12, np.int64), first_dirty=np.zeros(partitions, np.int64),
+                   latest_offset=np.full(partitions, 10_000, np.int64), segment=(local // 10 * 1000).astype(np.int64),
+                   position=(local % 10 * 1500).astype(np.int64), gid=(pid * groups + local * groups // per_partition),
+                   feeds_map=np.ones(n, bool), flags=np.zeros((n, len(PLAN_FLAGS)), bool),
+                   pid_of_gid=np.repeat(np.arange(partitions), groups))
+
+
+def test_the_shared_paths_map_function_holds_its_own_partitions_plans(spark, monkeypatch):
+    functions = []
+    monkeypatch.setattr(kinds, "carrying", lambda session, function: functions.append(function) or function)
+    monkeypatch.setattr(shared, "scan_partition", lambda *args: None)
+    monkeypatch.setattr(shared, "partition_ranges", lambda part, offsets: [
+        SimpleNamespace(path="p/00000000000000000000.log", start=0, end=60_000, segment_base=0, file_size=60_000)])
+    for partitions in (10, 1000):
+        batches = _batches(partitions)
+        rows = [SimpleNamespace(path=f"/logs/t-{pid}", topic="t", partition=pid, latest_offset=9_999)
+                for pid in range(partitions)]
+        jobs = {gid: ("a group's job", SimpleNamespace(size=np.full(13, 1500))) for gid in range(3)}
+        shared.clean(spark, [0], rows, batches, jobs, {0: [0, 1, 2]}, dry_run=True, owner="test",
+                     map_bytes=1 << 20, budget=1 << 30, step_bytes=1 << 20)
+    small, large = (len(cloudpickle.dumps(f)) for f in functions[0::2])  # each call's map function
+    # every group's partition number stays (8 bytes a group: its keys' buckets go by it); every
+    # partition's batch plans (39,600 more batches here) no longer do
+    assert large < small + 16 * 3 * 990
