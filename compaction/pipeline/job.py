@@ -123,10 +123,12 @@ class Batches:
     def planned(self, pid: int) -> dict[int, Planned]:
         """The batch plans of partition ``pid`` as the map pass reads them, per segment base offset."""
         lo, hi = self.starts[pid], self.starts[pid + 1]
-        segment = self.segment[lo:hi]
+        order = lo + np.argsort(self.segment[lo:hi], kind="stable")  # by segment, file order within each
+        bases, firsts = np.unique(self.segment[order], return_index=True)
+        bounds = np.append(firsts, hi - lo).tolist()
         out = {}
-        for base in np.unique(segment).tolist():
-            at = lo + np.flatnonzero(segment == base)
+        for k, base in enumerate(bases.tolist()):
+            at = order[bounds[k]:bounds[k + 1]]
             out[base] = Planned(
                 self.position[at],
                 self.feeds_map[at],
