@@ -336,9 +336,11 @@ def read(path, mode="r"):
 
 
 def daemons(pid):
-    """PySpark's worker daemons among the JVM's children (it may run other commands too)."""
+    """PySpark's worker daemons among the JVM's children (it may run other commands too): the
+    session's daemon module, given the worker module as its argument."""
     children = [c for t in os.listdir(f"/proc/{pid}/task") for c in read(f"/proc/{pid}/task/{t}/children").split()]
-    return [int(c) for c in children if b"pyspark.daemon" in read(f"/proc/{c}/cmdline", "rb")]
+    started = [b"-m", js.WORKER_DAEMON.encode(), b"pyspark.worker"]
+    return [int(c) for c in children if read(f"/proc/{c}/cmdline", "rb").split(b"\\0")[1:4] == started]
 
 
 session = js.session("let-go test")
