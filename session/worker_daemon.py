@@ -16,14 +16,14 @@ import os
 import sys
 
 
-def _installed_beside(zip_path: str) -> bool:
+def _installed_beside(zip_path: str, path: list[str]) -> bool:
     """Whether ``zip_path`` is Spark's copy of a package installed beside it: the zip lies in
-    ``<site>/pyspark/python/lib/`` and ``<site>`` is on the path with that package (py4j: of the
+    ``<site>/pyspark/python/lib/`` and ``<site>`` is on ``path`` with that package (py4j: of the
     zip's version) in it."""
     lib = os.path.dirname(zip_path)
     spark_home = os.path.dirname(os.path.dirname(lib))
     site = os.path.dirname(spark_home)
-    if os.path.basename(spark_home) != "pyspark" or site not in sys.path:
+    if os.path.basename(spark_home) != "pyspark" or site not in path:
         return False
     name = os.path.basename(zip_path)
     if name == "pyspark.zip":
@@ -36,7 +36,7 @@ def _installed_beside(zip_path: str) -> bool:
 
 def installed_first(path: list[str]) -> list[str]:
     """``path`` with the zips that copy an installed package moved to its end, in their order."""
-    copies = [p for p in path if p.endswith(".zip") and _installed_beside(p)]
+    copies = [p for p in path if p.endswith(".zip") and _installed_beside(p, path)]
     return [p for p in path if p not in copies] + copies
 
 

@@ -3,10 +3,7 @@ only where the zips are copies of the packages installed beside them (``session.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-
-import pytest
 
 from kcompact.session.worker_daemon import installed_first
 
@@ -23,40 +20,31 @@ def _pip_layout(site: Path, py4j_installed: str | None = "0.10.9.9") -> tuple[st
     return str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip")
 
 
-@pytest.fixture
-def path(monkeypatch):
-    """The daemon reads ``sys.path`` to see whether a zip's site dir is on it."""
-    def use(entries: list[str]) -> list[str]:
-        monkeypatch.setattr(sys, "path", list(entries))
-        return entries
-    return use
-
-
-def test_zips_of_the_installed_packages_go_behind_them(tmp_path, path):
+def test_zips_of_the_installed_packages_go_behind_them(tmp_path):
     site = tmp_path / "site-packages"
     pyspark_zip, py4j_zip = _pip_layout(site)
-    entries = path(["/work", pyspark_zip, py4j_zip, "/usr/lib/python311.zip", "/usr/lib/python3.11", str(site)])
+    entries = ["/work", pyspark_zip, py4j_zip, "/usr/lib/python311.zip", "/usr/lib/python3.11", str(site)]
     assert installed_first(entries) == ["/work", "/usr/lib/python311.zip", "/usr/lib/python3.11", str(site),
                                         pyspark_zip, py4j_zip]
 
 
-def test_a_py4j_zip_of_another_version_than_installed_stays_first(tmp_path, path):
+def test_a_py4j_zip_of_another_version_than_installed_stays_first(tmp_path):
     site = tmp_path / "site-packages"
     pyspark_zip, py4j_zip = _pip_layout(site, py4j_installed="0.10.9.7")
-    entries = path([pyspark_zip, py4j_zip, str(site)])
+    entries = [pyspark_zip, py4j_zip, str(site)]
     assert installed_first(entries) == [py4j_zip, str(site), pyspark_zip]
 
 
-def test_a_clusters_own_spark_home_stays_first(tmp_path, path):
+def test_a_clusters_own_spark_home_stays_first(tmp_path):
     site = tmp_path / "site-packages"
     _pip_layout(site)  # a pyspark pip installed, not the Spark whose zips the path names
     lib = tmp_path / "opt" / "spark" / "python" / "lib"
     lib.mkdir(parents=True)
-    entries = path([str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip"), str(site)])
+    entries = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip"), str(site)]
     assert installed_first(entries) == entries
 
 
-def test_zips_whose_site_dir_is_not_on_the_path_stay_first(tmp_path, path):
+def test_zips_whose_site_dir_is_not_on_the_path_stay_first(tmp_path):
     pyspark_zip, py4j_zip = _pip_layout(tmp_path / "site-packages")
-    entries = path([pyspark_zip, py4j_zip, "/usr/lib/python3.11"])
+    entries = [pyspark_zip, py4j_zip, "/usr/lib/python3.11"]
     assert installed_first(entries) == entries
