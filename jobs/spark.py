@@ -99,9 +99,10 @@ def parse_conf(item: str) -> tuple[str, str]:
 
 
 def log_path() -> str:
-    """Where the embedded JVM writes its output unless verbose: one file per kcompact process."""
+    """Where the embedded JVM writes its output unless verbose: one file per kcompact process, named
+    by user and pid, since a file another user's process left under a pid now reused is not ours to open."""
     return os.environ.get("KCOMPACT_SPARK_LOG") or os.path.join(
-        tempfile.gettempdir(), f"kcompact-spark-{os.getpid()}.log"
+        tempfile.gettempdir(), f"kcompact-spark-{os.getuid()}-{os.getpid()}.log"
     )
 
 
@@ -192,8 +193,10 @@ def _jvm_output(path: str | None) -> Iterator[None]:
         yield
         return
     sys.stderr.flush()
+    # the default file is this process's alone: one of that name is a dead process's, started afresh
+    fresh = 0 if os.environ.get("KCOMPACT_SPARK_LOG") else os.O_TRUNC
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | fresh, 0o600)
     saved = os.dup(2)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 2)
     os.close(fd)
     try:

@@ -43,7 +43,7 @@ NOT_IN_LOG_DIRS = {
     ".parquet": "a plan, at the path the operator gives (planner/output.py)",
     ".png": "the planner's plot, at the path the operator gives (planner/plot.py)",
     "log4j2.properties": "Spark's logging configuration, shipped in the package (jobs/spark.py)",
-    "kcompact-spark-{}.log": "the JVM's output, in the system temp dir (jobs/spark.py)",
+    "kcompact-spark-{}-{}.log": "the JVM's output, in the system temp dir (jobs/spark.py)",
     "spark-{}.jsa": "Spark's class-data archive, in the user's cache (jobs/cds.py)",
     "{}.{}.tmp": "that archive's temp file, beside it (jobs/cds.py)",
     "run.json": "the report of the run that trains the class-data archive, in a temp dir (jobs/cds.py)",

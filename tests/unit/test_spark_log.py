@@ -31,3 +31,30 @@ def test_no_log_says_nothing(monkeypatch, tmp_path):
     assert not spark.log_says_something()
     monkeypatch.setattr(spark, "_LOG", [str(tmp_path / "gone.log")])
     assert not spark.log_says_something()
+
+
+def test_the_default_log_is_the_users_and_a_dead_processs_leftover_starts_afresh(monkeypatch, tmp_path):
+    """A pid is reused: a file root left under it made another user's command fail with EACCES,
+    and one of the same user's would have been named as this command's log."""
+    import os
+
+    monkeypatch.delenv("KCOMPACT_SPARK_LOG", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(spark.tempfile, "tempdir", None)  # gettempdir reads TMPDIR again
+    path = spark.log_path()
+    assert path == str(tmp_path / f"kcompact-spark-{os.getuid()}-{os.getpid()}.log")
+    (tmp_path / os.path.basename(path)).write_text("26/12/01 ERROR an earlier process's\n")
+    with spark._jvm_output(path):
+        os.write(2, b"this one's\n")
+    assert (tmp_path / os.path.basename(path)).read_text() == "this one's\n"
+
+
+def test_a_log_asked_for_is_appended_to(monkeypatch, tmp_path):
+    import os
+
+    log = tmp_path / "asked.log"
+    log.write_text("before\n")
+    monkeypatch.setenv("KCOMPACT_SPARK_LOG", str(log))
+    with spark._jvm_output(spark.log_path()):
+        os.write(2, b"after\n")
+    assert log.read_text() == "before\nafter\n"
