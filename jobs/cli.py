@@ -102,12 +102,19 @@ def _config(args: argparse.Namespace, paths: list[str]):
                     allow_unknown_topics=args.allow_unknown_topics)
 
 
+# What a command imports once its session is up: imported while the JVM starts (``spark.session``)
+_CLEANING = ("kcompact.compaction.pipeline.job", "kcompact.compaction.reports.outcome")
+_LATER = {"compact": _CLEANING, "run": _CLEANING}
+_REPORT = "kcompact.compaction.reports.report_html"
+
+
 def _session(args: argparse.Namespace):
     from kcompact.jobs.spark import Sizing, session
 
     conf = tuple(args.spark_conf)
     sizing = Sizing.from_env(args.cores, args.driver_memory, conf, args.spark_ui, args.verbose)
-    return session(f"kcompact {args.command}", sizing)
+    warm = _LATER.get(args.command, ()) + ((_REPORT,) if getattr(args, "report", None) else ())
+    return session(f"kcompact {args.command}", sizing, warm)
 
 
 def _left_alone(paths: list[str], busy: dict[str, str]) -> list[str]:

@@ -13,6 +13,7 @@ rather than report the cancelled job's Java error.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import re
 import sys
@@ -106,7 +107,9 @@ def log_path() -> str:
     )
 
 
-def session(app_name: str, sizing: Sizing | None = None):
+def session(app_name: str, sizing: Sizing | None = None, warm: tuple[str, ...] = ()):
+    """The SparkSession; ``warm``: modules the command imports later, imported on a thread of their
+    own while the JVM starts (a wait of seconds in which this process is idle)."""
     sizing = sizing or Sizing.from_env()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -146,7 +149,7 @@ def session(app_name: str, sizing: Sizing | None = None):
     if redirect:
         _LOG[:] = [log_path()]
     try:
-        with _jvm_output(log_path() if redirect else None):
+        with _warmed((*PYSPARK_LATER, *warm) if starts_jvm else ()), _jvm_output(log_path() if redirect else None):
             spark = builder.getOrCreate()
     except Exception as exc:
         cause = _start_failure()
@@ -205,6 +208,31 @@ def _jvm_output(path: str | None) -> Iterator[None]:
         sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
+
+
+# What pyspark imports once the JVM is up, while the driver waits for its first answers: the
+# py4j converter of numpy arrays asks pyspark.testing.utils whether numpy is there, which imports
+# pandas (a quarter of a second).
+PYSPARK_LATER = ("pyspark.testing.utils",)
+
+
+@contextlib.contextmanager
+def _warmed(modules: tuple[str, ...]) -> Iterator[None]:
+    """``modules`` imported on a thread while the body runs, waited for after it. A module that
+    fails to import is left to the code that needs it, which then says why."""
+    def load() -> None:
+        for name in modules:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+
+    thread = threading.Thread(target=load, name="kcompact-warm-imports", daemon=True)
+    if modules:
+        thread.start()
+    try:
+        yield
+    finally:
+        if modules:
+            thread.join()
 
 
 def _note_interrupts() -> None:

@@ -49,6 +49,7 @@ NOT_IN_LOG_DIRS = {
     "run.json": "the report of the run that trains the class-data archive, in a temp dir (jobs/cds.py)",
     "spark.executorEnv.{}": "a Spark configuration key",
     "kcompact.session.worker_daemon": "the Python workers' daemon, a module's name (jobs/spark.py)",
+    "kcompact.compaction.reports.report_html": "a module imported while the JVM starts, a module's name (jobs/cli.py)",
     "{}.{}f": "a number format (compaction/reports/report.py)",
     "{}.html": "the HTML report, beside the JSON report at the operator's path (compaction/reports/report_html.py)",
 }
