@@ -113,8 +113,12 @@ def _session(args: argparse.Namespace):
 
     conf = tuple(args.spark_conf)
     sizing = Sizing.from_env(args.cores, args.driver_memory, conf, args.spark_ui, args.verbose)
+    from kcompact.session import warm_workers
+
     warm = _LATER.get(args.command, ()) + ((_REPORT,) if getattr(args, "report", None) else ())
-    return session(f"kcompact {args.command}", sizing, warm)
+    spark = session(f"kcompact {args.command}", sizing, warm)
+    warm_workers.start(spark)
+    return spark
 
 
 def _left_alone(paths: list[str], busy: dict[str, str]) -> list[str]:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from kcompact.conf.units import MB
+from kcompact.session import warm_workers
 
 EVERY = 10.0  # seconds between two lines
 
@@ -52,7 +53,10 @@ class Ticker:
         """The tasks of the Spark jobs running now, or None when none runs."""
         now, since = self.clock(), self.last_tick
         self.last_tick = now
-        jobs = [job for job in (self.tracker.getJobInfo(j) for j in self.tracker.getActiveJobsIds()) if job]
+        groups = getattr(self.tracker, "getJobIdsForGroup", None)  # a Connect status has no groups
+        warming = set(groups(warm_workers.GROUP)) if groups else set()
+        running = [j for j in self.tracker.getActiveJobsIds() if j not in warming]
+        jobs = [job for job in (self.tracker.getJobInfo(j) for j in running) if job]
         if not jobs:
             return None
         done = total = 0

@@ -191,6 +191,20 @@ def test_ticker_says_tasks_bytes_and_eta():
     assert ticker.line() == "  cleaning: 6/8 tasks done, about 60.0 of 80.0 MB, 30 s, ETA 10 s"
 
 
+def test_ticker_leaves_out_the_warm_up_job():
+    """The job that starts the Python workers (``session.warm_workers``) is not the stage's work."""
+    from kcompact.session import warm_workers
+
+    tracker = FakeTracker()
+    tracker.getJobIdsForGroup = lambda group: [3] if group == warm_workers.GROUP else []
+    ticker = Ticker(tracker, print, "planning", clock=lambda: 100.0)
+    tracker.jobs.update({3: [5], 4: [6]})
+    tracker.stages.update({5: (2, 0), 6: (10, 5)})
+    assert ticker.line() == "  planning: 5/10 tasks done, 0 s, ETA 0 s"
+    del tracker.jobs[4]
+    assert ticker.line() is None
+
+
 def test_ticker_prints_while_a_job_runs():
     tracker, said = FakeTracker(), []
     tracker.jobs[1] = [1]
