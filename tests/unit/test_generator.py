@@ -395,6 +395,16 @@ def test_summary_names_the_totals(demo: Demo) -> None:
     assert all(name in text for name in ("orders", "clicks", "users"))
 
 
+def test_the_summary_is_the_same_without_the_records(demo: Demo, tmp_path: Path) -> None:
+    """``kcompact gen`` keeps no per-record truth; its summary still counts each data record."""
+    counted = sum(1 for p in demo.result.partitions.values() for r in p.records if r.control is None)
+    assert f"{counted:,} records" in demo.result.summary()
+    lean = generator.generate(str(tmp_path / "lean"), demo.spec, seed=demo.result.seed, keep_records=False)
+    assert all(not p.records for p in lean.partitions.values())
+    said = lean.summary().replace(str(tmp_path / "lean"), "OUT")
+    assert said == demo.result.summary().replace(demo.result.out, "OUT")
+
+
 # -- determinism, output dir, spec handling, CLI ---------------------------------------
 
 

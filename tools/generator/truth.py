@@ -104,7 +104,9 @@ class GenResult:
 
 
 def _data_count(parts: Iterable[PartitionTruth]) -> int:
-    return sum(1 for p in parts for r in p.records if r.control is None)
+    """Data records, from the batches (a generated batch's offsets have no gaps): a truth made
+    without its records (``keep_records``) counts the same."""
+    return sum(b.last_offset - b.base_offset + 1 for p in parts for b in p.batches if not b.control)
 
 
 def _truth(topic: dict[str, Any], partition: int, encoded: list[_Encoded], records: list[WrittenRecord],
