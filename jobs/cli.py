@@ -82,7 +82,7 @@ def _gen(args: argparse.Namespace) -> int:
         start_ms=args.start_ms,
     )
     try:
-        # its summary alone is said: no per-record truth (100,000 partitions of it took 22 GB)
+        # its summary alone is said: no per-record truth, which a corpus of millions cannot afford
         result = generator.generate(args.out, spec, seed=args.seed, keep_records=False,
                                     say=lambda line: print(line, flush=True))
     except KeyboardInterrupt:  # generate removed what it had written: the usual line would not be true
@@ -112,11 +112,10 @@ _REPORT = "kcompact.compaction.reports.report_html"
 
 def _session(args: argparse.Namespace):
     from kcompact.jobs.spark import Sizing, session
+    from kcompact.session import warm_workers
 
     conf = tuple(args.spark_conf)
     sizing = Sizing.from_env(args.cores, args.driver_memory, conf, args.spark_ui, args.verbose)
-    from kcompact.session import warm_workers
-
     warm = _LATER.get(args.command, ()) + ((_REPORT,) if getattr(args, "report", None) else ())
     spark = session(f"kcompact {args.command}", sizing, warm)
     warm_workers.start(spark)

@@ -212,14 +212,16 @@ def _jvm_output(path: str | None) -> Iterator[None]:
 
 # What pyspark imports once the JVM is up, while the driver waits for its first answers: the
 # py4j converter of numpy arrays asks pyspark.testing.utils whether numpy is there, which imports
-# pandas (a quarter of a second).
+# pandas.
 PYSPARK_LATER = ("pyspark.testing.utils",)
 
 
 @contextlib.contextmanager
 def _warmed(modules: tuple[str, ...]) -> Iterator[None]:
     """``modules`` imported on a thread while the body runs, waited for after it. A module that
-    fails to import is left to the code that needs it, which then says why."""
+    fails to import is left to the code that needs it, which then says why. pyspark forks the JVM's
+    launcher with a ``preexec_fn`` meanwhile: the child runs only ``signal.signal`` before it
+    execs, which takes no lock an importing thread could hold."""
     def load() -> None:
         for name in modules:
             with contextlib.suppress(Exception):
