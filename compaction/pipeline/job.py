@@ -110,7 +110,10 @@ class Batches:
         return int(self.sizes[self.starts[pid]:self.starts[pid + 1]].sum())
 
     def group_plans(self, gid: int) -> GroupPlans:
-        lo, hi = np.searchsorted(self.gid, gid, "left"), np.searchsorted(self.gid, gid, "right")
+        # as the column's own type: against a Python int numpy converts the whole column first, a
+        # copy of every batch for each group, which made the driver quadratic in partitions
+        at = self.gid.dtype.type(gid)
+        lo, hi = np.searchsorted(self.gid, at, "left"), np.searchsorted(self.gid, at, "right")
         return GroupPlans(self.segment[lo:hi], self.position[lo:hi], self.sizes[lo:hi], self.flags[lo:hi],
                           self.feeds_map[lo:hi])
 

@@ -55,3 +55,25 @@ def test_a_partition_of_one_batch_and_one_of_none():
     assert _seen(b, 3) == _expected(b, 3) == {300: [(600, bool(b.feeds_map[6]), bool(b.flags[6, DISCARD]), 2, 7)]}
     empty = _batches(np.array([], np.int64))
     assert empty.planned(3) == {}
+
+
+def test_a_groups_plans_are_its_rows_and_no_copy_of_the_column():
+    """``group_plans`` slices the group's rows out of the sorted ``gid`` column. The driver asks it
+    once per group: a copy of the whole column each time (numpy converting the int32 column to
+    compare with a Python int) was a driver cost of groups times batches, hours at 100,000
+    partitions. Its allocations are traced: a slice allocates a few views, a copy the column."""
+    import tracemalloc
+
+    n = 1_000_000
+    b = _batches(np.arange(n) // 50)  # 3 batches a group (gid = row // 3)
+    lo, hi = 3 * 12_345, 3 * 12_346
+    tracemalloc.start()
+    try:
+        plans = b.group_plans(12_345)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < n  # the column as int64 would be 8 bytes a row
+    assert plans.segment.tolist() == b.segment[lo:hi].tolist()
+    assert plans.position.tolist() == b.position[lo:hi].tolist()
+    assert plans.size.tolist() == b.sizes[lo:hi].tolist()
