@@ -19,6 +19,7 @@ because they lay outside the log. A run that cleaned no partition ends with what
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from decimal import ROUND_HALF_UP, Decimal
@@ -377,11 +378,11 @@ class Report:
         of every log dir, the paused ones with the way out: a forgotten pause must not stop cleaning
         silently); then the run's totals, in the same units, or, when it cleaned no partition at
         all, what happened instead."""
-        names = [(p.topic, p.partition) for p in self.partitions]
+        names = Counter((p.topic, p.partition) for p in self.partitions)  # a name in two log dirs says where
         lines = release_lines(self.releases)
         lines += [f"gzip header OS byte {b} ({why})" for b, why in dict.fromkeys((g["gzip_os"], g["why"])
                                                                                  for g in self.gzip_headers)]
-        lines += [p.summary(where=names.count((p.topic, p.partition)) > 1) for p in self.partitions
+        lines += [p.summary(where=names[p.topic, p.partition] > 1) for p in self.partitions
                   if each or p.error]
         blocked = self.blocked
         if blocked:
