@@ -155,10 +155,16 @@ def fate_codes(discard: np.ndarray, retain_deletes: np.ndarray, control: np.ndar
     """Kafka's shouldRetainRecord after the batch's discard decision, as a code per record (the
     test oracle ``tests/oracles.py`` states it a record at a time); ``mapped`` is the map's offset
     for the key, -1 if none."""
-    kept = np.where(tombstone, KEPT_TOMBSTONE, KEPT)
-    removed_or_kept = [discard & control, discard, control | (offset > latest), ~has_key, offset < mapped,
-                       tombstone & ~retain_deletes]
-    return np.select(removed_or_kept, [MARKER, ABORTED, kept, KEYLESS, SUPERSEDED, TOMBSTONE], kept).astype(np.int8)
+    codes = np.where(tombstone, np.int8(KEPT_TOMBSTONE), np.int8(KEPT))
+    retained = codes.copy()
+    codes[tombstone & ~retain_deletes] = TOMBSTONE  # the first that holds decides: set from the last up
+    codes[offset < mapped] = SUPERSEDED
+    codes[~has_key] = KEYLESS
+    kept = control | (offset > latest)
+    codes[kept] = retained[kept]
+    codes[discard] = ABORTED
+    codes[discard & control] = MARKER
+    return codes
 
 
 def _outcomes(count: np.ndarray, kept: np.ndarray, kept_tombstone: np.ndarray, has_horizon: np.ndarray,
