@@ -137,28 +137,36 @@ def _ours(root: Path, partitions: set[str], leave_out: tuple[str, ...] = ()) -> 
             for partition in partitions for p in (root / partition).iterdir() if p.suffix not in leave_out}
 
 
-def test_files_equal_kafka_4_3_1s_cleaner(spark, tmp_path):
-    """Both rounds as 4.3.1: every file of each partition a round cleans byte for byte what Kafka
-    4.3.1's own cleaner wrote (the fixture's README says how its digests were made), snappy
+# Kafka's own cleaners, built from their sources (the fixtures' READMEs): 3.9.0 indexes a cleaner's
+# append at most once (before KAFKA-806), 4.3.1 a batch; 4.x takes these small segments only as
+# internal.segment.bytes (its segment.bytes floor is 1 MiB).
+CLEANERS = {"3.9.0": "segment.bytes", "4.3.1": "internal.segment.bytes"}
+
+
+@pytest.mark.parametrize("release", sorted(CLEANERS))
+def test_files_equal_kafkas_cleaner(spark, tmp_path, release):
+    """Both rounds as ``release``: every file of each partition a round cleans byte for byte what
+    that release's own cleaner wrote (the fixture's README says how its digests were made), snappy
     batches included."""
     work = _writable_copy(tmp_path / "logs")
-    clicks = CLICKS.replace("segment.bytes", "internal.segment.bytes")
+    clicks = CLICKS.replace("segment.bytes", CLEANERS[release])
     for n, args in ROUNDS.items():
-        args = [arg.replace("segment.bytes", "internal.segment.bytes") for arg in args]
-        assert main(["compact", str(work), *args, "--topic-config", clicks, "--kafka-version", "4.3.1"]) == 0
-        kafkas = _kafkas(FIXTURE_DIR / f"kafka-4.3.1-round{n}.sha256")
+        args = [arg.replace("segment.bytes", CLEANERS[release]) for arg in args]
+        assert main(["compact", str(work), *args, "--topic-config", clicks, "--kafka-version", release]) == 0
+        kafkas = _kafkas(FIXTURE_DIR / f"kafka-{release}-round{n}.sha256")
         assert _ours(work, {name.split("/")[0] for name in kafkas}) == kafkas, f"round {n}"
 
 
-def test_snappy_batches_of_every_size_equal_kafka_4_3_1s(spark, tmp_path):
+@pytest.mark.parametrize("release", sorted(CLEANERS))
+def test_snappy_batches_of_every_size_equal_kafkas(spark, tmp_path, release):
     """98 snappy batches of 1 B to 64 KiB, written by Kafka and each half dropped by a cleaning:
-    every file byte for byte what Kafka 4.3.1's own cleaner wrote (tests/fixtures/kafka-snappy)."""
+    every file byte for byte what ``release``'s own cleaner wrote (tests/fixtures/kafka-snappy)."""
     fixture = FIXTURE_DIR.parent / "kafka-snappy"
     work = tmp_path / "logs"
     shutil.copytree(fixture / "input", work)
-    topic = ("snappy:cleanup.policy=compact,internal.segment.bytes=131072,delete.retention.ms=600000,"
+    topic = (f"snappy:cleanup.policy=compact,{CLEANERS[release]}=131072,delete.retention.ms=600000,"
              "min.cleanable.dirty.ratio=0.5,min.compaction.lag.ms=0")
     assert main(["compact", str(work), "--now", "1720000500000", "--topic-config", topic,
-                 "--kafka-version", "4.3.1"]) == 0
+                 "--kafka-version", release]) == 0
     # the input's producer-state snapshots are the broker's, which Kafka's listing leaves out
-    assert _ours(work, {"snappy-0"}, leave_out=(".snapshot",)) == _kafkas(fixture / "kafka-4.3.1.sha256")
+    assert _ours(work, {"snappy-0"}, leave_out=(".snapshot",)) == _kafkas(fixture / f"kafka-{release}.sha256")
