@@ -6,7 +6,8 @@ and ``kcompact recover`` removes any that are left. Removing one is not free: th
 the file's pages from the page cache, milliseconds for a large segment. So the job commits
 every partition first and removes the files afterwards, while the command finishes (its last-run
 stamps), still holding the log dirs' locks: ``kcompact.steps`` waits for it before it lets them go.
-The unlinks of one directory wait on its lock, those of others do not: a few directories at once.
+The unlinks of one directory wait on its lock, those of others do not: a directory a thread, on
+the commit's threads (``spark.kcompact.commit.threads``; one: in the order the commit named them).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 
 from kcompact import storage
 
-THREADS = 4  # directories whose files are removed at once
+NAME = "kcompact-remove-deleted"  # the removal's threads' names begin with it
 
 
 class Removal:
@@ -28,8 +29,9 @@ class Removal:
         self._thread: threading.Thread | None = None
         self._problems: list[str] = []
 
-    def start(self, paths: Sequence[str]) -> None:
-        self._thread = threading.Thread(target=self._remove, args=(list(paths),), name="kcompact-remove-deleted")
+    def start(self, paths: Sequence[str], threads: int = 1) -> None:
+        """Remove ``paths`` on a thread of its own, a directory at a time on each of ``threads``."""
+        self._thread = threading.Thread(target=self._remove, args=(list(paths), threads), name=NAME)
         self._thread.start()
 
     def wait(self) -> list[str]:
@@ -37,11 +39,11 @@ class Removal:
             self._thread.join()
         return self._problems
 
-    def _remove(self, paths: list[str]) -> None:
+    def _remove(self, paths: list[str], threads: int) -> None:
         by_dir: dict[str, list[str]] = {}
         for path in paths:
             by_dir.setdefault(posixpath.dirname(path), []).append(path)
-        storage.on_threads(self._remove_each, list(by_dir.values()), THREADS)
+        storage.on_threads(self._remove_each, list(by_dir.values()), threads, NAME)
 
     def _remove_each(self, paths: list[str]) -> None:
         for path in paths:

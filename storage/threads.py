@@ -10,12 +10,12 @@ from kcompact.storage.paths import is_local_path
 IN_FLIGHT = 8  # units of work on an object store a thread pool keeps going at once (``map_in_flight``)
 
 
-def on_threads(function, items: list, threads: int) -> list:
+def on_threads(function, items: list, threads: int, name: str = "") -> list:
     """``function`` of each item, in order, on at most ``threads`` threads (one: one after another,
-    on this one)."""
+    on this one); ``name``: the threads' names begin with it."""
     if threads <= 1 or len(items) < 2:
         return [function(item) for item in items]
-    with ThreadPoolExecutor(min(threads, len(items))) as pool:
+    with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix=name) as pool:
         return list(pool.map(function, items))
 
 

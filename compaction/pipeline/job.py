@@ -172,7 +172,7 @@ def run(spark, plan: Plan, now: int, dry_run: bool = False, progress=print,
                 _clean(spark, settings, partitions, now, dry_run, progress, watch, result, keeper)
             finally:  # what was committed before a failure or a Ctrl-C goes too
                 if result.deleted:
-                    removal.start(result.deleted)
+                    removal.start(result.deleted, settings.commit_threads)
             if not dry_run:
                 _done_cleaning(result, progress)
         _give_back(result, keeper, dry_run)

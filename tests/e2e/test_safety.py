@@ -22,7 +22,7 @@ from kafka.record.memory_records import MemoryRecords
 from kcompact import errors
 from kcompact.compaction.pipeline.leases import LeaseKeeper
 from kcompact.jobs.cli import main
-from kcompact.operations import states
+from kcompact.operations import deleted, states
 from kcompact.readers.records import Record
 from tests.support import kp_build, patch_storage, write_partition
 
@@ -353,7 +353,7 @@ def _locked_elsewhere(lock: Path) -> bool:
 
 def test_replaced_files_go_once_every_partition_is_committed_under_the_lock(spark, tmp_path, monkeypatch):
     """The swap protocol ends with removing the replaced segments' ``.deleted`` files. The job
-    removes them on a thread once every partition is committed (both checkpoint entries written,
+    removes them on threads of their own once every partition is committed (both checkpoint entries written,
     in one write for the wave), and the command waits for it (in the API, which holds the locks)
     before the broker ``.lock`` goes; none is left."""
     from kcompact import storage
@@ -381,7 +381,7 @@ def test_replaced_files_go_once_every_partition_is_committed_under_the_lock(spar
     checkpoints = [i for i, e in enumerate(events) if e[0] == "checkpoint"]
     assert len(checkpoints) == 1 and len(removed) == len(replaced)
     assert min(removed) > max(checkpoints)
-    assert {events[i][1:] for i in removed} == {("kcompact-remove-deleted", True)}
+    assert {(events[i][1].startswith(deleted.NAME), events[i][2]) for i in removed} == {(True, True)}
     assert not list(log_dir.rglob("*.deleted")) and report.exists()
     assert kept_offsets(log_dir / "a-0") == kept_offsets(log_dir / "a-1") == [3, 4, 5, 6]
 

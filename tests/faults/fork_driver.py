@@ -7,7 +7,7 @@ a commit runs the job's driver-side commit here, without Spark, on ``.cleaned`` 
 partition, in the job's order, one wave of the job's own commit step (``operations.commit.commit_wave``:
 the swap of the segments below the cleaned range's end, then the cleaner checkpoint), on the
 threads the task names (default 1, as the crash tests' jobs); then the removal of the
-``.deleted`` files (``operations.deleted``), as ``compaction.pipeline.job`` commits. The
+``.deleted`` files (``operations.deleted``) on those threads, as ``compaction.pipeline.job`` commits. The
 ``recover`` action runs the command line's own ``recover``.
 
     python tests/faults/fork_driver.py TASK.json
@@ -67,7 +67,7 @@ def commit(log_dir: str, partitions: list[dict], threads: int = 1) -> int:
         raise failed[0]
     deleted = [path for r in results for path in r]
     removal = Removal()  # the job's too, once every partition is committed
-    removal.start(deleted)
+    removal.start(deleted, threads)
     return 1 if removal.wait() else 0
 
 
