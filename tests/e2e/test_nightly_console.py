@@ -334,7 +334,8 @@ def test_a_command_run_in_process_leaves_the_session_running(spark, tmp_path):
 
 
 LET_GO = '''
-import json, os, signal, time
+import faulthandler, json, os, signal, time
+faulthandler.dump_traceback_later(240, exit=True)  # a hang: each thread's stack on stderr, before the timeout
 import pyarrow as pa
 from pyspark import SparkContext
 from pyspark.sql.pandas.types import from_arrow_schema
