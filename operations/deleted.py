@@ -7,7 +7,8 @@ the file's pages from the page cache, milliseconds for a large segment. So the j
 every partition first and removes the files afterwards, while the command finishes (its last-run
 stamps), still holding the log dirs' locks: ``kcompact.steps`` waits for it before it lets them go.
 The unlinks of one directory wait on its lock, those of others do not: a directory a thread, on
-the commit's threads (``spark.kcompact.commit.threads``; one: in the order the commit named them).
+the commit's threads (``spark.kcompact.commit.threads``; one: a directory after another, each
+first named first, its files in the order named).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import threading
 
 from kcompact import storage
 from kcompact.operations.deleted import NAME, Removal
+from tests.support import patch_storage
 
 THREADS = 4
 
@@ -20,7 +21,7 @@ def _spy(monkeypatch) -> list[tuple[str, str]]:
         calls.append((threading.current_thread().name, path))
         real(path)
 
-    monkeypatch.setattr(storage, "remove", remove)
+    patch_storage(monkeypatch, "remove", remove)
     return calls
 
 
