@@ -65,6 +65,7 @@ class Partition:
     commit: CommitRecord | None = None
     staged: list[FileInfo] = field(default_factory=list)
     commit_problem: Problem | None = None
+    listed: list[FileInfo] | None = None  # local disk: every file of the dir as listed, for recovery's rules
 
     @property
     def name(self) -> str:
@@ -109,7 +110,9 @@ def scan_partition(path: str, topic: str, partition: int, files: list[FileInfo] 
         files, _ = storage.list_dir(path)
     part = Partition(topic, partition, path)
     entries = [(posixpath.basename(info.path), info) for info in files]
-    if not storage.is_local_path(path):
+    if storage.is_local_path(path):
+        part.listed = files
+    else:
         followed = follow(path, files, commits, after)
         entries, part.commit, part.staged = followed.entries, followed.record, followed.staged
         if followed.problem is not None:

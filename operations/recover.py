@@ -143,15 +143,19 @@ def needs_recovery(part: Partition) -> bool:
 
 
 def recover_partition(partition_dir: str, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-                      indexes: bool = True, torn_tails: bool = False) -> PartitionRecovery:
+                      indexes: bool = True, torn_tails: bool = False,
+                      files: list[FileInfo] | None = None) -> PartitionRecovery:
     """Apply the broker's load-time recovery to one partition dir (idempotent: a second run, or
     a run after a crash of this one, finds less to do and ends in the same files). On an object
     store, first the commit protocol's (``operations.s3commit``): the caller holds the partition's
     lease, or no job can take it. ``indexes=False`` leaves the index check out: it reads every
     segment's index files, work for ``recover_log_dirs``, not for a job's check of each partition.
-    ``torn_tails``: truncate a torn tail of the active segment, as a broker recovering from a crash."""
+    ``torn_tails``: truncate a torn tail of the active segment, as a broker recovering from a crash.
+    ``files``: the local dir's listing, when the caller made it under the log dir's ``.lock``
+    (nothing else changes the dir meanwhile)."""
     out = PartitionRecovery(partition_dir)
-    files, _ = storage.list_dir(partition_dir)
+    if files is None or not storage.is_local_path(partition_dir):
+        files, _ = storage.list_dir(partition_dir)
     for f in files:  # an index rebuild of ours cut short (write_atomic's temp file)
         if f.path.endswith((".index" + storage.TMP, ".timeindex" + storage.TMP, ".txnindex" + storage.TMP)):
             storage.remove(f.path)
@@ -377,7 +381,8 @@ def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress,
             finally:
                 states.release(lease)
         else:
-            done = recover_partition(part.path, indexes=indexes, torn_tails=torn_tails)
+            done = recover_partition(part.path, indexes=indexes, torn_tails=torn_tails,
+                                     files=part.listed if locked else None)
             if leased:  # after the files: a crash in between leaves the lease for the next recovery
                 states.release(states.Lease(part.path, state, version))
         if done.changed:

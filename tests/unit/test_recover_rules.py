@@ -345,3 +345,24 @@ def test_recovery_of_a_local_log_dir_without_its_lock_is_refused(tmp_path):
     with pytest.raises(errors.KcompactError, match=r"without its \.lock held"):
         recover_log_dirs([str(tmp_path / "logs")], progress=lambda line: None)
     assert sorted(p.name for p in part.iterdir()) == before
+
+
+def test_a_log_dirs_recovery_lists_each_partition_dir_once(tmp_path, monkeypatch):
+    """Under the ``.lock`` the log dir's own listing of a partition is the one its recovery acts
+    on: a dir is listed again only after recovery changed it."""
+    from tests.support import patch_storage
+
+    part = interrupted(tmp_path)
+    quiet = tmp_path / "logs" / "t-1"
+    write_partition(quiet, [(0, make_batches(0, 3))])
+    listed, real = [], storage.list_dir
+
+    def counted(path, *args, **kwargs):
+        listed.append(Path(path).name)
+        return real(path, *args, **kwargs)
+
+    patch_storage(monkeypatch, "list_dir", counted)
+    report = recovered_under_lock(tmp_path / "logs")
+    assert sorted(p.name for p in part.iterdir()) == sorted([*seg(0, ""), *seg(20, "")])  # the swap rolled back
+    assert [p.changed for p in report.partitions] == [True, False]
+    assert listed.count("t-1") == 1 and listed.count("t-0") == 2  # t-0 again after its renames
