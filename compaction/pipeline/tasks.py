@@ -8,7 +8,9 @@ a capped worker holds it only for shares that small (``compaction.pipeline.routi
 task meant for them by slots (``slots``), so every shuffle has its partition count set.
 
 The cleaning stages cut large work finer (``step_bytes``): up to ``STEPS`` tasks per core, none
-under ``STEP_BYTES`` by default (the job's setting ``spark.kcompact.step.bytes``). Nothing a
+under ``STEP_BYTES`` by default (the job's setting ``spark.kcompact.step.bytes``), in a multiple of
+the cores: tasks of equal bytes take about equal time, so a seventh on two cores would run alone
+while the other core idles. Nothing a
 running Python task counts reaches the driver before the task ends (accumulators, ``observe``
 and the server's progress reports over Connect alike), so progress
 moves, with an honest ETA, only as tasks end: a few more tasks cost a few tenths of a second
@@ -46,7 +48,8 @@ def task_count(spark, total_bytes: int, items: int, task_bytes: int = TASK_BYTES
     cores = kinds.parallelism(spark)
     wanted = max(per_core * cores, -(-total_bytes // task_bytes))
     if step_bytes is not None:
-        wanted = max(wanted, min(STEPS * cores, total_bytes // step_bytes))
+        steps = min(STEPS * cores, total_bytes // step_bytes)
+        wanted = max(wanted, steps - steps % cores)  # whole rounds: no last task left to run alone
     return max(1, min(items, wanted))
 
 
