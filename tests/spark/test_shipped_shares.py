@@ -10,7 +10,7 @@ from pyspark import cloudpickle
 
 from kcompact.compaction.pipeline import shared, whole
 from kcompact.compaction.pipeline.job import Batches
-from kcompact.compaction.pipeline.tasks import shipped, unshipped
+from kcompact.compaction.pipeline.tasks import JOB_CONF, blob_table, shipped, sql_conf, unshipped
 from kcompact.compaction.rules.decisions import PLAN_FLAGS
 from kcompact.session import kinds
 
@@ -27,6 +27,20 @@ def _seen(ids):
 def test_each_task_gets_its_own_share_in_order(spark):
     shares = [[f"s{n}-{i}" for i in range(n + 1)] for n in range(7)]
     rows = shipped(spark, shares).mapInArrow(_seen, SCHEMA).collect()
+    assert sorted((r.partition, r["items"]) for r in rows) == list(enumerate(shares))
+
+
+def test_the_driver_sends_each_share_apart(spark):
+    """Above the session's local-relation threshold (here 0) a DataFrame made from Arrow is a
+    partition per batch: each share its own batch, so the stage that places the rows serializes
+    one share a task, not every share in one task (100,000 partitions' 200 MB had run the driver's
+    JVM out of heap there, and the job hung)."""
+    shares = [[f"s{n}-{i}" for i in range(3)] for n in range(5)]
+    assert [b.num_rows for b in blob_table(shares).to_batches(max_chunksize=16)] == [1] * 5
+    with sql_conf(spark, {**JOB_CONF, "spark.sql.execution.arrow.localRelationThreshold": "0"}):
+        source = spark.createDataFrame(blob_table(shares))
+        assert source._jdf.rdd().getNumPartitions() == 5
+        rows = shipped(spark, shares).mapInArrow(_seen, SCHEMA).collect()
     assert sorted((r.partition, r["items"]) for r in rows) == list(enumerate(shares))
 
 
