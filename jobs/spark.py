@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import threading
@@ -132,8 +133,11 @@ def session(app_name: str, sizing: Sizing | None = None, warm: tuple[str, ...] =
         builder = (builder.master(f"local[{sizing.cores or '*'}]")
                    # C1 only: a command's JVM lives seconds, and C2's compilations cost more CPU
                    # than they win back (docs/benchmarks.md)
+                   # out of heap, the JVM exits (``jvm_ran_out_of_memory``): Spark's scheduler
+                   # threads would die of it and leave the job waiting for ever
                    .config("spark.driver.extraJavaOptions",
-                           f"-Dlog4j2.configurationFile={LOG4J.as_uri()} -XX:TieredStopAtLevel=1 {cds.java_options()}")
+                           f"-Dlog4j2.configurationFile={LOG4J.as_uri()} -XX:TieredStopAtLevel=1 "
+                           f"-XX:+ExitOnOutOfMemoryError {cds.java_options()}")
                    .config("spark.ui.enabled", str(sizing.ui).lower())
                    .config("spark.ui.showConsoleProgress", "false")
                    .config("spark.python.daemon.module", WORKER_DAEMON)
@@ -157,6 +161,8 @@ def session(app_name: str, sizing: Sizing | None = None, warm: tuple[str, ...] =
             raise
         raise CannotStart(cause) from exc
     spark.sparkContext.setLogLevel(level)  # a context that was running already
+    if embedded and starts_jvm:
+        _quiet_when_the_jvm_ends(spark.sparkContext)
     _note_interrupts()
     from kcompact.compaction.pipeline.settings import check_settings
 
@@ -288,6 +294,37 @@ def let_go() -> None:
             if not signals.received():  # news only when nobody asked it to stop
                 print(f"kcompact: stopping Spark: {exc}", file=sys.stderr)
     SparkContext._gateway.shutdown()
+
+
+JVM_OUT_OF_MEMORY = 3  # the JVM's exit status under -XX:+ExitOnOutOfMemoryError
+JVM_EXIT_WAIT_S = 5  # how long a lost connection to the JVM waits to see it exit (``_quiet_when_the_jvm_ends``)
+
+
+def _quiet_when_the_jvm_ends(sc) -> None:
+    """pyspark's accumulator server prints a traceback when its connection from the JVM breaks;
+    when that is the JVM ending (out of heap, killed), the command says so in its own line."""
+    server, proc = getattr(sc, "_accumulatorServer", None), getattr(sc._gateway, "proc", None)
+    if server is None or proc is None:
+        return
+    said = server.handle_error
+
+    def handle_error(request, client_address) -> None:
+        try:
+            proc.wait(JVM_EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:  # the JVM lives on: this is news
+            said(request, client_address)
+
+    server.handle_error = handle_error
+
+
+def jvm_ran_out_of_memory() -> bool:
+    """The JVM this process started (an embedded session's) has ended for want of heap."""
+    if "pyspark" not in sys.modules:
+        return False
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    return proc is not None and proc.poll() == JVM_OUT_OF_MEMORY
 
 
 def close_log(keep: bool) -> None:

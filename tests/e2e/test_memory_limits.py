@@ -87,3 +87,54 @@ def test_a_spark_task_out_of_memory_is_a_configuration_error(tmp_path, monkeypat
     err = capsys.readouterr().err
     assert code == errors.EXIT_USAGE
     assert "ran out of memory" in err and "spark.executor.pyspark.memory" in err and "internal error" not in err
+
+
+# A kcompact command whose JVM is made to run out of heap once stage 1 is done: a JVM array
+# larger than its heap, asked for through py4j (as Spark's scheduler ran out at 100,000 partitions)
+_OUT_OF_HEAP = """
+import sys
+from kcompact.compaction.pipeline import job
+from kcompact.jobs import cli
+
+real = job._group_jobs
+
+def group_jobs(*args, **kwargs):
+    from pyspark import SparkContext
+    jvm = SparkContext._jvm
+    jvm.java.lang.reflect.Array.newInstance(jvm.java.lang.Long.TYPE, 1 << 30)
+    return real(*args, **kwargs)
+
+job._group_jobs = group_jobs
+sys.argv = ["kcompact", *sys.argv[1:]]
+sys.exit(cli.command())
+"""
+
+
+def test_a_jvm_out_of_heap_ends_the_command_with_its_reason(tmp_path):
+    """Out of heap, Spark's scheduler threads die and a job would wait for ever: the embedded JVM
+    exits instead, and the command says why in one line, with the usage exit status, its segments
+    as they were."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    from tests.e2e.test_operator_inputs import dirty
+
+    log_dir = tmp_path / "logs"
+    dirty(log_dir / "orders-0")
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (log_dir / "orders-0").iterdir()}
+    script = tmp_path / "out_of_heap.py"
+    script.write_text(_OUT_OF_HEAP)
+    env = os.environ | {"PYSPARK_PYTHON": sys.executable, "KCOMPACT_SPARK_LOG": str(tmp_path / "spark.log")}
+    done = subprocess.run([sys.executable, str(script), "compact", str(log_dir), "--now", "1720300000000",
+                           "--topic-config", "*:cleanup.policy=compact"], env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == errors.EXIT_USAGE, done.stderr
+    line = [ln for ln in done.stderr.splitlines() if ln.startswith("kcompact:")]
+    assert len(line) == 1 and "Spark's JVM ran out of heap and ended" in line[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert "java.lang.OutOfMemoryError" in done.stdout + (tmp_path / "spark.log").read_text()
+    left = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (log_dir / "orders-0").iterdir()
+            if not p.name.endswith(".cleaned")}
+    assert left == before
