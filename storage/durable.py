@@ -5,6 +5,7 @@ that another one repeats is called by its name in this module, where the crash t
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import posixpath
 from collections.abc import Iterator
@@ -91,12 +92,18 @@ def create_file(path: str, direct: bool = False) -> Iterator[BinaryIO]:
         fs, fs_path = resolve(path)
         owner = ownership.for_file(fs_path) if is_local(fs) else None
         if is_local(fs) and direct:
-            fd = os.open(fs_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-            with DirectFile(fd) as f:
+            try:
+                fd = os.open(fs_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o666)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:  # EINVAL: this file system takes no O_DIRECT
+                    raise
+            else:
                 ownership.give(fd, owner)
-                yield f
-                f.flush()
-        elif is_local(fs):
+                with DirectFile(fd) as f:
+                    yield f
+                    f.flush()
+                return
+        if is_local(fs):
             with open(fs_path, "wb", buffering=DIRECT_BUFFER) as f:  # as DirectFile: few large writes
                 ownership.give(f.fileno(), owner)
                 yield f

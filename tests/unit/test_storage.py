@@ -247,50 +247,19 @@ def test_direct_file_leaves_the_page_cache_alone(tmp_path):
 
 
 def test_direct_file_where_the_file_system_refuses_o_direct(tmp_path, monkeypatch):
-    """fcntl(2) says EINVAL to O_DIRECT (tmpfs before Linux 6.6, some FUSE file systems): every
-    byte goes on through the page cache."""
-    real_fcntl, asked = fcntl.fcntl, []
+    """open(2) says EINVAL (tmpfs before Linux 6.6, some FUSE file systems): an ordinary file."""
+    real_open = os.open
 
-    def no_direct(fd, cmd, *args):
-        if cmd == fcntl.F_SETFL and args and args[0] & os.O_DIRECT:
-            asked.append(fd)
+    def no_direct(path, flags, *args):
+        if flags & os.O_DIRECT:
             raise OSError(errno.EINVAL, "Invalid argument")
-        return real_fcntl(fd, cmd, *args)
+        return real_open(path, flags, *args)
 
-    monkeypatch.setattr(fcntl, "fcntl", no_direct)
-    data = random.Random(1).randbytes(2 * storage.DIRECT_BUFFER + 7)
+    monkeypatch.setattr(os, "open", no_direct)
+    data = random.Random(1).randbytes(storage.DIRECT_BUFFER + 7)
     path = str(tmp_path / "a.log")
-    _write_in_pieces(path, data, seed=2)
-    assert len(asked) == 1  # asked once, not at every buffer
+    assert _write_in_pieces(path, data, seed=2) is not storage.DirectFile
     assert open(path, "rb").read() == data
-    assert pages_in_cache(path)[0] == pages_in_cache(path)[1]
-
-
-@pytest.mark.parametrize("size", [1, 4096, 13_000, storage.DIRECT_BUFFER - 1])
-def test_a_file_within_one_buffer_is_one_write_through_the_page_cache(tmp_path, monkeypatch, size):
-    """A small cleaned segment (most of a log dir of many small partitions) is not made to wait
-    on the device: one plain write at the end, O_DIRECT never asked for."""
-    real_write, real_fcntl, writes, flags = os.write, fcntl.fcntl, [], []
-
-    def counted(fd, data):
-        writes.append(len(data))
-        return real_write(fd, data)
-
-    def watched(fd, cmd, *args):
-        if cmd == fcntl.F_SETFL:
-            flags.append(args[0])
-        return real_fcntl(fd, cmd, *args)
-
-    monkeypatch.setattr(os, "write", counted)
-    monkeypatch.setattr(fcntl, "fcntl", watched)
-    data = random.Random(size).randbytes(size)
-    path = str(tmp_path / "00000000000000000000.log.cleaned")
-    _write_in_pieces(path, data, seed=size)
-    assert writes == [size] and flags == []
-    monkeypatch.undo()
-    assert open(path, "rb").read() == data
-    cached, pages = pages_in_cache(path)
-    assert cached == pages == -(-size // mmap.PAGESIZE)
 
 
 def test_direct_file_goes_on_through_the_cache_when_a_write_is_refused(tmp_path, monkeypatch):
