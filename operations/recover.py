@@ -154,7 +154,7 @@ def recover_partition(partition_dir: str, index_interval_bytes: int = DEFAULT_IN
     ``files``: the local dir's listing, when the caller made it under the log dir's ``.lock``
     (nothing else changes the dir meanwhile)."""
     out = PartitionRecovery(partition_dir)
-    if files is None or not storage.is_local_path(partition_dir):
+    if files is None:
         files, _ = storage.list_dir(partition_dir)
     for f in files:  # an index rebuild of ours cut short (write_atomic's temp file)
         if f.path.endswith((".index" + storage.TMP, ".timeindex" + storage.TMP, ".txnindex" + storage.TMP)):
@@ -381,8 +381,7 @@ def _recover_log_dir(log_dir: str, owner: str, report: RecoveryReport, progress,
             finally:
                 states.release(lease)
         else:
-            done = recover_partition(part.path, indexes=indexes, torn_tails=torn_tails,
-                                     files=part.listed if locked else None)
+            done = recover_partition(part.path, indexes=indexes, torn_tails=torn_tails, files=part.listed)
             if leased:  # after the files: a crash in between leaves the lease for the next recovery
                 states.release(states.Lease(part.path, state, version))
         if done.changed:
