@@ -301,20 +301,29 @@ JVM_EXIT_WAIT_S = 5  # how long a lost connection to the JVM waits to see it exi
 
 
 def _quiet_when_the_jvm_ends(sc) -> None:
-    """pyspark's accumulator server prints a traceback when its connection from the JVM breaks;
-    when that is the JVM ending (out of heap, killed), the command says so in its own line."""
-    server, proc = getattr(sc, "_accumulatorServer", None), getattr(sc._gateway, "proc", None)
-    if server is None or proc is None:
-        return
-    said = server.handle_error
+    """When the JVM ends (out of heap, killed) the command says so in its own line; pyspark's
+    accumulator server, whose connection from the JVM breaks, and py4j, whose call under way
+    breaks (logged on the root logger, with its traceback), would each print a traceback first."""
+    import logging
 
-    def handle_error(request, client_address) -> None:
+    import py4j
+
+    server, proc = getattr(sc, "_accumulatorServer", None), getattr(sc._gateway, "proc", None)
+    if proc is None:
+        return
+
+    def jvm_ended() -> bool:
         try:
             proc.wait(JVM_EXIT_WAIT_S)
-        except subprocess.TimeoutExpired:  # the JVM lives on: this is news
-            said(request, client_address)
+        except subprocess.TimeoutExpired:  # the JVM lives on: what broke is news
+            return False
+        return True
 
-    server.handle_error = handle_error
+    py4j_dir = os.path.dirname(py4j.__file__) + os.sep
+    logging.getLogger().addFilter(lambda record: not (record.pathname.startswith(py4j_dir) and jvm_ended()))
+    if server is not None:
+        said = server.handle_error
+        server.handle_error = lambda request, client_address: jvm_ended() or said(request, client_address)
 
 
 def jvm_ran_out_of_memory() -> bool:

@@ -138,3 +138,34 @@ def test_a_jvm_out_of_heap_ends_the_command_with_its_reason(tmp_path):
     left = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (log_dir / "orders-0").iterdir()
             if not p.name.endswith(".cleaned")}
     assert left == before
+
+
+_JVM_KILLED = """
+import logging, os, sys
+import py4j
+from kcompact.jobs import spark
+
+session = spark.session("test")
+from pyspark import SparkContext
+proc = SparkContext._gateway.proc
+proc.kill()
+proc.wait()
+where = os.path.join(os.path.dirname(py4j.__file__), "java_gateway.py")
+for path, message in ((where, "py4j: Exception while sending command."), (__file__, "not py4j's")):
+    logging.getLogger().handle(logging.LogRecord("root", logging.ERROR, path, 1, message, None, None))
+"""
+
+
+def test_py4j_s_own_error_records_are_not_printed_once_the_jvm_has_ended(tmp_path):
+    """py4j logs a call the JVM's end broke, traceback and all, on the root logger; the command's own
+    line says why instead. Every other record of the root logger is printed as before."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "killed.py"
+    script.write_text(_JVM_KILLED)
+    env = os.environ | {"PYSPARK_PYTHON": sys.executable, "KCOMPACT_SPARK_LOG": str(tmp_path / "spark.log")}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "not py4j's" in done.stderr and "Exception while sending command" not in done.stderr, done.stderr
