@@ -20,6 +20,7 @@ import threading
 from kcompact.operations import critical
 
 _received: list[int] = []
+_SPARK_LET_GO = threading.Event()  # no job left to cancel (``spark_let_go``)
 
 
 def install() -> None:
@@ -43,9 +44,16 @@ def _handle(signum: int, frame) -> None:
         raise KeyboardInterrupt
 
 
+def spark_let_go() -> None:
+    """This process's Spark is being stopped (``jobs.spark.let_go``): a signal from here on has no
+    job to cancel, and must not ask the JVM, whose gateway may take a new connection and never
+    answer it."""
+    _SPARK_LET_GO.set()
+
+
 def _cancel_spark_jobs() -> None:
     """What Spark's own Ctrl-C handler does: cancel every job of this process's SparkContext."""
-    if "pyspark" not in sys.modules:
+    if "pyspark" not in sys.modules or _SPARK_LET_GO.is_set():
         return
     from pyspark import SparkContext
 

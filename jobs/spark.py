@@ -287,6 +287,7 @@ def let_go() -> None:
     if sc is None or getattr(SparkContext._gateway, "proc", None) is None:
         return
     _LET_GO.set()
+    signals.spark_let_go()
     if SparkContext._gateway.proc.poll() is None:  # a signal to the whole process group ends the JVM first
         try:
             sc._jsc.stop()
