@@ -436,7 +436,7 @@ def _failed(args: argparse.Namespace, exc: Exception) -> int:
     from kcompact import storage
     from kcompact.jobs import spark
 
-    if not isinstance(exc, errors.KcompactError) and spark.jvm_ran_out_of_memory():  # py4j's error, the JVM gone
+    if not isinstance(exc, errors.KcompactError) and spark.jvm_ran_out_of_memory(exc):  # py4j's error, the JVM gone
         exc = errors.OutOfMemory("Spark's JVM ran out of heap and ended: give it more (--driver-memory, "
                                  "spark.driver.memory)")
     if isinstance(exc, errors.KcompactError) and exc.exit_code != EXIT_INTERNAL:

@@ -292,7 +292,8 @@ def let_go() -> None:
         try:
             sc._jsc.stop()
         except (Py4JError, OSError) as exc:  # the JVM died meanwhile: nothing left to stop
-            if not signals.received():  # news only when nobody asked it to stop
+            # news only when nobody asked it to stop, and not out of heap (the command said so)
+            if not signals.received() and not _out_of_heap(SparkContext._gateway.proc, wait=True):
                 print(f"kcompact: stopping Spark: {exc}", file=sys.stderr)
     SparkContext._gateway.shutdown()
 
@@ -327,14 +328,25 @@ def _quiet_when_the_jvm_ends(sc) -> None:
         server.handle_error = lambda request, client_address: jvm_ended() or said(request, client_address)
 
 
-def jvm_ran_out_of_memory() -> bool:
-    """The JVM this process started (an embedded session's) has ended for want of heap."""
+def jvm_ran_out_of_memory(exc: BaseException) -> bool:
+    """The JVM this process started (an embedded session's) has ended for want of heap. When
+    ``exc`` is py4j's lost connection the JVM may still be exiting (its socket closes first): it
+    is given ``JVM_EXIT_WAIT_S`` to end (so is a refused connection: py4j opening a new one)."""
     if "pyspark" not in sys.modules:
         return False
+    from py4j.protocol import Py4JNetworkError
     from pyspark import SparkContext
 
     proc = getattr(SparkContext._gateway, "proc", None)
-    return proc is not None and proc.poll() == JVM_OUT_OF_MEMORY
+    return proc is not None and _out_of_heap(proc, wait=isinstance(exc, Py4JNetworkError | ConnectionError))
+
+
+def _out_of_heap(proc: subprocess.Popen, wait: bool) -> bool:
+    """The JVM ``proc`` exited for want of heap (``wait``: given ``JVM_EXIT_WAIT_S`` to exit)."""
+    if wait:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(JVM_EXIT_WAIT_S)
+    return proc.poll() == JVM_OUT_OF_MEMORY
 
 
 def close_log(keep: bool) -> None:
