@@ -10,8 +10,6 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-import numpy as np
-
 from kcompact.errors import FormatError
 
 OFFSET_ENTRY = struct.Struct(">ii")
@@ -47,9 +45,7 @@ def used_entries(path: str, data: bytes, entry: struct.Struct) -> int:
             path, len(data) - len(data) % entry.size,
             f"file size {len(data)} is not a multiple of the {entry.size}-byte entry size",
         )
-    rows = np.frombuffer(data, np.uint8).reshape(-1, entry.size)
-    filled = np.flatnonzero(rows.any(axis=1))
-    return int(filled[-1]) + 1 if len(filled) else 0
+    return -(-len(data.rstrip(b"\0")) // entry.size)  # up to the entry holding the last non-zero byte
 
 
 def _entries(path: str, data: bytes, entry: struct.Struct) -> tuple[list[tuple], int]:

@@ -6,17 +6,21 @@ import os
 import struct
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kcompact import storage
 from kcompact.errors import FormatError
 from kcompact.readers import checkpoint
 from kcompact.readers.indexes import (
+    OFFSET_ENTRY,
     AbortedTxn,
     OffsetEntry,
     TimeEntry,
     parse_offset_index,
     parse_time_index,
     parse_txn_index,
+    used_entries,
 )
 from kcompact.writers.checkpoint import render_checkpoint
 from kcompact.writers.indexes import encode_offset_index, encode_time_index, encode_txn_index
@@ -60,6 +64,23 @@ def test_zero_filled_preallocation_is_not_data(zero_entries):
         OffsetEntry(*row) for row in OFFSETS]
     assert parse_time_index("a.timeindex", time_bytes(TIMES) + bytes(12 * zero_entries)) == [
         TimeEntry(*row) for row in TIMES]
+
+
+def test_an_entry_ending_in_zero_bytes_is_data():
+    """Only whole zero entries are preallocation: a last entry whose low bytes are zero counts."""
+    rows = [(1_720_000_000_000, 0), (1 << 40, 0)]
+    assert parse_time_index("a.timeindex", time_bytes(rows) + bytes(12 * 3)) == [TimeEntry(*r) for r in rows]
+    assert parse_offset_index("a.index", struct.pack(">ii", 1 << 24, 0) + bytes(8)) == [OffsetEntry(1 << 24, 0)]
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), max_size=12), st.integers(0, 20))
+def test_the_preallocation_is_the_trailing_run_of_zero_entries(rows, zeros):
+    """Against a count entry by entry: up to the last entry with a non-zero byte, zero ones among
+    the data included."""
+    data = b"".join(struct.pack(">ii", a, b) for a, b in rows) + bytes(8 * zeros)
+    entries = [data[i:i + 8] for i in range(0, len(data), 8)]
+    used = max((i + 1 for i, e in enumerate(entries) if e != bytes(8)), default=0)
+    assert used_entries("a.index", data, OFFSET_ENTRY) == used
 
 
 def test_fully_preallocated_and_empty_indexes_hold_no_entries():
