@@ -94,7 +94,8 @@ def write(plan: Plan, path: str) -> None:
         fs, fs_path = storage.resolve(path)
         pq.write_table(plan.table, fs_path, filesystem=fs)
     elif path.endswith(".json"):
-        storage.write_durable(path, json.dumps([row.row() for row in plan.rows], indent=1).encode())
+        # unindented, as the report: json's compiled encoder takes only that
+        storage.write_durable(path, json.dumps([row.row() for row in plan.rows]).encode())
     else:
         raise errors.UsageError(f"{path}: the plan is written as .parquet or .json")
 

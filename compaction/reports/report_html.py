@@ -529,7 +529,8 @@ def write_report(json_path: str, doc: dict, page: bool = True) -> list[str]:
     ``page``, its HTML page beside it; returns the paths written. The page is made first: should
     that fail, no JSON is left behind to say an outcome the command did not end with."""
     text = render(doc) if page else None
-    storage.write_durable(json_path, json.dumps(doc, indent=1).encode())
+    # unindented: json's compiled encoder takes only that; the pure-Python one grew with the partitions
+    storage.write_durable(json_path, json.dumps(doc).encode())
     if text is None:
         return [json_path]
     path = html_path(json_path)
