@@ -389,10 +389,12 @@ def main(argv: list[str] | None = None, own_process: bool = False) -> int:
     args.started_ms = wall_ms()
     args.own_process = own_process
     home.settle_matplotlib()
-    if own_process:  # the process is the command's: a scheduler's SIGTERM stops it as a Ctrl-C does
-        from kcompact.jobs import signals
+    if own_process:  # the process is the command's: a scheduler's SIGTERM stops it as a Ctrl-C does; its
+        # collector is set for a driver that keeps what it makes (``jobs.collector``)
+        from kcompact.jobs import collector, signals
 
         signals.install()
+        collector.for_one_command()
     code = _main(args)
     from kcompact.jobs import spark
 
