@@ -253,24 +253,36 @@ def _be_py(buf: np.ndarray, pos: int) -> int:
 
 
 def _first_problem(chunk: Chunk) -> tuple[int, FormatError] | None:
-    """The first entry with a ``readers.segment.problems`` (the CRCs in one ``readers.crc`` call), and
-    the error naming it."""
+    """The first entry with a ``readers.segment.problems``, and the error naming it. Only the entries
+    ``_next_suspect`` names are looked at in Python: the CRCs of all, legacy ones too (their ranges
+    lie inside them, their values unused), in one ``readers.crc`` call."""
     e = chunk.entries
-    v2 = e[:, MAGIC] == 2
-    suspect = v2 & (((e[:, ATTRIBUTES] & 0x07) > codecs.ZSTD) | (e[:, RECORDS_COUNT] < 0)
-                    | (e[:, LAST_OFFSET_DELTA] < 0) | (e[:, RECORDS_COUNT] > e[:, LAST_OFFSET_DELTA] + 1))
-    checked = np.flatnonzero(v2 & ~suspect)
-    computed = crcs(chunk.buf, e[checked, POSITION] + V2_CRC_START, e[checked, POSITION] + e[checked, SIZE])
-    wrong = checked[computed != e[checked, CRC]]
-    if len(wrong):
-        suspect[wrong[0]] = True
-    for k in np.flatnonzero(suspect | ~v2).tolist():
+    computed = crcs(chunk.buf, e[:, POSITION] + V2_CRC_START, e[:, POSITION] + e[:, SIZE])
+    k = _next_suspect(e, computed, 0)
+    while k < len(e):
         batch = chunk.batch(k)
         found = problems(batch)
         if found:
             return k, FormatError(chunk.path, batch.position,
                                   f"batch at offset {batch.base_offset_field}: {'; '.join(found)}")
+        k = _next_suspect(e, computed, k + 1)
     return None
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _next_suspect(e, computed, k):
+    """The first entry from ``k`` on (``len(e)``: none) that ``problems`` may object to: a legacy
+    one, or a v2 one whose codec, counts or CRC (``computed``) is wrong."""
+    while k < e.shape[0]:
+        if e[k, MAGIC] != 2:
+            return k
+        count, delta = e[k, RECORDS_COUNT], e[k, LAST_OFFSET_DELTA]
+        if (e[k, ATTRIBUTES] & 0x07) > codecs.ZSTD or count < 0 or delta < 0 or count > delta + 1:
+            return k
+        if np.int64(computed[k]) != e[k, CRC]:
+            return k
+        k += 1
+    return k
 
 
 def _framing_error(path: str, buf: np.ndarray, file_pos: int, stop: int, filled: int, how: int) -> FormatError:

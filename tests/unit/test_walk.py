@@ -139,6 +139,38 @@ def test_chunks_before_an_error_are_yielded(mapped):
     assert seen == [r[0] for r in kp_rows(LOG)[:-1]]
 
 
+def corrupted(data: bytes, k: int, kind: str) -> bytes:
+    """Entry ``k`` (a v2 batch) of ``data`` with one thing wrong that only its content shows; its
+    CRC made right again where the fault is in a header field."""
+    pos, size = ROWS[k][0], ROWS[k][1]  # no fault moves an entry
+    entry = bytearray(data[pos:pos + size])
+    if kind == "crc":
+        entry[70] ^= 1
+        return data[:pos] + bytes(entry) + data[pos + size:]
+    if kind == "codec":
+        entry[22] = (entry[22] & 0xF8) | 6
+    elif kind == "negative count":
+        struct.pack_into(">i", entry, 57, -1)
+    else:  # more records than offsets
+        struct.pack_into(">i", entry, 57, struct.unpack_from(">i", entry, 23)[0] + 2)
+    return data[:pos] + bytes(recompute_crc32c(entry)) + data[pos + size:]
+
+
+ROWS = kp_rows(LOG)
+LEGACY = legacy_message_set(1, codecs.NONE, [Record(0, T0, b"k", b"v"), Record(1, T0 + 1, None, b"w")])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.integers(0, len(SPECS) - 1), st.sampled_from(["crc", "codec", "negative count", "counts"]),
+                       min_size=1, max_size=4), st.booleans(), st.sampled_from([61, 300, 4096]), st.booleans())
+def test_the_first_bad_entry_is_found_among_several_and_after_legacy_ones(faults, legacy, chunk_size, mapped):
+    data = LOG
+    for k, kind in faults.items():
+        data = corrupted(data, k, kind)
+    data = (LEGACY if legacy else b"") + data
+    assert walk_error(data, chunk_size, mapped) == iter_error(data)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([codecs.NONE, codecs.LZ4, codecs.ZSTD]), st.integers(1, 30),
                           st.integers(0, 300)), min_size=1, max_size=12), st.integers(17, 3000), st.booleans())
