@@ -115,6 +115,24 @@ class GroupPlans:
     flags: np.ndarray  # (batches, len(PLAN_FLAGS)) bool
     feeds: np.ndarray  # bool: the batch's records feed the offset map
 
+    def __reduce__(self):
+        """Pickled as one buffer: a group's plans travel with it to its task, and five small arrays
+        pickled one by one cost several times their few hundred bytes, on the driver and again in
+        the task."""
+        n, width = self.flags.shape
+        columns = (np.asarray(a, "<i8") for a in (self.segment, self.position, self.size))
+        blob = b"".join((*(a.tobytes() for a in columns), np.asarray(self.flags, bool).tobytes(),
+                         np.asarray(self.feeds, bool).tobytes()))
+        return _group_plans, (n, width, blob)
+
+
+def _group_plans(n: int, width: int, blob: bytes) -> GroupPlans:
+    """``GroupPlans.__reduce__``'s buffer as the plans again (writable arrays, as unpickled ones are)."""
+    raw = np.frombuffer(bytearray(blob), np.uint8)
+    ints = raw[:24 * n].view("<i8")
+    flags = raw[24 * n:24 * n + n * width].view(bool).reshape(n, width)
+    return GroupPlans(ints[:n], ints[n:2 * n], ints[2 * n:], flags, raw[24 * n + n * width:].view(bool))
+
 
 @dataclass(frozen=True, slots=True)
 class Output:
