@@ -120,10 +120,9 @@ class GroupPlans:
         pickled one by one cost several times their few hundred bytes, on the driver and again in
         the task."""
         n, width = self.flags.shape
-        columns = (np.asarray(a, "<i8") for a in (self.segment, self.position, self.size))
-        blob = b"".join((*(a.tobytes() for a in columns), np.asarray(self.flags, bool).tobytes(),
-                         np.asarray(self.feeds, bool).tobytes()))
-        return _group_plans, (n, width, blob)
+        parts = (np.asarray(self.segment, "<i8"), np.asarray(self.position, "<i8"), np.asarray(self.size, "<i8"),
+                 np.asarray(self.flags, bool), np.asarray(self.feeds, bool))
+        return _group_plans, (n, width, b"".join(a.tobytes() for a in parts))
 
 
 def _group_plans(n: int, width: int, blob: bytes) -> GroupPlans:
