@@ -53,9 +53,10 @@ demo: $(STAMP) $(KERNELS) libsnappy
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# The whole suite, its test files spread over one worker per core (pytest-xdist; a file stays on one
-# worker, so its module fixtures run once): most e2e time is waiting on JVMs, moto and timeouts.
-TEST_WORKERS ?= auto
+# The whole suite, its test files spread over workers (pytest-xdist; a file stays on one worker, so
+# its module fixtures run once). One worker more than cores: e2e tests also wait on JVM starts,
+# servers and timeouts, which a third worker fills on 2 cores; a fourth only slows every test.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: lint $(KERNELS) libsnappy
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
