@@ -97,7 +97,7 @@ class LocalCommit:
 def commit_wave(log_dir: str, commits: Sequence[LocalCommit], threads: int = 1) -> list[list[str] | OSError]:
     """Commit partitions of the local ``log_dir`` together (at most ``WAVE``): each one's groups in
     place of the segments below its ``end``, all of them or none, by Kafka's swap with every step
-    made durable once for the wave (``operations.swap.swap_wave``, ``threads`` at once); then,
+    made durable once for the wave (``operations.swap.swap_wave``, its fsyncs ``threads`` at once); then,
     once every swap is durable, one write of ``cleaner-offset-checkpoint`` moves the entries of
     every partition swapped in (Kafka's rule: the checkpoint moves only after the swap). Returns,
     per partition: the ``.deleted`` files to remove, or the OSError that stopped its commit (a

@@ -53,8 +53,8 @@ def commit_partitions(rows: list[PartitionBatches], written: list[GroupResult], 
                       threads: int = 1) -> list[Outcome]:
     """Commit each of ``rows`` (the partitions cleaned) whose groups ``written`` all succeeded,
     while this job still ``held(path)`` its lease (``owner``; ``generations``: on an object store,
-    the latest commit record generation seen under it); a local wave's renames and fsyncs on
-    ``threads`` threads. What became of each is added to ``outcomes`` as it is known (so that a
+    the latest commit record generation seen under it); a local wave's fsyncs on ``threads``
+    threads. What became of each is added to ``outcomes`` as it is known (so that a
     signal stopping the command leaves what was done), and returned."""
     ready, by_path = [], {}
     for w in written:

@@ -15,7 +15,8 @@ A Spark start costs seconds, so:
   Spark, in a forked process per crash point (tests/faults/fork_driver.py), on the ``.cleaned``
   files the job killed before its first ``.swap`` rename wrote; that this commit is the job's own
   is checked: same mutations, in the same order, and the same files as the uninjected job (whose
-  wave runs on one thread); the same wave on several threads is killed at every third mutation;
+  wave runs on one thread); the same wave with its fsyncs and removals on several threads is
+  killed at every third mutation;
 - ``kcompact recover`` is killed at every one of its mutations too, from several crash states.
 
 Truth is independent of our reader: records are listed with kafka-python (offset, timestamp,
@@ -275,7 +276,7 @@ class Lab:
     driver_results: dict[str, dict] = field(default_factory=dict)
     driver_logs: dict[str, list[tuple]] = field(default_factory=dict)
     driver_uninjected: Snapshot | None = None
-    threaded_results: dict[str, dict] = field(default_factory=dict)  # the wave's renames on THREADS threads
+    threaded_results: dict[str, dict] = field(default_factory=dict)  # the wave's fsyncs, removals on THREADS threads
     recover_templates: dict[str, str] = field(default_factory=dict)  # template -> the crashed dir it copies
     recover_results: dict[str, dict] = field(default_factory=dict)
     recover_logs: dict[str, list[tuple]] = field(default_factory=dict)
@@ -518,10 +519,11 @@ THREADS, STRIDE = 4, 3  # the threaded sweep: a kill at every third mutation of 
 
 
 def sweep_threaded(lab: Lab) -> Path:
-    """The same wave with its renames and fsyncs on ``THREADS`` threads, killed at every
-    ``STRIDE``-th mutation: the order of the mutations of different partitions varies from run to
-    run, so what is checked is only what holds in any order (each partition old or new, a moved
-    checkpoint entry only beside a new partition)."""
+    """The same wave with its fsyncs and the removal of its ``.deleted`` files on ``THREADS``
+    threads (its renames stay on one), killed at every ``STRIDE``-th mutation: the order of those
+    mutations of different partitions varies from run to run, so what is checked is only what
+    holds in any order (each partition old or new, a moved checkpoint entry only beside a new
+    partition)."""
     sweep = lab.tmp / "threaded"
     runs = [{"name": f"t{k:03d}", "template": str(lab.tmp / "commit-template"), "crash_at": f"*::{k}"}
             for k in range(1, len(lab.commit) + 1, STRIDE)]

@@ -109,6 +109,30 @@ def test_each_step_is_done_for_the_whole_wave_then_made_durable_once(tmp_path, m
     assert len(kinds[1][1]) == len(kinds[5][1]) == 9 and len(kinds[3][1]) == 18
 
 
+def test_a_waves_renames_come_partition_after_partition_whatever_its_threads(tmp_path, monkeypatch):
+    """The renames of a wave on the committing thread, in the wave's order (docs/protocols.md): the
+    same sequence with 4 commit threads as with one, so a crash point names one rename run after run."""
+    import threading
+
+    runs, real = {}, storage.rename
+    for threads in (1, 4):
+        root = tmp_path / f"threads-{threads}"
+        root.mkdir()
+        commits = wave(root, 5)
+        seen = []
+
+        def traced(src, dst, real=real, seen=seen, root=root):
+            seen.append((threading.get_ident(), Path(src).relative_to(root).as_posix(), Path(dst).name))
+            return real(src, dst)
+        patch_storage(monkeypatch, "rename", traced)
+        commit_wave(str(root), commits, threads)
+        assert {ident for ident, _, _ in seen} == {threading.get_ident()}
+        runs[threads] = [(src, dst) for _, src, dst in seen]
+    assert runs[4] == runs[1]
+    swaps = [src.split("/")[0] for src, dst in runs[1] if dst.endswith(".swap")]
+    assert swaps == [f"t-{p}" for p in range(5) for _ in range(3)]  # each partition's three files together
+
+
 def test_a_partition_whose_swap_fails_is_left_alone_and_recovered(tmp_path, monkeypatch):
     commits = wave(tmp_path, 4)
     real = storage.rename
