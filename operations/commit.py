@@ -94,7 +94,8 @@ class LocalCommit:
     replaced: Sequence[Segment] | None = None
 
 
-def commit_wave(log_dir: str, commits: Sequence[LocalCommit], threads: int = 1) -> list[list[str] | OSError]:
+def commit_wave(log_dir: str, commits: Sequence[LocalCommit], threads: int = 1,
+                holds: set[tuple[str, int]] | None = None) -> list[list[str] | OSError]:
     """Commit partitions of the local ``log_dir`` together (at most ``WAVE``): each one's groups in
     place of the segments below its ``end``, all of them or none, by Kafka's swap with every step
     made durable once for the wave (``operations.swap.swap_wave``, its fsyncs ``threads`` at once); then,
@@ -104,12 +105,15 @@ def commit_wave(log_dir: str, commits: Sequence[LocalCommit], threads: int = 1) 
     swap left part way, for recovery; or the checkpoint write, which fails every partition of the
     wave: their swaps are in, their entries were not moved). A full disk at the checkpoint
     removes the wave's ``.deleted`` files first, then writes it again. A signal that stops the
-    command waits for the wave to end (``operations.critical``)."""
+    command waits for the wave to end (``operations.critical``). ``holds``: the partitions of
+    ``log_dir`` (``logdir.listing.held_partitions``, whose entries the checkpoint keeps) when
+    listed already, so that a log dir's waves list its root once, not once a wave."""
     with critical.section():
-        return _commit_wave(log_dir, commits, threads)
+        return _commit_wave(log_dir, commits, threads, holds)
 
 
-def _commit_wave(log_dir: str, commits: Sequence[LocalCommit], threads: int) -> list[list[str] | OSError]:
+def _commit_wave(log_dir: str, commits: Sequence[LocalCommit], threads: int,
+                 holds: set[tuple[str, int]] | None) -> list[list[str] | OSError]:
     results: list[list[str] | OSError | None] = [None] * len(commits)
     swaps, at = [], []
     for i, c in enumerate(commits):
@@ -132,14 +136,14 @@ def _commit_wave(log_dir: str, commits: Sequence[LocalCommit], threads: int) -> 
 
     try:
         try:
-            update_cleaner_offsets(log_dir, change)
+            update_cleaner_offsets(log_dir, change, holds)
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
             # a full disk: the replaced files go first, as they did before, then again
             storage.remove_many([path for done in results if isinstance(done, list) for path in done])
             results = [done if isinstance(done, OSError) else [] for done in results]
-            update_cleaner_offsets(log_dir, change)
+            update_cleaner_offsets(log_dir, change, holds)
     except OSError as exc:
         return [done if isinstance(done, OSError) else exc for done in results]
     return results

@@ -22,7 +22,7 @@ from kcompact.compaction.cleaning.partition_batches import PartitionBatches
 from kcompact.compaction.cleaning.results import IO_ERROR, GroupResult
 from kcompact.errors import CommitLost
 from kcompact.errors.failure import Failure
-from kcompact.logdir.listing import Segment, list_log_dir, scan_partition
+from kcompact.logdir.listing import Segment, held_partitions, list_log_dir, scan_partition
 from kcompact.operations import commit, critical
 from kcompact.operations.cleaned import WrittenGroup
 from kcompact.operations.recover import recover_partition
@@ -113,8 +113,9 @@ def commit_partitions(rows: list[PartitionBatches], written: list[GroupResult], 
             return Outcome(pid, row, groups, NOT_COMMITTED, _recovered_after(row, exc), Failure.IO)
         return Outcome(pid, row, groups, COMMITTED)
 
-    def commit_local(log_dir: str, items: list[tuple[int, PartitionBatches, list[GroupResult]]]) -> list[Outcome]:
-        """One wave of ``log_dir``'s partitions (``commit.commit_wave``)."""
+    def commit_local(log_dir: str, items: list[tuple[int, PartitionBatches, list[GroupResult]]],
+                     holds: set[tuple[str, int]] | None) -> list[Outcome]:
+        """One wave of ``log_dir``'s partitions (``commit.commit_wave``; ``holds``: the log dir's partitions)."""
         done, going = [], []
         for item in items:
             replaced = checked(item)
@@ -124,7 +125,7 @@ def commit_partitions(rows: list[PartitionBatches], written: list[GroupResult], 
             _, row, groups = item
             going.append((item, commit.LocalCommit(row.path, row.topic, row.partition, [_written(g) for g in groups],
                                                    row.latest_offset + 1, replaced)))
-        results = commit.commit_wave(log_dir, [c for _, c in going], threads) if going else []
+        results = commit.commit_wave(log_dir, [c for _, c in going], threads, holds) if going else []
         for ((pid, row, groups), _), result in zip(going, results):
             if isinstance(result, OSError):
                 done.append(Outcome(pid, row, groups, NOT_COMMITTED, _recovered_after(row, result), Failure.IO))
@@ -150,10 +151,14 @@ def commit_partitions(rows: list[PartitionBatches], written: list[GroupResult], 
         if not commit.by_record(item[1].log_dir):
             local.setdefault(item[1].log_dir, []).append(item)
     for log_dir, items in local.items():
+        try:  # listed once for every wave's checkpoint (no partition dir comes or goes under the log dir's lock)
+            holds = held_partitions(log_dir)
+        except OSError:
+            holds = None  # each wave lists it again, and fails on its error
         for at in range(0, len(items), commit.WAVE):
             # a stop held while they commit is raised once they are reported: every commit is said
             with critical.section():
-                said(commit_local(log_dir, items[at:at + commit.WAVE]))
+                said(commit_local(log_dir, items[at:at + commit.WAVE], holds))
     remote = [item for item in ready if commit.by_record(item[1].log_dir)]
     for at in range(0, len(remote), storage.IN_FLIGHT):
         batch = remote[at:at + storage.IN_FLIGHT]

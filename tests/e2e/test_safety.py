@@ -444,6 +444,33 @@ def test_a_job_stopped_mid_commit_still_removes_what_it_committed(spark, tmp_pat
     assert not list(second.glob("*.deleted"))
 
 
+def test_a_log_dirs_waves_list_its_root_once_for_their_checkpoints(spark, tmp_path, monkeypatch):
+    """Three waves of one partition each: one listing of the log dir's root gives every wave's
+    checkpoint write the partitions whose entries it keeps (not a listing a wave: quadratic in
+    partitions), and every cleaned partition's entry is written."""
+    from kcompact.compaction.pipeline import committing, job
+    from kcompact.logdir import listing
+    from kcompact.operations import checkpoints, commit
+
+    log_dir = tmp_path / "logs"
+    for name in ("a-0", "a-1", "a-2"):
+        dirty_partition(log_dir / name)
+    (log_dir / "cleaner-offset-checkpoint").write_text("0\n1\ngone 0 5\n")  # a partition the dir no longer holds
+    listed = []
+
+    def counted(path):
+        listed.append(path)
+        return listing.held_partitions(path)
+    monkeypatch.setattr(committing, "held_partitions", counted)
+    monkeypatch.setattr(checkpoints, "held_partitions", counted)
+    monkeypatch.setattr(commit, "WAVE", 1)
+    result = job.run(spark, _plan(spark, log_dir), now=NOW, progress=lambda line: None)
+    assert [p.committed for p in result.report.partitions] == [True] * 3
+    assert listed == [str(log_dir)]
+    lines = (log_dir / "cleaner-offset-checkpoint").read_text().splitlines()
+    assert lines[:2] == ["0", "3"] and sorted(lines[2:]) == ["a 0 6", "a 1 6", "a 2 6"]
+
+
 def test_a_full_disk_at_the_checkpoint_frees_the_replaced_files_first(spark, tmp_path, monkeypatch):
     """The replaced files wait for the end of the commit; when the disk has no room left for the
     checkpoint (ENOSPC), the wave's replaced files go at once and the checkpoint is written."""
