@@ -12,7 +12,7 @@ export PYSPARK_DRIVER_PYTHON := $(BIN)/python
 DEMO_DIR := demo-logs
 BENCH_DIR := bench-data
 
-.PHONY: install libsnappy demo lint test test-fast test-deep dist bench-format bench-plan bench-rebuild bench-compact bench-many bench-s3 bench-read clean
+.PHONY: install libsnappy demo lint test test-fast test-deep dist bench-format bench-plan bench-rebuild bench-compact bench-many bench-floor bench-s3 bench-read clean
 
 install: $(STAMP) $(KERNELS) libsnappy
 
@@ -125,6 +125,10 @@ bench-compact: $(STAMP)
 SIZES ?= 2000,20000,100000
 bench-many: $(STAMP) $(KERNELS)
 	$(BIN)/python -m tests.bench.many --dir $(BENCH_DIR)/many --sizes $(SIZES)
+
+# The file system's own cost of bench-many's 2,000-partition compaction: its mutations replayed by plain os calls.
+bench-floor: $(STAMP) $(KERNELS)
+	$(BIN)/python -m tests.bench.fs_floor --dir $(BENCH_DIR)/many --size 2000
 
 bench-read: $(STAMP)
 	$(BIN)/python -m tests.bench.read --dir $(BENCH_DIR)/read
