@@ -53,8 +53,8 @@ def swap_wave(swaps: Sequence[Swap], threads: int = 1) -> list[list[str] | OSErr
     none); the renames on this thread, the fsyncs of each step's dirs on ``threads`` threads. Per
     partition, in order: the ``.deleted`` files to remove (step 4), or the error that stopped its
     swap part way (its files left for recovery, which finishes or undoes the swap). A rename is a
-    few microseconds of kernel work: on several threads each one waits for the interpreter's
-    lock as long, so one thread renames a wave in half the time four take."""
+    few microseconds of kernel work: on several threads each one then waits about as long again
+    for the interpreter's lock, so the renames go faster on one thread than on several."""
     failed: dict[int, OSError] = {}
     swapped: dict[int, list[str]] = {}
     deleted: dict[int, list[str]] = {}

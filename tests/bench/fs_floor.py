@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import ctypes
 import json
 import os
@@ -89,14 +90,17 @@ def replay(entries: list[dict], logged_root: Path, root: Path) -> tuple[collecti
         elif op == "rename":
             os.rename(paths[0], paths[1])
         elif op in ("remove", "remove_if"):
-            with contextlib_suppress_missing():
+            with contextlib.suppress(FileNotFoundError):  # the removal raced a lease's give-back
                 os.unlink(paths[0])
         elif op == "set_mtime":
             os.utime(paths[0], ns=(NOW * 1_000_000, NOW * 1_000_000))
         elif op in ("fsync_dir", "syncfs"):
             fd = os.open(paths[0], os.O_RDONLY)
             try:
-                os.fsync(fd) if op == "fsync_dir" else libc.syncfs(fd)
+                if op == "fsync_dir":
+                    os.fsync(fd)
+                else:
+                    libc.syncfs(fd)
             finally:
                 os.close(fd)
         elif op == "makedirs":
@@ -106,16 +110,6 @@ def replay(entries: list[dict], logged_root: Path, root: Path) -> tuple[collecti
         seconds[op] += time.perf_counter() - started
         calls[op] += 1
     return seconds, calls
-
-
-class contextlib_suppress_missing:
-    """A removal of a file already gone (the job's removal races a lease's give-back): nothing to do."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, exc, tb) -> bool:
-        return kind is FileNotFoundError
 
 
 def main(argv: list[str] | None = None) -> int:
