@@ -48,9 +48,10 @@ def _run(spark, tasks: int) -> None:
         spark.range(0, tasks, 1, tasks).mapInArrow(_ready, from_arrow_schema(schema)).collect()
 
 
-def _ready(batches: Iterator) -> Iterator:
-    """A task's work: the imports, pyarrow's first conversion of Python values (it imports
-    pandas), one call of a kernel (numba loads its registries)."""
+def prepare() -> None:
+    """What a worker's first task would otherwise wait for: the imports, pyarrow's first
+    conversion of Python values (it imports pandas), one call of a kernel (numba loads its
+    registries)."""
     import numpy as np
     import pyarrow as pa
 
@@ -60,6 +61,11 @@ def _ready(batches: Iterator) -> Iterator:
 
     pa.array([0])
     scan.scan_records(np.zeros(0, np.uint8), 0, 0, 0)
+
+
+def _ready(batches: Iterator) -> Iterator:
+    """A task's work: ``prepare`` (nothing left to do in a worker its daemon prepared)."""
+    prepare()
     for _ in batches:
         pass
     return iter(())

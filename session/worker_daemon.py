@@ -7,11 +7,18 @@ source each time it starts, and each worker reads both zips' directories again w
 its files dir to the path. A pip-installed pyspark is its own SPARK_HOME: the zips then hold the
 very package installed beside them, with its bytecode cached, so this daemon moves them behind
 it. Any other zip (a cluster's own Spark, whose pyspark may not be the one pip installed) stays
-where Spark put it. The daemon imports nothing more than pyspark's own before it forks workers.
+where Spark put it.
+
+Each worker is a fork of this daemon, so what the daemon imports before its first fork every
+worker has without importing it (``warm_workers.prepare``: over a second of CPU a worker, paid
+once a session rather than once a worker), and ``gc.freeze`` keeps those objects out of the
+workers' collections, so their pages stay shared. A failure there is left to the workers, whose
+imports then meet it in a task and Spark reports it with the task.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -40,8 +47,29 @@ def installed_first(path: list[str]) -> list[str]:
     return [p for p in path if p not in copies] + copies
 
 
+def _prepare_workers() -> None:
+    """``warm_workers.prepare`` with this process's standard output on its standard error: Spark
+    reads the daemon's port from its standard output, so a line a module prints there first (as
+    numba's under ``NUMBA_DEBUG_CACHE``) would fail every task."""
+    sys.stdout.flush()
+    stdout = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        from kcompact.session import warm_workers
+
+        warm_workers.prepare()
+    except Exception:  # noqa: BLE001 - each worker imports for itself and its task reports the failure
+        return
+    finally:
+        sys.stdout.flush()
+        os.dup2(stdout, 1)
+        os.close(stdout)
+    gc.freeze()
+
+
 if __name__ == "__main__":
     sys.path[:] = installed_first(sys.path)
+    _prepare_workers()
     from pyspark import daemon
 
     daemon.manager()

@@ -1,10 +1,16 @@
 """The workers' daemon finds the installed pyspark and py4j before Spark's zip copies of them, and
-only where the zips are copies of the packages installed beside them (``session.worker_daemon``)."""
+only where the zips are copies of the packages installed beside them; a failure of its imports is
+left to the workers (``session.worker_daemon``)."""
 
 from __future__ import annotations
 
+import gc
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
+from kcompact.session import warm_workers, worker_daemon
 from kcompact.session.worker_daemon import installed_first
 
 
@@ -48,3 +54,35 @@ def test_zips_whose_site_dir_is_not_on_the_path_stay_first(tmp_path):
     pyspark_zip, py4j_zip = _pip_layout(tmp_path / "site-packages")
     entries = [pyspark_zip, py4j_zip, "/usr/lib/python3.11"]
     assert installed_first(entries) == entries
+
+
+def test_a_daemon_whose_imports_fail_forks_its_workers_unprepared(monkeypatch):
+    """The workers then import for themselves and their task says what failed: the daemon
+    neither raises nor freezes what a failed import left half made."""
+    def broken():
+        raise ImportError("no module named numba")
+
+    monkeypatch.setattr(warm_workers, "prepare", broken)
+    frozen = gc.get_freeze_count()
+    worker_daemon._prepare_workers()
+    assert gc.get_freeze_count() == frozen
+
+
+def test_what_the_daemons_imports_print_goes_to_its_standard_error():
+    """Its standard output is where Spark reads the daemon's port: numba's ``NUMBA_DEBUG_CACHE``
+    lines there made every task of the broker's user fail (``Bad data in ...'s standard output``)."""
+    code = textwrap.dedent("""
+        import os
+        from kcompact.session import warm_workers, worker_daemon
+
+        def noisy():
+            print("[cache] data saved to ...")
+            os.write(1, b"written to fd 1\\n")
+
+        warm_workers.prepare = noisy
+        worker_daemon._prepare_workers()
+        print("port")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "port\n"
+    assert done.stderr == "[cache] data saved to ...\nwritten to fd 1\n"
