@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(abspath $(VENV)/bin)
 STAMP := $(VENV)/.installed
 KERNELS := kernels/compiled/target.json
+CDS := $(VENV)/.cds-archive
 
 # Spark's Python workers must start the venv's interpreter, not the system one.
 export PYSPARK_PYTHON := $(BIN)/python
@@ -14,7 +15,7 @@ BENCH_DIR := bench-data
 
 .PHONY: install libsnappy demo lint test test-fast test-deep dist bench-format bench-plan bench-rebuild bench-compact bench-many bench-floor bench-s3 bench-read clean
 
-install: $(STAMP) $(KERNELS) libsnappy
+install: $(STAMP) $(KERNELS) $(CDS) libsnappy
 
 # Google's snappy, which writes Kafka's snappy blocks (writers/snappy_library.py): Debian's libsnappy1v5,
 # installed when missing and make runs as root with apt-get; else said (snappy batches then not byte-identical).
@@ -35,11 +36,15 @@ $(STAMP): setup.py setup.cfg constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
-	# the JVM class-data archive of embedded Spark (jobs/cds.py): an optimisation, so install goes on without it
-	$(BIN)/python -m kcompact.jobs.cds || true
 	touch $(STAMP)
 
-demo: $(STAMP) $(KERNELS) libsnappy
+# The JVM class-data archive of embedded Spark (jobs/cds.py): an optimisation, so make goes on without
+# it. Made after the kernels (order-only: its run then compiles none, and new kernels need no new archive).
+$(CDS): $(STAMP) | $(KERNELS)
+	$(BIN)/python -m kcompact.jobs.cds || true
+	touch $(CDS)
+
+demo: $(STAMP) $(KERNELS) $(CDS) libsnappy
 	rm -rf $(DEMO_DIR) $(DEMO_DIR)-plan.json $(DEMO_DIR)-plan.png $(DEMO_DIR)-report.json $(DEMO_DIR)-report.html
 	$(BIN)/kcompact gen --out $(DEMO_DIR) --seed 7
 	$(BIN)/kcompact dump $(DEMO_DIR)/orders-0 | head -n 12
@@ -57,7 +62,7 @@ lint: $(STAMP)
 # its module fixtures run once). One worker more than cores: e2e tests also wait on JVM starts,
 # servers and timeouts, which a third worker fills on 2 cores; a fourth only slows every test.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
-test: lint $(KERNELS) libsnappy
+test: lint $(KERNELS) $(CDS) libsnappy
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The unit tier alone, its tests marked slow left out (tests/unit: no Spark, no whole command; under 2 minutes).
@@ -66,7 +71,7 @@ test-fast: lint $(KERNELS) libsnappy
 
 # The property tests against the reference model of Kafka's cleaner, with many more generated
 # log dirs than make test's fixed set (200 examples, deterministic too: 8 to 13 minutes on 2 cores).
-test-deep: $(STAMP)
+test-deep: $(STAMP) $(CDS)
 	KCOMPACT_REFERENCE_PROFILE=deep $(BIN)/pytest -q tests/e2e/test_reference_properties.py
 
 # The Airflow example DAG (jobs/airflow_dag.py), run end to end by a real Airflow in a venv of its own:
@@ -112,28 +117,28 @@ dist: $(STAMP) $(KERNELS)
 bench-format: $(STAMP)
 	$(BIN)/python -m tests.bench.format --dir $(BENCH_DIR)/format
 
-bench-plan: $(STAMP)
+bench-plan: $(STAMP) $(CDS)
 	$(BIN)/python -m tests.bench.plan --dir $(BENCH_DIR)/plan
 
 bench-rebuild: $(STAMP)
 	$(BIN)/python -m tests.bench.rebuild
 
-bench-compact: $(STAMP)
+bench-compact: $(STAMP) $(CDS)
 	$(BIN)/python -m tests.bench.compact --dir $(BENCH_DIR)/compact
 
 # Log dirs of many small compacted partitions (2,000, 20,000, 100,000; e.g. SIZES=2000 for one).
 SIZES ?= 2000,20000,100000
-bench-many: $(STAMP) $(KERNELS)
+bench-many: $(STAMP) $(KERNELS) $(CDS)
 	$(BIN)/python -m tests.bench.many --dir $(BENCH_DIR)/many --sizes $(SIZES)
 
 # The file system's own cost of bench-many's 2,000-partition compaction: its mutations replayed by plain os calls.
-bench-floor: $(STAMP) $(KERNELS)
+bench-floor: $(STAMP) $(KERNELS) $(CDS)
 	$(BIN)/python -m tests.bench.fs_floor --dir $(BENCH_DIR)/many --size 2000
 
-bench-read: $(STAMP)
+bench-read: $(STAMP) $(CDS)
 	$(BIN)/python -m tests.bench.read --dir $(BENCH_DIR)/read
 
-bench-s3: $(STAMP)
+bench-s3: $(STAMP) $(CDS)
 	$(BIN)/python -m tests.bench.s3 --dir $(BENCH_DIR)/s3 --out $(BENCH_DIR)/s3/results.json
 
 clean:
