@@ -1,13 +1,15 @@
 """Python workers started and ready while the driver does its own first work.
 
-A job's first task on a fresh embedded session waits for Spark to start the workers' daemon and
-fork a worker, for the worker to import what the task's function names (the planner, the
-cleaning pipeline, pyarrow's pandas), and for numba's first call to load its registries: over a
-second, before the first task can begin, in each of the first jobs' workers. Meanwhile the
-driver is busy on its own: recovery, listing the log dirs, the configuration of their topics.
-Spark keeps a worker for the tasks that follow (``spark.python.worker.reuse``), so a job of one
-task per core started on a thread of its own as soon as the session is up pays that start while
-the driver works, and the command's jobs find their workers ready.
+A job's first task on a fresh embedded session waits for Spark to start the workers' daemon, for
+the daemon to import what the tasks' functions name (``prepare``: the planner, the cleaning
+pipeline, pyarrow's pandas, numba's registries loaded by a kernel's first call; once, before it
+forks the workers, ``session.worker_daemon``) and for a worker's fork: over a second before the
+first task can begin. Meanwhile the driver is busy on its own: recovery, listing the log dirs,
+the configuration of their topics. Spark keeps a worker for the tasks that follow
+(``spark.python.worker.reuse``), so a job of one task per core started on a thread of its own as
+soon as the session is up pays that start while the driver works, and the command's jobs find
+their workers ready. Its tasks call ``prepare`` too: a worker whose daemon could not prepare it
+imports there.
 
 Only on an embedded session (a ``local`` master): a cluster's executors come and go, and a
 Spark Connect server's workers are the server's. What the job meets (a failure, a session
