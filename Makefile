@@ -61,9 +61,12 @@ lint: $(STAMP)
 # The whole suite, its test files spread over workers (pytest-xdist; a file stays on one worker, so
 # its module fixtures run once). One worker more than cores: e2e tests also wait on JVM starts,
 # servers and timeouts, which a third worker fills on 2 cores; a fourth only slows every test.
+# Files go out in collection order: tests/e2e (the longest) first, the many short unit files last,
+# filling the gaps. xdist's default order (the files with the most tests first) leaves to the end
+# the e2e files of one or two long tests, where one may still run after the other workers finished.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: lint $(KERNELS) $(CDS) libsnappy
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The unit tier alone, its tests marked slow left out (tests/unit: no Spark, no whole command; under 2 minutes).
 test-fast: lint $(KERNELS) libsnappy
