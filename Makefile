@@ -4,7 +4,6 @@ VENV := .venv
 BIN := $(abspath $(VENV)/bin)
 STAMP := $(VENV)/.installed
 KERNELS := kernels/compiled/target.json
-CDS := $(VENV)/.cds-archive
 
 # Spark's Python workers must start the venv's interpreter, not the system one.
 export PYSPARK_PYTHON := $(BIN)/python
@@ -15,7 +14,7 @@ BENCH_DIR := bench-data
 
 .PHONY: install libsnappy demo lint test test-fast test-deep dist bench-format bench-plan bench-rebuild bench-compact bench-many bench-floor bench-s3 bench-read clean
 
-install: $(STAMP) $(KERNELS) $(CDS) libsnappy
+install: $(STAMP) $(KERNELS) libsnappy
 
 # Google's snappy, which writes Kafka's snappy blocks (writers/snappy_library.py): Debian's libsnappy1v5,
 # installed when missing and make runs as root with apt-get; else said (snappy batches then not byte-identical).
@@ -38,13 +37,7 @@ $(STAMP): setup.py setup.cfg constraints.txt pyproject.toml
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
-# The JVM class-data archive of embedded Spark (jobs/cds.py): an optimisation, so make goes on without
-# it. Made after the kernels (order-only: its run then compiles none, and new kernels need no new archive).
-$(CDS): $(STAMP) | $(KERNELS)
-	$(BIN)/python -m kcompact.jobs.cds || true
-	touch $(CDS)
-
-demo: $(STAMP) $(KERNELS) $(CDS) libsnappy
+demo: $(STAMP) $(KERNELS) libsnappy
 	rm -rf $(DEMO_DIR) $(DEMO_DIR)-plan.json $(DEMO_DIR)-plan.png $(DEMO_DIR)-report.json $(DEMO_DIR)-report.html
 	$(BIN)/kcompact gen --out $(DEMO_DIR) --seed 7
 	$(BIN)/kcompact dump $(DEMO_DIR)/orders-0 | head -n 12
@@ -65,7 +58,7 @@ lint: $(STAMP)
 # filling the gaps. xdist's default order (the files with the most tests first) leaves to the end
 # the e2e files of one or two long tests, where one may still run after the other workers finished.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
-test: lint $(KERNELS) $(CDS) libsnappy
+test: lint $(KERNELS) libsnappy
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The unit tier alone, its tests marked slow left out (tests/unit: no Spark, no whole command; under 2 minutes).
@@ -74,7 +67,7 @@ test-fast: lint $(KERNELS) libsnappy
 
 # The property tests against the reference model of Kafka's cleaner, with many more generated
 # log dirs than make test's fixed set (200 examples, deterministic too: 8 to 13 minutes on 2 cores).
-test-deep: $(STAMP) $(CDS)
+test-deep: $(STAMP) $(KERNELS)
 	KCOMPACT_REFERENCE_PROFILE=deep $(BIN)/pytest -q tests/e2e/test_reference_properties.py
 
 # The Airflow example DAG (jobs/airflow_dag.py), run end to end by a real Airflow in a venv of its own:
@@ -102,8 +95,9 @@ DIST ?= dist
 ENTRY_SCRIPTS := jobs/plan.py jobs/compact.py jobs/retain.py jobs/run.py jobs/recover.py
 
 # The compiled kernels shipped in the package, so that a fresh process compiles none
-# (kernels/cache.py, jobs/kernels.py): built again when a module with kernels changed.
-$(KERNELS): $(STAMP) jobs/kernels.py kernels/cache.py $(shell git ls-files '*.py' ':!tests' | xargs grep -l 'cache=True')
+# (kernels/cache.py, jobs/kernels.py): built again when a module with kernels changed. Its run also
+# leaves the JVM class-data archive of embedded Spark (jobs/cds.py), an optimisation: built or not, make goes on.
+$(KERNELS): $(STAMP) jobs/kernels.py jobs/cds.py kernels/cache.py $(shell git ls-files '*.py' ':!tests' | xargs grep -l 'cache=True')
 	$(BIN)/python -m kcompact.jobs.kernels
 
 dist: $(STAMP) $(KERNELS)
@@ -120,28 +114,28 @@ dist: $(STAMP) $(KERNELS)
 bench-format: $(STAMP)
 	$(BIN)/python -m tests.bench.format --dir $(BENCH_DIR)/format
 
-bench-plan: $(STAMP) $(CDS)
+bench-plan: $(STAMP) $(KERNELS)
 	$(BIN)/python -m tests.bench.plan --dir $(BENCH_DIR)/plan
 
 bench-rebuild: $(STAMP)
 	$(BIN)/python -m tests.bench.rebuild
 
-bench-compact: $(STAMP) $(CDS)
+bench-compact: $(STAMP) $(KERNELS)
 	$(BIN)/python -m tests.bench.compact --dir $(BENCH_DIR)/compact
 
 # Log dirs of many small compacted partitions (2,000, 20,000, 100,000; e.g. SIZES=2000 for one).
 SIZES ?= 2000,20000,100000
-bench-many: $(STAMP) $(KERNELS) $(CDS)
+bench-many: $(STAMP) $(KERNELS)
 	$(BIN)/python -m tests.bench.many --dir $(BENCH_DIR)/many --sizes $(SIZES)
 
 # The file system's own cost of bench-many's 2,000-partition compaction: its mutations replayed by plain os calls.
-bench-floor: $(STAMP) $(KERNELS) $(CDS)
+bench-floor: $(STAMP) $(KERNELS)
 	$(BIN)/python -m tests.bench.fs_floor --dir $(BENCH_DIR)/many --size 2000
 
-bench-read: $(STAMP) $(CDS)
+bench-read: $(STAMP) $(KERNELS)
 	$(BIN)/python -m tests.bench.read --dir $(BENCH_DIR)/read
 
-bench-s3: $(STAMP) $(CDS)
+bench-s3: $(STAMP) $(KERNELS)
 	$(BIN)/python -m tests.bench.s3 --dir $(BENCH_DIR)/s3 --out $(BENCH_DIR)/s3/results.json
 
 clean:

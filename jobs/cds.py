@@ -3,11 +3,12 @@
 A kcompact command's JVM lives seconds, and finding, parsing and verifying Spark's classes is a
 large share of them. A dynamic CDS archive (JEP 350) holds the classes a representative run
 loaded, already parsed and verified; a JVM started with it maps them instead (bench-compact:
-session start and the first Spark jobs take seconds less, see docs/benchmarks.md). ``make install``
-runs ``python -m kcompact.jobs.cds``: one ``kcompact run`` of a small generated log dir with
-``-XX:ArchiveClassesAtExit``, whose archive then moves into place in one rename, so a job never
-sees half an archive. A JVM that finds the archive made by another Java or for another class
-path ignores it without a word and loads classes as usual: the archive only ever saves time.
+session start and the first Spark jobs take seconds less, see docs/benchmarks.md). The build of
+the shipped kernels (``jobs.kernels``, run by ``make install``) is that run: its JVM starts with
+``-XX:ArchiveClassesAtExit`` (``training_env``), writes the archive as it exits, and ``keep`` moves
+it into place in one rename, so a job never sees half an archive. A JVM that finds the archive
+made by another Java or for another class path ignores it without a word and loads classes as
+usual: the archive only ever saves time.
 
 ``KCOMPACT_CDS=off`` runs without it (for comparisons). spark-submit runs do not use it: their
 JVMs are started by the cluster manager.
@@ -16,9 +17,8 @@ JVMs are started by the cluster manager.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -37,33 +37,40 @@ def java_options() -> str:
     return f"-XX:SharedArchiveFile={path}"
 
 
-def build() -> int:
-    """Run one ``kcompact run`` on a generated log dir and keep the classes its JVM loaded."""
+def partial() -> Path:
+    """Where a training run's JVM writes the archive, beside it."""
     target = archive()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    with tempfile.TemporaryDirectory(prefix="kcompact-cds-") as work:
-        logs = os.path.join(work, "logs")
-        env = os.environ | {"KCOMPACT_CDS": "off", "JDK_JAVA_OPTIONS": f"-XX:ArchiveClassesAtExit={partial}"}
-        steps = [["gen", "--out", logs, "--seed", "1"], ["run", logs, "--report", os.path.join(work, "run.json")]]
-        for step in steps:
-            done = subprocess.run(
-                [sys.executable, "-m", "kcompact.jobs.cli", *step], env=env, capture_output=True, text=True
-            )
-            if done.returncode != 0:
-                partial.unlink(missing_ok=True)
-                tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-                print(f"kcompact: JVM class-data archive not built (kcompact {step[0]} exited {done.returncode}: "
-                      f"{' / '.join(tail)}); jobs start without it", file=sys.stderr)
-                return 1
-    if not partial.is_file():
-        print(f"kcompact: JVM class-data archive not built (the JVM wrote no {partial}); jobs start without it",
+    return target.with_name(f"{target.name}.{os.getpid()}.tmp")
+
+
+def training_env(path: Path) -> dict[str, str]:
+    """The environment of a run whose JVM leaves the classes it loaded in ``path`` as it exits: no
+    archive mapped (a JVM that maps a dynamic archive dumps none)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # the dump's warnings on the JVM's standard output (classes it cannot archive: signed jars, old
+    # class files) said nothing a job needs, hundreds of lines of them
+    return {"KCOMPACT_CDS": "off", "JDK_JAVA_OPTIONS": f"-XX:ArchiveClassesAtExit={path} -Xlog:cds=error"}
+
+
+def end_jvm() -> Callable[[], None]:
+    """Make the JVM this process started exit now; the function returned waits for it. The JVM
+    writes the archive as it exits, which it otherwise does only once this process has gone (its
+    stdin ends)."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return lambda: None
+    proc.stdin.close()  # PySpark's gateway server exits when its stdin ends
+    return lambda: proc.wait(120)
+
+
+def keep(path: Path) -> None:
+    """The archive a training run wrote, in place; or why there is none (jobs then start without it)."""
+    if not path.is_file():
+        print(f"kcompact: JVM class-data archive not built (the JVM wrote no {path}); jobs start without it",
               file=sys.stderr)
-        return 1
-    os.replace(partial, target)
+        return
+    target = archive()
+    os.replace(path, target)
     print(f"JVM class-data archive for embedded Spark: {target} ({target.stat().st_size / 1e6:.0f} MB)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(build())

@@ -12,6 +12,9 @@ own, so no two write one index. Their entries are then merged, per kernel, into 
 data files, ``target.json`` is written beside them, and the whole moves into place in one rename.
 The build fails if a kernel of ours (one a caller may reach: not an ``inline="always"`` helper)
 got no entry: a new kernel on a path the workload does not take must be added to it.
+
+The same run trains the JVM class-data archive of embedded Spark (``jobs.cds``): its JVM loads
+every class a job's does, and a second run only for the archive would cost as much again.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from kcompact.jobs import cds
 from kcompact.kernels import cache
 
 DEFAULT_OUT = Path(cache.__file__).parent / cache.SHIPPED
@@ -184,7 +188,16 @@ def merge(parts: Path, out: Path) -> dict[tuple[str, str], int]:
 def _child(work: Path, out: Path) -> int:
     started = time.perf_counter()
     workload(work)
+    jvm_exited = cds.end_jvm()  # it writes the class-data archive meanwhile
     worked = time.perf_counter() - started
+    try:
+        return _keep(work, out, worked)
+    finally:
+        jvm_exited()  # the archive whole before the parent keeps it
+
+
+def _keep(work: Path, out: Path, worked: float) -> int:
+    """The kernels the workload compiled, merged and moved into ``out``, or why not."""
     partial = Path(f"{out}.{os.getpid()}.tmp")
     shutil.rmtree(partial, ignore_errors=True)
     counts = merge(work / "parts", partial)
@@ -213,15 +226,21 @@ def _child(work: Path, out: Path) -> int:
 
 
 def build(out: Path) -> int:
-    """Run the workload in a child process set to build, and keep what it compiled in ``out``."""
+    """Run the workload in a child process set to build, and keep what it compiled in ``out`` and
+    the class-data archive its JVM wrote."""
     cpu_name, cpu_features = cache.portable_target()
+    archive = cds.partial()
     with tempfile.TemporaryDirectory(prefix="kcompact-kernels-") as work:
         env = {k: v for k, v in os.environ.items() if k not in (cache.CHOICE_ENV, "NUMBA_CACHE_DIR")}
         env |= {cache.BUILD_ENV: str(Path(work, "parts")), "NUMBA_CPU_NAME": cpu_name,
-                "NUMBA_CPU_FEATURES": cpu_features}
+                "NUMBA_CPU_FEATURES": cpu_features} | cds.training_env(archive)
         done = subprocess.run(
             [sys.executable, "-m", "kcompact.jobs.kernels", "--child", work, "--out", str(out)], env=env
         )
+    if done.returncode == 0:
+        cds.keep(archive)
+    else:
+        archive.unlink(missing_ok=True)
     return done.returncode
 
 

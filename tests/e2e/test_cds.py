@@ -21,6 +21,26 @@ def test_options_name_the_archive_only_when_it_exists_and_is_wanted(monkeypatch,
     assert cds.java_options() == ""
 
 
+def test_a_training_run_maps_no_archive_and_its_archive_replaces_the_old_whole(monkeypatch, tmp_path, capsys):
+    """A JVM that maps a dynamic archive dumps none: the training run maps none. What it wrote
+    takes the archive's place in one rename; a run that wrote nothing leaves the old one."""
+    archive = tmp_path / "share" / "spark.jsa"
+    monkeypatch.setattr(cds, "archive", lambda: archive)
+    partial = cds.partial()
+    assert partial.parent == archive.parent and partial != archive
+    env = cds.training_env(partial)
+    assert env["KCOMPACT_CDS"] == "off" and f"-XX:ArchiveClassesAtExit={partial}" in env["JDK_JAVA_OPTIONS"].split()
+    cds.keep(partial)
+    assert not archive.exists() and f"the JVM wrote no {partial}" in capsys.readouterr().err
+    archive.write_bytes(b"old")
+    cds.keep(partial)
+    assert archive.read_bytes() == b"old"
+    partial.write_bytes(b"new")
+    cds.keep(partial)
+    assert archive.read_bytes() == b"new" and not partial.exists()
+    assert f"{archive} (0 MB)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("content", [None, b"not an archive", b"\0" * 4096])
 def test_a_missing_or_foreign_archive_is_ignored_silently(tmp_path, content):
     """What jobs rely on: a stale archive (another Java, another Spark) costs nothing but time."""
@@ -42,7 +62,7 @@ def test_jobs_map_the_installed_archive(tmp_path):
 
     archive = cds.archive()
     if not archive.is_file():
-        pytest.fail(f"{archive} missing: `make install` builds it (python -m kcompact.jobs.cds)")
+        pytest.fail(f"{archive} missing: `make install` builds it (python -m kcompact.jobs.kernels)")
     assert cli.main(["gen", "--out", str(tmp_path / "logs"), "--records", "200", "--partitions", "1"]) == 0
     env = os.environ | {"JDK_JAVA_OPTIONS": "-Xshare:on", "KCOMPACT_CDS": "on"}
     done = subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", "plan", str(tmp_path / "logs")], env=env,
