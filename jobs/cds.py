@@ -6,7 +6,9 @@ loaded, already parsed and verified; a JVM started with it maps them instead (be
 session start and the first Spark jobs take seconds less, see docs/benchmarks.md). The build of
 the shipped kernels (``jobs.kernels``, run by ``make install``) is that run: its JVM starts with
 ``-XX:ArchiveClassesAtExit`` (``training_env``), writes the archive as it exits, and ``keep`` moves
-it into place in one rename, so a job never sees half an archive. A JVM that finds the archive
+it into place in one rename, so a job never sees half an archive. An install from the wheel builds
+no kernels: ``python -m kcompact.jobs.cds``, run once by the install's owner (docs/deployment.md),
+trains it with one ``kcompact run`` of a small generated log dir. A JVM that finds the archive
 made by another Java or for another class path ignores it without a word and loads classes as
 usual: the archive only ever saves time.
 
@@ -17,7 +19,9 @@ JVMs are started by the cluster manager.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -65,12 +69,36 @@ def end_jvm() -> Callable[[], None]:
     return lambda: proc.wait(120)
 
 
-def keep(path: Path) -> None:
+def keep(path: Path) -> bool:
     """The archive a training run wrote, in place; or why there is none (jobs then start without it)."""
     if not path.is_file():
         print(f"kcompact: JVM class-data archive not built (the JVM wrote no {path}); jobs start without it",
               file=sys.stderr)
-        return
+        return False
     target = archive()
     os.replace(path, target)
     print(f"JVM class-data archive for embedded Spark: {target} ({target.stat().st_size / 1e6:.0f} MB)")
+    return True
+
+
+def build() -> int:
+    """Train the archive with one ``kcompact run`` of a generated log dir, and keep it."""
+    path = partial()
+    env = os.environ | training_env(path)
+    with tempfile.TemporaryDirectory(prefix="kcompact-cds-") as work:
+        logs = os.path.join(work, "logs")
+        for step in (["gen", "--out", logs, "--seed", "1"], ["run", logs, "--report", os.path.join(work, "run.json")]):
+            # output captured: the run returns once the JVM, which holds the pipes, has exited, its archive written
+            done = subprocess.run([sys.executable, "-m", "kcompact.jobs.cli", *step], env=env, capture_output=True,
+                                  text=True)
+            if done.returncode != 0:
+                path.unlink(missing_ok=True)
+                tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+                print(f"kcompact: JVM class-data archive not built (kcompact {step[0]} exited {done.returncode}: "
+                      f"{' / '.join(tail)}); jobs start without it", file=sys.stderr)
+                return 1
+    return 0 if keep(path) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(build())

@@ -3,14 +3,15 @@ docs/deployment.md installs it: the wheel of ``make dist`` in a venv that belong
 system user made as distribution packages make ``kafka`` (``useradd --system --no-create-home
 --home-dir /nonexistent``), its log dir ``kafka:kafka`` 0640/0750.
 
-Every command runs as that user with ``runuser``, its environment as a service manager would
-give it: ``HOME=/nonexistent`` (no home at all), and ``HOME=/root`` as ``sudo -u kafka`` leaves
-it (a home the user may not write). Was: exit 3, ``internal error: RuntimeError: cannot cache
-function '_varint': no locator available for file '.../readers/scan.py'``, for every command
-that reads a segment. Now each command does its work, nothing is compiled (the driver's numba
-says what it saves with ``NUMBA_DEBUG_CACHE``; the executors' too would change the cache files
-they share with it, compared byte for byte with the shipped ones) and nothing is written into
-the install.
+The JVM class-data archive is built in the venv as root, as deployment.md says, and every JVM of
+the user's commands must map it. Every command runs as that user with ``runuser``, its environment
+as a service manager would give it: ``HOME=/nonexistent`` (no home at all), and ``HOME=/root`` as
+``sudo -u kafka`` leaves it (a home the user may not write). Was: exit 3, ``internal error:
+RuntimeError: cannot cache function '_varint': no locator available for file
+'.../readers/scan.py'``, for every command that reads a segment. Now each command does its work,
+nothing is compiled (the driver's numba says what it saves with ``NUMBA_DEBUG_CACHE``; the
+executors' too would change the cache files they share with it, compared byte for byte with the
+shipped ones) and nothing is written into the install.
 
 The venv's dependencies are those of the Python running the tests, put on its path by a ``.pth``
 line (a directory so added has its own ``.pth`` files left alone: the tests' editable kcompact is
@@ -77,6 +78,11 @@ def install():
         pip = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--no-index", "-c",
                               str(ROOT / "constraints.txt"), str(wheel)], capture_output=True, text=True, timeout=600)
         assert pip.returncode == 0, pip.stderr[-4000:]
+        cds = subprocess.run([str(venv / "bin" / "python"), "-m", "kcompact.jobs.cds"], capture_output=True,
+                             text=True, timeout=600, env=_plain_env("/root"), cwd="/")  # as deployment.md: root, once
+        assert cds.returncode == 0, cds.stdout[-2000:] + cds.stderr[-3000:]
+        (archive,) = venv.glob("share/kcompact/spark-*.jsa")
+        assert archive.stat().st_mode & stat.S_IROTH, oct(archive.stat().st_mode)
         subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", user], check=True)
         user_made = True
         entry = pwd.getpwnam(user)
@@ -109,7 +115,8 @@ def _plain_env(home: str, **more: str) -> dict[str, str]:
 
 def as_user(install: dict, home: str, *args: str, program: list[str] | None = None,
             **more: str) -> subprocess.CompletedProcess:
-    env = _plain_env(home, NUMBA_DEBUG_CACHE="1", **more)
+    # -Xshare:on: a JVM that cannot map the install's class-data archive (as this user, this venv's jars) fails
+    env = _plain_env(home, NUMBA_DEBUG_CACHE="1", JDK_JAVA_OPTIONS="-Xshare:on", **more)
     command = ["runuser", "-u", install["user"], "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
                *(program or [str(install["venv"] / "bin" / "kcompact")]), *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd="/")

@@ -46,6 +46,7 @@ NOT_IN_LOG_DIRS = {
     "kcompact-spark-{}-{}.log": "the JVM's output, in the system temp dir (jobs/spark.py)",
     "spark-{}.jsa": "Spark's class-data archive, in the user's cache (jobs/cds.py)",
     "{}.{}.tmp": "that archive's temp file, beside it (jobs/cds.py)",
+    "run.json": "the report of the run that trains the class-data archive, in a temp dir (jobs/cds.py)",
     "spark.executorEnv.{}": "a Spark configuration key",
     "kcompact.session.worker_daemon": "the Python workers' daemon, a module's name (jobs/spark.py)",
     "kcompact.compaction.reports.report_html": "a module imported while the JVM starts, a module's name (jobs/cli.py)",
