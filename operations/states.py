@@ -23,6 +23,13 @@ can strand a partition (KAFKA-9087's lesson). Sooner when its holder is known de
 later process now has. (On local disk every lease a job finds under the log dir's ``.lock``
 is a dead job's: ``operations.recover`` gives them back.)
 
+A lease a job takes on local disk says ``"heartbeat_in_mtime": true``: its heartbeat is the later
+of ``heartbeat_ms`` and the file's modification time, and the job renews it by setting that time
+(``storage.touch_if_each``) instead of rewriting the file: a round of renewals of thousands of
+leases then writes nothing and syncs nothing. The bytes stay, so the version stays, and an
+operator's change of the file cannot be lost under a renewal; an operator's write bakes the
+heartbeat into ``heartbeat_ms`` and drops the flag, so it renews nothing itself.
+
 ``aborted`` is an abort the owner has not yet acknowledged; ``pause_count`` on it is the pause
 requested meanwhile (Kafka's abortAndPauseCleaning), which the partition keeps once the owner
 lets go.
@@ -79,6 +86,7 @@ class CleaningState:
     heartbeat_ms: int | None = None
     lease_ms: int | None = None
     pid_ns: str | None = None  # the holder's pid namespace (/proc/self/ns/pid): its pid means nothing in another
+    heartbeat_in_mtime: bool | None = None  # a local lease: renewed by its file's modification time
 
     def expired(self, at_ms: int | None = None) -> bool:
         """An in-progress or aborted lease whose owner stopped renewing it."""
@@ -237,7 +245,9 @@ def state_path(partition_dir: str) -> str:
     return f"{log_dir}/{file_name(topic, int(number))}"
 
 
-def parse(path: str, data: bytes) -> CleaningState:
+def parse(path: str, data: bytes, modified_ms: int | None = None) -> CleaningState:
+    """The state in a state file's bytes; ``modified_ms``: the file's modification time, a local
+    lease's heartbeat when later than ``heartbeat_ms`` (``heartbeat_in_mtime``)."""
     try:
         doc = json.loads(data)
         state = doc["state"]
@@ -247,16 +257,28 @@ def parse(path: str, data: bytes) -> CleaningState:
         raise FormatError(path, None, f"unknown cleaning state {state!r} (known: {', '.join(STATES)})")
     known = {k: doc[k] for k in CleaningState.__slots__ if k in doc}
     known.setdefault("pause_count", 1 if state == PAUSED else 0)
-    return CleaningState(**known)
+    found = CleaningState(**known)
+    if (found.heartbeat_in_mtime and modified_ms is not None and found.heartbeat_ms is not None
+            and modified_ms > found.heartbeat_ms):
+        return replace(found, heartbeat_ms=modified_ms)
+    return found
+
+
+def load(path: str) -> CleaningState:
+    """The state in the state file at ``path`` (``FileNotFoundError`` when there is none)."""
+    found = storage.read_stamped(path)
+    if found is None:
+        raise FileNotFoundError(2, "No such file or directory", path)
+    return parse(path, found[0], found[2])
 
 
 def read(partition_dir: str) -> tuple[CleaningState, str | None]:
     """The partition's state and the file's version (None: no file, idle)."""
     path = state_path(partition_dir)
-    found = storage.read_versioned(path)
+    found = storage.read_stamped(path)
     if found is None:
         return CleaningState(), None
-    return parse(path, found[0]), found[1]
+    return parse(path, found[0], found[2]), found[1]
 
 
 def _change(partition_dir: str, step: Callable[[CleaningState], CleaningState | None]) -> CleaningState:
@@ -266,6 +288,8 @@ def _change(partition_dir: str, step: Callable[[CleaningState], CleaningState | 
     while True:
         old, version = read(partition_dir)
         new = step(old)
+        if new is old:  # left as it is: not written back (a lease's bytes, its version, unchanged)
+            return old
         if new is None or new.state == IDLE:
             if version is None or storage.remove_if(path, version):
                 return CleaningState()
@@ -293,9 +317,7 @@ def acquire(partition_dir: str, owner: str, lease_ms: int = LEASE_MS) -> Lease |
             if storage.write_if(path, CleaningState(PAUSED, pause_count=old.pause_count).to_json(), version):
                 return CleaningState(PAUSED, pause_count=old.pause_count).skip_reason
             continue
-        now = wall_ms()
-        new = CleaningState(IN_PROGRESS, owner=owner, host=socket.gethostname(), pid=os.getpid(),
-                            started_ms=now, heartbeat_ms=now, lease_ms=lease_ms, pid_ns=pid_namespace())
+        new = _lease_state(partition_dir, owner, lease_ms, wall_ms())
         written = storage.write_if(path, new.to_json(), version)
         if written is not None:
             return Lease(partition_dir, new, written)
@@ -308,12 +330,11 @@ def acquire_many(partition_dirs: list[str], owner: str, lease_ms: int = LEASE_MS
     locally one flock of the root, each file fsynced, the root once); a partition that has one
     (paused, uncleanable, another job's lease, a dead one's) goes through ``acquire``."""
     now = wall_ms()
-    state = CleaningState(IN_PROGRESS, owner=owner, host=socket.gethostname(), pid=os.getpid(),
-                          started_ms=now, heartbeat_ms=now, lease_ms=lease_ms, pid_ns=pid_namespace())
-    data = state.to_json()
-    written = storage.write_if_each([(state_path(path), data, None) for path in partition_dirs])
+    made = [_lease_state(path, owner, lease_ms, now) for path in partition_dirs]
+    written = storage.write_if_each([(state_path(path), state.to_json(), None)
+                                     for path, state in zip(partition_dirs, made, strict=True)])
     out: list[Lease | str | OSError] = []
-    for path, version in zip(partition_dirs, written, strict=True):
+    for path, state, version in zip(partition_dirs, made, written, strict=True):
         if isinstance(version, OSError):
             out.append(version)
         elif version is not None:
@@ -326,25 +347,43 @@ def acquire_many(partition_dirs: list[str], owner: str, lease_ms: int = LEASE_MS
     return out
 
 
+def _lease_state(partition_dir: str, owner: str, lease_ms: int, now: int) -> CleaningState:
+    """A new lease of ``owner`` on the partition; on local disk renewed by its file's time."""
+    return CleaningState(IN_PROGRESS, owner=owner, host=socket.gethostname(), pid=os.getpid(), started_ms=now,
+                         heartbeat_ms=now, lease_ms=lease_ms, pid_ns=pid_namespace(),
+                         heartbeat_in_mtime=storage.is_local_path(partition_dir) or None)
+
+
 def renew(lease: Lease) -> Lease | None:
     """Push the lease's expiry forward; None when it is no longer ours to renew (aborted,
     taken over after expiring): the job must then stop touching the partition."""
-    path = state_path(lease.partition_dir)
-    new = replace(lease.state, heartbeat_ms=wall_ms())
-    written = storage.write_if(path, new.to_json(), lease.version)
-    return None if written is None else Lease(lease.partition_dir, new, written)
+    renewed = renew_many([lease])[0]
+    if isinstance(renewed, OSError):
+        raise renewed
+    return renewed
 
 
 def renew_many(leases: list[Lease]) -> list[Lease | OSError | None]:
-    """``renew`` of each lease at once (``storage.write_if_each``: locally a log dir's under one
-    flock of its root, fsynced once): the renewed lease, None where it is no longer ours, or the
-    error of that one (the next round tries it again)."""
+    """``renew`` of each lease at once: the renewed lease, None where it is no longer ours, or the
+    error of that one (the next round tries it again). A local lease gets its file's time set
+    (``storage.touch_if_each``: bytes and version unchanged, nothing to make durable: a lease
+    found after a crash is a dead job's whatever its time); one on an object store is rewritten,
+    several at once (``storage.write_if_each``)."""
     now = wall_ms()
-    renewed = [replace(lease.state, heartbeat_ms=now) for lease in leases]
-    written = storage.write_if_each([(state_path(lease.partition_dir), new.to_json(), lease.version)
-                                     for lease, new in zip(leases, renewed, strict=True)])
-    return [version if not isinstance(version, str) else Lease(lease.partition_dir, new, version)
-            for lease, new, version in zip(leases, renewed, written, strict=True)]
+    out: list[Lease | OSError | None] = [None] * len(leases)
+    touched = [i for i, lease in enumerate(leases) if lease.state.heartbeat_in_mtime]
+    rewritten = [i for i, lease in enumerate(leases) if not lease.state.heartbeat_in_mtime]
+    done = storage.touch_if_each([(state_path(leases[i].partition_dir), leases[i].version) for i in touched], now)
+    for i, ok in zip(touched, done, strict=True):
+        lease = leases[i]
+        out[i] = ok if isinstance(ok, OSError) else (
+            Lease(lease.partition_dir, replace(lease.state, heartbeat_ms=now), lease.version) if ok else None)
+    renewed = {i: replace(leases[i].state, heartbeat_ms=now) for i in rewritten}
+    written = storage.write_if_each([(state_path(leases[i].partition_dir), renewed[i].to_json(), leases[i].version)
+                                     for i in rewritten])
+    for i, version in zip(rewritten, written, strict=True):
+        out[i] = version if not isinstance(version, str) else Lease(leases[i].partition_dir, renewed[i], version)
+    return out
 
 
 def still_held(lease: Lease) -> bool:
@@ -422,7 +461,7 @@ def pause(partition_dir: str) -> CleaningState:
         if old.state == PAUSED:
             return replace(old, pause_count=old.pause_count + 1)
         if old.state in (IN_PROGRESS, ABORTED):
-            return replace(old, state=ABORTED, pause_count=old.pause_count + 1)
+            return replace(old, state=ABORTED, pause_count=old.pause_count + 1, heartbeat_in_mtime=None)
         raise StateError(f"uncleanable ({old.reason}); 'kcompact reset-uncleanable' first")
 
     return _change(partition_dir, step)
@@ -434,7 +473,7 @@ def resume(partition_dir: str) -> CleaningState:
             raise StateError(f"not paused (state {old.state})")
         if old.state == PAUSED and old.pause_count == 1:
             return None
-        return replace(old, pause_count=old.pause_count - 1)
+        return replace(old, pause_count=old.pause_count - 1, heartbeat_in_mtime=None)
 
     return _change(partition_dir, step)
 
@@ -448,7 +487,7 @@ def abort(partition_dir: str) -> CleaningState:
             raise StateError(f"not being cleaned (state {old.state})")
         if old.lapsed() or old.heartbeat_ms is None:  # nobody left to acknowledge the abort
             return CleaningState(PAUSED, pause_count=old.pause_count) if old.pause_count else None
-        return replace(old, state=ABORTED)
+        return replace(old, state=ABORTED, heartbeat_in_mtime=None)
 
     return _change(partition_dir, step)
 

@@ -146,7 +146,7 @@ def _states(by_name: dict[str, str]) -> dict[tuple[str, int], states.CleaningSta
         key = states.parse_file_name(name)
         if key is not None:
             try:
-                out[key] = states.parse(path, storage.read_bytes(path))
+                out[key] = states.load(path)
             except FormatError as exc:  # an unreadable state must not look idle
                 out[key] = states.CleaningState(states.UNCLEANABLE, reason=str(exc))
     return out

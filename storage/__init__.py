@@ -16,7 +16,16 @@ import warnings
 # what is wrong with it in its own line (failures.environment_problem), before any work
 warnings.filterwarnings("ignore", message="Ignoring environment variable FSSPEC_", category=UserWarning)
 
-from kcompact.storage.cas import read_versioned, remove_if, remove_if_each, write_if, write_if_each, write_if_many
+from kcompact.storage.cas import (
+    read_stamped,
+    read_versioned,
+    remove_if,
+    remove_if_each,
+    touch_if_each,
+    write_if,
+    write_if_each,
+    write_if_many,
+)
 from kcompact.storage.changes import (
     copy,
     copy_many,
@@ -87,6 +96,7 @@ __all__ = [
     "open_read",
     "read_bytes",
     "read_range",
+    "read_stamped",
     "read_versioned",
     "remove",
     "remove_if",
@@ -97,6 +107,7 @@ __all__ = [
     "resolve",
     "set_mtime",
     "syncfs",
+    "touch_if_each",
     "truncate",
     "url",
     "write_atomic",

@@ -73,6 +73,49 @@ def read_versioned(path: str) -> tuple[bytes, str] | None:
 
 
 @typed
+def read_stamped(path: str) -> tuple[bytes, str, int | None] | None:
+    """``read_versioned``'s bytes and version with, locally, the file's modification time in ms, taken
+    from the descriptor the bytes were read through (None on an object store, whose objects'
+    times are the store's); None when the file does not exist."""
+    fs, fs_path = resolve(path)
+    if not is_local(fs):
+        found = read_versioned(path)
+        return None if found is None else (*found, None)
+    try:
+        with open(fs_path, "rb") as f:
+            data, modified = f.read(), os.fstat(f.fileno()).st_mtime_ns // 1_000_000
+    except FileNotFoundError:
+        return None
+    return data, hashlib.md5(data).hexdigest(), modified
+
+
+@typed
+def touch_if_each(items: list[tuple[str, str]], mtime_ms: int) -> list[bool | OSError]:
+    """Local files only: each (path, version) still at that version given ``mtime_ms`` as its
+    modification time, its bytes untouched (so its version stays): True where so, False where it
+    is gone or at another version, or the error of that one file. The version is read through the
+    descriptor the time is set through, so the time is that version's; no flock: no byte changes."""
+    ns = mtime_ms * 1_000_000
+    out: list[bool | OSError] = []
+    for path, version in items:
+        fs_path = resolve(path)[1]
+        try:
+            with open(fs_path, "rb") as f:
+                if hashlib.md5(f.read()).hexdigest() != version:
+                    out.append(False)
+                    continue
+                os.utime(f.fileno(), ns=(ns, ns))
+            out.append(True)
+        except FileNotFoundError:
+            out.append(False)
+        except OSError as exc:
+            if exc.filename is None:
+                exc.filename = path
+            out.append(exc)
+    return out
+
+
+@typed
 def write_if(path: str, data: bytes, version: str | None) -> str | None:
     """Write ``data`` only if the file is still at ``version`` (None: only if it does not
     exist); the new version, or None when another writer got there first.

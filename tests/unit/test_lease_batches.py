@@ -72,7 +72,11 @@ def test_a_batch_takes_each_partition_as_acquire_would(tmp_path, monkeypatch):
     for i in taken:
         doc = on_disk(tmp_path, names[i])
         assert doc["state"] == "in_progress" and doc["owner"] == "job-a" and doc["pid"] == os.getpid()
-        assert states.read(str(tmp_path / names[i])) == (got[i].state, got[i].version)
+        read, version = states.read(str(tmp_path / names[i]))
+        # a local lease's heartbeat: the later of its heartbeat_ms and the file's time, its write's
+        assert doc["heartbeat_in_mtime"] is True and version == got[i].version
+        assert got[i].state.heartbeat_ms <= read.heartbeat_ms <= states.wall_ms()
+        assert read == states.replace(got[i].state, heartbeat_ms=read.heartbeat_ms)
     assert on_disk(tmp_path, "t-1") == {"state": "paused", "pause_count": 1}
     assert len(searches) == 1, "the owner and bits of new state files searched for once, not per file"
     assert len([a for a in root_fsyncs if a[0] == str(tmp_path)]) == 2  # the batch's, and t-3's takeover
@@ -90,20 +94,49 @@ def test_one_file_that_cannot_be_written_does_not_stop_the_others(tmp_path):
 
 
 def test_a_renewal_round_moves_each_heartbeat_and_loses_an_aborted_lease(tmp_path, monkeypatch):
+    """Locally a round sets each lease file's time and writes nothing: its bytes and version stay,
+    an abort written before it is neither overwritten nor renewed, and the heartbeat read back is
+    the round's."""
     paths = [str(tmp_path / f"t-{p}") for p in range(20)]
     leases = states.acquire_many(paths, "job-a")
     states.abort(paths[7])
+    aborted = states.read(paths[7])[0]
+    before = {i: (tmp_path / f"kcompact-state.t-{i}.json").read_bytes() for i in range(20)}
     monkeypatch.setattr(states, "wall_ms", lambda: leases[0].state.heartbeat_ms + 5_000)
-    root_fsyncs = counting(monkeypatch, storage, "fsync_dir")
+    replaced, fsynced = counting(monkeypatch, os, "replace"), counting(monkeypatch, os, "fsync")
     renewed = states.renew_many(leases)
     assert renewed[7] is None and on_disk(tmp_path, "t-7")["state"] == "aborted"  # the abort is not lost
+    assert states.read(paths[7])[0].heartbeat_ms == aborted.heartbeat_ms  # nor renewed: it lapses as it was
+    assert "heartbeat_in_mtime" not in on_disk(tmp_path, "t-7")
     for i in (0, 8, 19):
-        assert renewed[i].state.heartbeat_ms == on_disk(tmp_path, f"t-{i}")["heartbeat_ms"]
+        path = tmp_path / f"kcompact-state.t-{i}.json"
         assert renewed[i].state.heartbeat_ms == leases[i].state.heartbeat_ms + 5_000
-    assert len(root_fsyncs) == 1
+        assert path.read_bytes() == before[i] and renewed[i].version == leases[i].version
+        assert path.stat().st_mtime_ns == renewed[i].state.heartbeat_ms * 1_000_000
+        assert states.read(paths[i])[0].heartbeat_ms == renewed[i].state.heartbeat_ms
+    assert replaced == [] and fsynced == []
     again = states.renew_many([lease for i, lease in enumerate(renewed) if i != 7])
     assert all(isinstance(lease, states.Lease) for lease in again)
-    assert states.renew_many([leases[0]]) == [None]  # an old version is no longer ours
+    (tmp_path / "kcompact-state.t-3.json").unlink()  # given back by someone else: gone
+    assert states.renew_many([leases[3]]) == [None]
+
+
+def test_a_lease_file_time_is_a_heartbeat_only_when_the_lease_says_so(tmp_path):
+    """A lease file written by hand, or by an older job, without ``heartbeat_in_mtime``: its time
+    is not a heartbeat, so a new file with an old heartbeat has expired; with it, the later of the
+    two counts, and an old time is an old heartbeat."""
+    old = states.wall_ms() - 600_000
+    lease = {"state": "in_progress", "owner": "j", "host": "h", "pid": 1, "started_ms": old, "heartbeat_ms": old,
+             "lease_ms": 120_000}
+    write_state(tmp_path, "t-0", lease)
+    write_state(tmp_path, "t-1", lease | {"heartbeat_in_mtime": True})
+    write_state(tmp_path, "t-2", lease | {"heartbeat_in_mtime": True})
+    stale = (old + 1_000) * 1_000_000
+    os.utime(tmp_path / "kcompact-state.t-2.json", ns=(stale, stale))
+    assert states.read(str(tmp_path / "t-0"))[0].expired()
+    assert not states.read(str(tmp_path / "t-1"))[0].expired()
+    assert states.read(str(tmp_path / "t-2"))[0].heartbeat_ms == old + 1_000
+    assert states.read(str(tmp_path / "t-2"))[0].expired()
 
 
 def test_giving_back_a_batch_acknowledges_what_operators_asked(tmp_path):
@@ -121,7 +154,8 @@ def test_giving_back_a_batch_acknowledges_what_operators_asked(tmp_path):
 def test_a_late_batch_release_leaves_the_next_owner_alone(tmp_path):
     paths = [str(tmp_path / f"t-{p}") for p in range(3)]
     old = states.acquire_many(paths, "dead-job", lease_ms=1)
-    write_state(tmp_path, "t-1", {**json.loads(old[1].state.to_json()), "heartbeat_ms": 1})
+    stale = {key: value for key, value in json.loads(old[1].state.to_json()).items() if key != "heartbeat_in_mtime"}
+    write_state(tmp_path, "t-1", {**stale, "heartbeat_ms": 1})  # its file's time no heartbeat: long expired
     assert isinstance(states.acquire(paths[1], "next-job"), states.Lease)  # expired: taken over
     states.release_many(old)
     assert on_disk(tmp_path, "t-1")["owner"] == "next-job"

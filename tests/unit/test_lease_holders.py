@@ -93,7 +93,9 @@ def test_a_lease_written_by_acquire_names_its_namespace(tmp_path):
     (tmp_path / "t-0").mkdir()
     got = states.acquire(str(tmp_path / "t-0"), "job-a")
     assert got.state.pid == os.getpid() and got.state.pid_ns == states.pid_namespace()
-    assert states.read(str(tmp_path / "t-0"))[0] == got.state
+    read = states.read(str(tmp_path / "t-0"))[0]  # its heartbeat: the later of heartbeat_ms and its write's time
+    assert read == states.replace(got.state, heartbeat_ms=read.heartbeat_ms)
+    assert got.state.heartbeat_ms <= read.heartbeat_ms <= states.wall_ms()
     assert not got.state.holder_gone()
 
 
