@@ -35,13 +35,15 @@ def _dir_flock(fs_path: str) -> Iterator[None]:
         os.close(fd)  # closing releases the flock
 
 
-def _read_local(fs_path: str) -> tuple[bytes, str] | None:
+def _read_local(fs_path: str) -> tuple[bytes, str, int] | None:
+    """A local file's bytes, version and modification time (ms), the time taken from the
+    descriptor the bytes were read through."""
     try:
         with open(fs_path, "rb") as f:
-            data = f.read()
+            data, modified = f.read(), os.fstat(f.fileno()).st_mtime_ns // 1_000_000
     except FileNotFoundError:
         return None
-    return data, hashlib.md5(data).hexdigest()
+    return data, hashlib.md5(data).hexdigest(), modified
 
 
 def _local_version(fs_path: str) -> str | None:
@@ -65,7 +67,8 @@ def read_versioned(path: str) -> tuple[bytes, str] | None:
     GET, which returns the bytes and the ETag of the same version)."""
     fs, fs_path = resolve(path)
     if is_local(fs):
-        return _read_local(fs_path)
+        found = _read_local(fs_path)
+        return None if found is None else found[:2]
     try:
         return objects.get(fs, fs_path)
     except FileNotFoundError:
@@ -78,15 +81,10 @@ def read_stamped(path: str) -> tuple[bytes, str, int | None] | None:
     from the descriptor the bytes were read through (None on an object store, whose objects'
     times are the store's); None when the file does not exist."""
     fs, fs_path = resolve(path)
-    if not is_local(fs):
-        found = read_versioned(path)
-        return None if found is None else (*found, None)
-    try:
-        with open(fs_path, "rb") as f:
-            data, modified = f.read(), os.fstat(f.fileno()).st_mtime_ns // 1_000_000
-    except FileNotFoundError:
-        return None
-    return data, hashlib.md5(data).hexdigest(), modified
+    if is_local(fs):
+        return _read_local(fs_path)
+    found = read_versioned(path)
+    return None if found is None else (*found, None)
 
 
 @typed
